@@ -1,0 +1,390 @@
+//! Manifest blocks: the chunk references of one tile of an array's chunk grid, in a compact
+//! binary form (16 bytes per reference) that is both the stored row and the cached value.
+//!
+//! Layout (little-endian): `"ZGB" 1`, flags (bit 0: sparse), tile length, source count,
+//! record count, inline length; the block's own source dictionary (url, etag); for sparse
+//! blocks the sorted slots; the records `(offset u64, length u32, source u32)`; inline bytes.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+const MAGIC: &[u8; 4] = b"ZGB\x01";
+const MISSING: u32 = u32::MAX;
+const INLINE: u32 = u32::MAX - 1;
+/// The largest number of distinct sources in one block.
+pub const MAX_SOURCES: usize = (u32::MAX - 2) as usize;
+
+/// One chunk reference in its fixed-width form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Record {
+    offset: u64,
+    length: u32,
+    source: u32,
+}
+
+const MISSING_RECORD: Record = Record { offset: 0, length: 0, source: MISSING };
+
+/// A source object referenced from a block, with its recorded ETag when known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockSource {
+    /// Absolute URL of the source object.
+    pub url: Box<str>,
+    /// The ETag recorded at registration; reads are conditional on it.
+    pub etag: Option<Box<str>>,
+}
+
+/// Where the bytes of one chunk are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChunkRef<'a> {
+    /// `length` bytes at `offset` in `source`.
+    Virtual { source: &'a BlockSource, offset: u64, length: u64 },
+    /// The bytes themselves.
+    Inline(Bytes),
+    /// No chunk: readers use the fill value.
+    Missing,
+}
+
+/// A decoded block: the references of one tile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestBlock {
+    tile_len: u32,
+    sources: Vec<BlockSource>,
+    /// Sorted slots of the records when sparse; `None` when `records` covers every slot.
+    slots: Option<Box<[u32]>>,
+    records: Box<[Record]>,
+    inline: Bytes,
+}
+
+/// A stored block that cannot be decoded (corruption or a newer format).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("manifest block is corrupt: {0}")]
+pub struct BlockError(&'static str);
+
+impl ManifestBlock {
+    /// A block with no references (a tile with nothing stored).
+    pub fn empty(tile_len: u32) -> Self {
+        Self { tile_len, sources: Vec::new(), slots: Some(Box::new([])), records: Box::new([]), inline: Bytes::new() }
+    }
+
+    /// The reference at `slot`.
+    pub fn get(&self, slot: u32) -> ChunkRef<'_> {
+        let record = match &self.slots {
+            None => self.records.get(slot as usize),
+            Some(slots) => slots.binary_search(&slot).ok().and_then(|i| self.records.get(i)),
+        };
+        record.map_or(ChunkRef::Missing, |r| self.resolve(r))
+    }
+
+    /// Every stored reference with its slot, in slot order (missing chunks skipped).
+    pub fn iter(&self) -> impl Iterator<Item = (u32, ChunkRef<'_>)> + '_ {
+        self.records.iter().enumerate().filter(|(_, r)| r.source != MISSING).map(move |(i, r)| {
+            let slot = match &self.slots {
+                Some(slots) => slots[i],
+                None => i as u32,
+            };
+            (slot, self.resolve(r))
+        })
+    }
+
+    /// Number of stored (virtual or inline) references.
+    pub fn len(&self) -> usize {
+        self.records.iter().filter(|r| r.source != MISSING).count()
+    }
+
+    /// True when the block holds no reference.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Approximate heap footprint, the weight used by the block cache.
+    pub fn weight(&self) -> usize {
+        let sources: usize = self
+            .sources
+            .iter()
+            .map(|s| s.url.len() + s.etag.as_ref().map_or(0, |e| e.len()) + size_of::<BlockSource>())
+            .sum();
+        size_of::<Self>()
+            + sources
+            + self.slots.as_ref().map_or(0, |s| s.len() * 4)
+            + self.records.len() * size_of::<Record>()
+            + self.inline.len()
+    }
+
+    fn resolve(&self, r: &Record) -> ChunkRef<'_> {
+        match r.source {
+            MISSING => ChunkRef::Missing,
+            INLINE => {
+                let start = r.offset as usize;
+                ChunkRef::Inline(self.inline.slice(start..start + r.length as usize))
+            }
+            s => ChunkRef::Virtual { source: &self.sources[s as usize], offset: r.offset, length: u64::from(r.length) },
+        }
+    }
+
+    /// Serialises the block for storage.
+    pub fn encode(&self) -> Vec<u8> {
+        let url_bytes: usize = self.sources.iter().map(|s| 8 + s.url.len() + s.etag.as_ref().map_or(0, |e| e.len())).sum();
+        let mut out = Vec::with_capacity(32 + url_bytes + self.records.len() * 20 + self.inline.len());
+        out.extend_from_slice(MAGIC);
+        out.push(u8::from(self.slots.is_some()));
+        for n in [self.tile_len, self.sources.len() as u32, self.records.len() as u32] {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        out.extend_from_slice(&(self.inline.len() as u64).to_le_bytes());
+        for s in &self.sources {
+            for text in [Some(&s.url), s.etag.as_ref()] {
+                let text = text.map_or("", |t| t);
+                out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+                out.extend_from_slice(text.as_bytes());
+            }
+        }
+        for slot in self.slots.iter().flat_map(|s| s.iter()) {
+            out.extend_from_slice(&slot.to_le_bytes());
+        }
+        for r in self.records.iter() {
+            out.extend_from_slice(&r.offset.to_le_bytes());
+            out.extend_from_slice(&r.length.to_le_bytes());
+            out.extend_from_slice(&r.source.to_le_bytes());
+        }
+        out.extend_from_slice(&self.inline);
+        out
+    }
+
+    /// Reads a stored block, checking every index against the block's own bounds.
+    pub fn decode(data: &[u8]) -> Result<Self, BlockError> {
+        let mut r = Reader(data);
+        if r.take(4)? != MAGIC {
+            return Err(BlockError("unknown format"));
+        }
+        let sparse = r.take(1)?[0] == 1;
+        let (tile_len, n_sources, n_records) = (r.u32()?, r.u32()? as usize, r.u32()? as usize);
+        let inline_len = usize::try_from(r.u64()?).map_err(|_| BlockError("inline too large"))?;
+        if n_records > tile_len as usize || (!sparse && n_records != tile_len as usize) {
+            return Err(BlockError("record count does not match the tile"));
+        }
+        let mut sources = Vec::with_capacity(n_sources.min(data.len() / 8));
+        for _ in 0..n_sources {
+            let url = r.text()?;
+            let etag = r.text()?;
+            sources.push(BlockSource { url, etag: (!etag.is_empty()).then_some(etag) });
+        }
+        let slots = if sparse {
+            let raw = r.take(n_records.checked_mul(4).ok_or(BlockError("too many records"))?)?;
+            let slots: Box<[u32]> = raw.chunks_exact(4).map(le_u32).collect();
+            if slots.windows(2).any(|w| w[0] >= w[1]) || slots.last().is_some_and(|s| *s >= tile_len) {
+                return Err(BlockError("slots out of order or out of the tile"));
+            }
+            Some(slots)
+        } else {
+            None
+        };
+        let raw = r.take(n_records.checked_mul(16).ok_or(BlockError("too many records"))?)?;
+        let records: Box<[Record]> = raw
+            .chunks_exact(16)
+            .map(|c| Record { offset: le_u64(&c[..8]), length: le_u32(&c[8..12]), source: le_u32(&c[12..]) })
+            .collect();
+        let inline = Bytes::copy_from_slice(r.take(inline_len)?);
+        if !r.0.is_empty() {
+            return Err(BlockError("trailing bytes"));
+        }
+        for rec in records.iter() {
+            let ok = match rec.source {
+                MISSING => true,
+                INLINE => rec.offset.checked_add(u64::from(rec.length)).is_some_and(|end| end <= inline_len as u64),
+                s => (s as usize) < sources.len(),
+            };
+            if !ok {
+                return Err(BlockError("record points outside the block"));
+            }
+        }
+        Ok(Self { tile_len, sources, slots, records, inline })
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], BlockError> {
+        if self.0.len() < n {
+            return Err(BlockError("truncated"));
+        }
+        let (head, tail) = self.0.split_at(n);
+        self.0 = tail;
+        Ok(head)
+    }
+    fn u32(&mut self) -> Result<u32, BlockError> {
+        self.take(4).map(le_u32)
+    }
+    fn u64(&mut self) -> Result<u64, BlockError> {
+        self.take(8).map(le_u64)
+    }
+    fn text(&mut self) -> Result<Box<str>, BlockError> {
+        let n = self.u32()? as usize;
+        let raw = self.take(n)?;
+        std::str::from_utf8(raw).map(Into::into).map_err(|_| BlockError("source is not UTF-8"))
+    }
+}
+
+fn le_u32(b: &[u8]) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(b);
+    u32::from_le_bytes(a)
+}
+
+fn le_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(b);
+    u64::from_le_bytes(a)
+}
+
+/// Collects the references of one tile, in any slot order, then freezes them into a block.
+#[derive(Debug)]
+pub struct BlockBuilder {
+    tile_len: u32,
+    sources: Vec<BlockSource>,
+    source_index: HashMap<Box<str>, u32>,
+    entries: Vec<(u32, Record)>,
+    inline: Vec<u8>,
+}
+
+impl BlockBuilder {
+    /// A builder for a tile of `tile_len` slots.
+    pub fn new(tile_len: u32) -> Self {
+        Self { tile_len, sources: Vec::new(), source_index: HashMap::new(), entries: Vec::new(), inline: Vec::new() }
+    }
+
+    /// Adds a virtual reference. The caller guarantees `slot < tile_len` and unique slots.
+    pub fn push_virtual(&mut self, slot: u32, url: &str, etag: Option<&str>, offset: u64, length: u32) {
+        let source = match self.source_index.get(url) {
+            Some(i) => *i,
+            None => {
+                let i = self.sources.len() as u32;
+                self.sources.push(BlockSource { url: url.into(), etag: etag.map(Into::into) });
+                self.source_index.insert(url.into(), i);
+                i
+            }
+        };
+        self.entries.push((slot, Record { offset, length, source }));
+    }
+
+    /// Adds an inline chunk (at most 4 GiB).
+    pub fn push_inline(&mut self, slot: u32, data: &[u8]) {
+        let record = Record { offset: self.inline.len() as u64, length: data.len() as u32, source: INLINE };
+        self.inline.extend_from_slice(data);
+        self.entries.push((slot, record));
+    }
+
+    /// Number of references added so far.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Freezes the block: dense when at least 80% of the slots are used, sparse otherwise.
+    pub fn finish(mut self) -> ManifestBlock {
+        self.entries.sort_unstable_by_key(|(slot, _)| *slot);
+        let dense = self.entries.len() as u64 * 20 >= u64::from(self.tile_len) * 16;
+        let (slots, records) = if dense {
+            let mut records = vec![MISSING_RECORD; self.tile_len as usize];
+            for (slot, r) in &self.entries {
+                records[*slot as usize] = *r;
+            }
+            (None, records.into_boxed_slice())
+        } else {
+            let slots = self.entries.iter().map(|(s, _)| *s).collect();
+            (Some(slots), self.entries.iter().map(|(_, r)| *r).collect())
+        };
+        ManifestBlock { tile_len: self.tile_len, sources: self.sources, slots, records, inline: self.inline.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample(n: u32, tile_len: u32) -> ManifestBlock {
+        let mut b = BlockBuilder::new(tile_len);
+        for slot in (0..n).rev() {
+            match slot % 3 {
+                0 => b.push_inline(slot, format!("chunk{slot}").as_bytes()),
+                1 => b.push_virtual(slot, "s3://b/a.nc", Some("\"e1\""), u64::from(slot) * 100, 100),
+                _ => b.push_virtual(slot, "s3://b/b.nc", None, 1 << 40, 7),
+            }
+        }
+        b.finish()
+    }
+
+    #[test]
+    fn dense_and_sparse_blocks_answer_the_same() {
+        for (n, tile_len) in [(10, 10), (10, 1000)] {
+            let block = sample(n, tile_len);
+            assert_eq!(block.slots.is_none(), n == tile_len);
+            assert_eq!(block.get(0), ChunkRef::Inline(Bytes::from_static(b"chunk0")));
+            match block.get(1) {
+                ChunkRef::Virtual { source, offset, length } => {
+                    assert_eq!((&*source.url, source.etag.as_deref(), offset, length), ("s3://b/a.nc", Some("\"e1\""), 100, 100));
+                }
+                other => panic!("{other:?}"),
+            }
+            match block.get(2) {
+                ChunkRef::Virtual { offset, .. } => assert_eq!(offset, 1 << 40),
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(block.get(n), ChunkRef::Missing);
+            assert_eq!(block.len(), n as usize);
+            assert_eq!(block.sources.len(), 2, "sources are stored once per block");
+        }
+    }
+
+    #[test]
+    fn round_trips_through_bytes() {
+        for block in [sample(10, 10), sample(33, 4096), ManifestBlock::empty(8)] {
+            assert_eq!(ManifestBlock::decode(&block.encode()).unwrap(), block);
+        }
+    }
+
+    #[test]
+    fn dense_footprint_is_16_bytes_per_reference() {
+        let mut b = BlockBuilder::new(65_536);
+        for slot in 0..65_536 {
+            b.push_virtual(slot, "file:///data/x.nc", None, u64::from(slot) * 1000, 1000);
+        }
+        let block = b.finish();
+        assert!(block.weight() < 65_536 * 17, "weight {}", block.weight());
+    }
+
+    #[test]
+    fn rejects_corrupt_blocks() {
+        let good = sample(10, 10).encode();
+        assert!(ManifestBlock::decode(&good[..good.len() - 1]).is_err());
+        assert!(ManifestBlock::decode(b"nope").is_err());
+        let mut bad_source = sample(2, 2).encode();
+        let n = bad_source.len();
+        bad_source[n - 6 - 1] = 9; // the last record's source index (before 6 inline bytes)
+        assert!(ManifestBlock::decode(&bad_source).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn decode_never_panics(data in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = ManifestBlock::decode(&data);
+        }
+
+        #[test]
+        fn decode_never_panics_on_mutated_blocks(i in any::<prop::sample::Index>(), byte in any::<u8>()) {
+            let mut data = sample(12, 20).encode();
+            let at = i.index(data.len());
+            data[at] = byte;
+            if let Ok(block) = ManifestBlock::decode(&data) {
+                for slot in 0..25 { let _ = block.get(slot); }
+                let _ = block.iter().count();
+            }
+        }
+    }
+}

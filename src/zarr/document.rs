@@ -1,0 +1,126 @@
+//! A parsed manifest document, whatever its format: nodes with their metadata and raw chunk
+//! references, the source URLs they use, and the problems found while reading it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::manifest::RawManifest;
+
+/// How many problems a rejection lists before summarising the rest.
+pub const MAX_PROBLEMS: usize = 100;
+
+/// A manifest document as read, not yet validated.
+#[derive(Debug, Default)]
+pub struct Document {
+    /// Nodes by path as written (`""` for the root).
+    pub nodes: BTreeMap<String, DocNode>,
+    /// Every distinct source URL, normalised.
+    pub urls: UrlTable,
+    /// Facts about sources declared by the document, by normalised URL.
+    pub sources: BTreeMap<String, SourceFacts>,
+    /// What is wrong with the document so far.
+    pub problems: Problems,
+}
+
+/// One node: its `zarr.json` (without `manifest`) and, for arrays, its references.
+#[derive(Debug, Default)]
+pub struct DocNode {
+    /// The node's metadata.
+    pub metadata: Map<String, Value>,
+    /// Chunk references, when the node carries a `manifest`.
+    pub manifest: Option<RawManifest>,
+}
+
+/// Recorded facts about a source object, used to detect that it changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceFacts {
+    /// The object's ETag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
+    /// The object's last modification time, as the store reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_modified: Option<String>,
+    /// The object's size in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+}
+
+/// Interned source URLs: each stored once, referenced by number.
+#[derive(Debug, Default)]
+pub struct UrlTable {
+    urls: Vec<String>,
+    index: HashMap<String, u32>,
+}
+
+impl UrlTable {
+    /// The number of `url`, adding it if new.
+    pub fn intern(&mut self, url: String) -> u32 {
+        if let Some(i) = self.index.get(&url) {
+            return *i;
+        }
+        let i = self.urls.len() as u32;
+        self.index.insert(url.clone(), i);
+        self.urls.push(url);
+        i
+    }
+
+    /// The URL numbered `i`.
+    pub fn get(&self, i: u32) -> &str {
+        &self.urls[i as usize]
+    }
+
+    /// Every URL, by number.
+    pub fn all(&self) -> &[String] {
+        &self.urls
+    }
+
+    /// Number of distinct URLs.
+    pub fn len(&self) -> usize {
+        self.urls.len()
+    }
+
+    /// True when no URL was interned.
+    pub fn is_empty(&self) -> bool {
+        self.urls.is_empty()
+    }
+}
+
+/// Problems found in a document, capped at [`MAX_PROBLEMS`] with a count of the rest.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Problems {
+    list: Vec<String>,
+    more: usize,
+}
+
+impl Problems {
+    /// Records one problem.
+    pub fn push(&mut self, problem: impl Into<String>) {
+        if self.list.len() < MAX_PROBLEMS {
+            self.list.push(problem.into());
+        } else {
+            self.more += 1;
+        }
+    }
+
+    /// True when nothing is wrong.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Total count, including those not listed.
+    pub fn count(&self) -> usize {
+        self.list.len() + self.more
+    }
+
+    /// The listed problems, with a last line counting the rest if any were dropped.
+    pub fn into_vec(self) -> Vec<String> {
+        let mut list = self.list;
+        if self.more > 0 {
+            list.push(format!("... and {} more problems", self.more));
+        }
+        list
+    }
+}

@@ -1,0 +1,190 @@
+//! A regular chunk grid and its cut into tiles: each tile is one manifest block.
+
+/// The largest number of chunks in one tile (one stored manifest block).
+pub const MAX_TILE_CHUNKS: u64 = 65_536;
+
+/// Where a chunk's reference lives: which tile (block), which slot inside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ChunkLocation {
+    /// Row-major index of the tile in the tile grid.
+    pub tile: u64,
+    /// Row-major index of the chunk inside its tile.
+    pub slot: u32,
+}
+
+/// Why a chunk grid cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GridError {
+    /// `chunk_shape` and `shape` differ in length.
+    #[error("chunk_shape has {chunk} dimensions but shape has {shape}")]
+    Dimensionality { shape: usize, chunk: usize },
+    /// A chunk extent of zero.
+    #[error("chunk_shape {0:?} has a zero extent")]
+    ZeroChunk(Vec<u64>),
+    /// The grid has more chunks than can be addressed.
+    #[error("the chunk grid {0:?} has more than 2^64 chunks")]
+    TooManyChunks(Vec<u64>),
+}
+
+/// The regular chunk grid of an array, with its tiling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkGrid {
+    shape: Vec<u64>,
+    chunk_shape: Vec<u64>,
+    grid: Vec<u64>,
+    tile: Vec<u64>,
+    tiles_per_dim: Vec<u64>,
+}
+
+impl ChunkGrid {
+    /// Builds the grid of an array of `shape` cut in chunks of `chunk_shape`.
+    pub fn new(shape: &[u64], chunk_shape: &[u64]) -> Result<Self, GridError> {
+        Self::with_max_tile(shape, chunk_shape, MAX_TILE_CHUNKS)
+    }
+
+    /// As [`ChunkGrid::new`], with tiles of at most `max_tile` chunks.
+    pub fn with_max_tile(shape: &[u64], chunk_shape: &[u64], max_tile: u64) -> Result<Self, GridError> {
+        if shape.len() != chunk_shape.len() {
+            return Err(GridError::Dimensionality { shape: shape.len(), chunk: chunk_shape.len() });
+        }
+        if chunk_shape.contains(&0) {
+            return Err(GridError::ZeroChunk(chunk_shape.to_vec()));
+        }
+        let grid: Vec<u64> = shape.iter().zip(chunk_shape).map(|(s, c)| s.div_ceil(*c)).collect();
+        if grid.iter().try_fold(1u64, |acc, g| acc.checked_mul(*g)).is_none() {
+            return Err(GridError::TooManyChunks(grid));
+        }
+        let tile = tile_shape(&grid, max_tile.max(1));
+        let tiles_per_dim = grid.iter().zip(&tile).map(|(g, t)| g.div_ceil(*t)).collect();
+        Ok(Self { shape: shape.to_vec(), chunk_shape: chunk_shape.to_vec(), grid, tile, tiles_per_dim })
+    }
+
+    /// The array shape.
+    pub fn shape(&self) -> &[u64] {
+        &self.shape
+    }
+
+    /// The chunk shape.
+    pub fn chunk_shape(&self) -> &[u64] {
+        &self.chunk_shape
+    }
+
+    /// Number of chunks along each dimension.
+    pub fn grid_shape(&self) -> &[u64] {
+        &self.grid
+    }
+
+    /// Number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.grid.len()
+    }
+
+    /// Total number of chunks (1 for a 0-d array, 0 if any extent is 0).
+    pub fn chunk_count(&self) -> u64 {
+        self.grid.iter().product()
+    }
+
+    /// Number of slots in every tile.
+    pub fn tile_len(&self) -> u32 {
+        // tile_shape keeps the product <= max_tile <= u32::MAX.
+        u32::try_from(self.tile.iter().product::<u64>()).unwrap_or(u32::MAX)
+    }
+
+    /// The tile and slot of the chunk at `coords`, `None` if outside the grid.
+    pub fn locate(&self, coords: &[u64]) -> Option<ChunkLocation> {
+        if coords.len() != self.grid.len() {
+            return None;
+        }
+        let (mut tile, mut slot) = (0u64, 0u64);
+        for (i, &c) in coords.iter().enumerate() {
+            if c >= self.grid[i] {
+                return None;
+            }
+            tile = tile * self.tiles_per_dim[i] + c / self.tile[i];
+            slot = slot * self.tile[i] + c % self.tile[i];
+        }
+        Some(ChunkLocation { tile, slot: u32::try_from(slot).ok()? })
+    }
+
+    /// The grid coordinates of `slot` in `tile`, `None` if that slot lies beyond the grid edge.
+    pub fn coords_of(&self, location: ChunkLocation) -> Option<Vec<u64>> {
+        let ndim = self.grid.len();
+        let mut coords = vec![0u64; ndim];
+        let (mut tile, mut slot) = (location.tile, u64::from(location.slot));
+        for i in (0..ndim).rev() {
+            let c = (tile % self.tiles_per_dim[i]) * self.tile[i] + slot % self.tile[i];
+            if c >= self.grid[i] {
+                return None;
+            }
+            coords[i] = c;
+            tile /= self.tiles_per_dim[i];
+            slot /= self.tile[i];
+        }
+        (tile == 0 && slot == 0).then_some(coords)
+    }
+}
+
+/// Halves the largest extent until the tile holds at most `max_tile` chunks: near-cubic tiles,
+/// so that reading along any axis touches few blocks.
+fn tile_shape(grid: &[u64], max_tile: u64) -> Vec<u64> {
+    let mut tile: Vec<u64> = grid.iter().map(|g| (*g).max(1)).collect();
+    while tile.iter().try_fold(1u64, |acc, t| acc.checked_mul(*t)).is_none_or(|n| n > max_tile) {
+        let Some(largest) = (0..tile.len()).max_by_key(|&i| tile[i]) else { break };
+        tile[largest] = tile[largest].div_ceil(2);
+    }
+    tile
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn small_grid_is_one_tile() {
+        let g = ChunkGrid::new(&[10, 73, 144], &[5, 73, 72]).unwrap();
+        assert_eq!(g.grid_shape(), &[2, 1, 2]);
+        assert_eq!(g.chunk_count(), 4);
+        assert_eq!(g.locate(&[1, 0, 1]), Some(ChunkLocation { tile: 0, slot: 3 }));
+        assert_eq!(g.locate(&[2, 0, 0]), None);
+        assert_eq!(g.locate(&[0, 0]), None);
+    }
+
+    #[test]
+    fn zero_d_and_empty_arrays() {
+        let g = ChunkGrid::new(&[], &[]).unwrap();
+        assert_eq!(g.chunk_count(), 1);
+        assert_eq!(g.locate(&[]), Some(ChunkLocation { tile: 0, slot: 0 }));
+        assert_eq!(g.coords_of(ChunkLocation { tile: 0, slot: 0 }), Some(vec![]));
+        let e = ChunkGrid::new(&[0, 5], &[2, 5]).unwrap();
+        assert_eq!(e.chunk_count(), 0);
+        assert_eq!(e.locate(&[0, 0]), None);
+    }
+
+    #[test]
+    fn big_grid_is_tiled_within_limit() {
+        let g = ChunkGrid::new(&[100_000, 10, 10], &[1, 1, 1]).unwrap();
+        assert!(u64::from(g.tile_len()) <= MAX_TILE_CHUNKS);
+        assert!(g.tile_len() > 16_000, "tiles should be large, got {}", g.tile_len());
+        assert!(ChunkGrid::new(&[u64::MAX, u64::MAX], &[1, 1]).is_err());
+        assert!(ChunkGrid::new(&[4], &[0]).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn locate_and_coords_of_are_inverse(
+            dims in proptest::collection::vec((1u64..200, 1u64..20), 1..4),
+            max_tile in 1u64..300,
+            pick in proptest::collection::vec(any::<prop::sample::Index>(), 4),
+        ) {
+            let shape: Vec<u64> = dims.iter().map(|d| d.0).collect();
+            let chunks: Vec<u64> = dims.iter().map(|d| d.1).collect();
+            let g = ChunkGrid::with_max_tile(&shape, &chunks, max_tile).unwrap();
+            prop_assert!(u64::from(g.tile_len()) <= max_tile);
+            let coords: Vec<u64> = g.grid_shape().iter().zip(&pick).map(|(n, p)| p.index(*n as usize) as u64).collect();
+            let loc = g.locate(&coords).unwrap();
+            prop_assert!(loc.slot < g.tile_len());
+            prop_assert_eq!(g.coords_of(loc), Some(coords));
+        }
+    }
+}

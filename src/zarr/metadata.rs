@@ -1,0 +1,172 @@
+//! Node metadata: validation of a node's `zarr.json` with zarrs, and the facts the server needs
+//! from an array's metadata (its chunk grid and chunk key encoding).
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+use zarrs::array::{Array, ArrayMetadata};
+use zarrs::metadata::v3::{ArrayMetadataV3, GroupMetadataV3};
+use zarrs::storage::store::MemoryStore;
+
+use super::grid::ChunkGrid;
+use super::key::ChunkKeyEncoding;
+
+/// What kind of node a metadata document describes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeKind {
+    /// A group.
+    Group,
+    /// An array with its regular chunk grid and chunk key encoding.
+    Array(ArrayLayout),
+}
+
+/// The part of an array's metadata that locates its chunks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArrayLayout {
+    /// The regular chunk grid, with its tiling.
+    pub grid: ChunkGrid,
+    /// How chunk keys are spelled.
+    pub encoding: ChunkKeyEncoding,
+}
+
+/// Validates a node's `zarr.json` (with `manifest` already removed). `consolidated_metadata` on
+/// groups is dropped: the server writes its own. Returns every problem found.
+pub fn validate_node(metadata: &mut Map<String, Value>) -> Result<NodeKind, Vec<String>> {
+    if metadata.get("zarr_format") != Some(&Value::from(3)) {
+        return Err(vec![format!(
+            "zarr_format must be 3, found {}",
+            metadata.get("zarr_format").map_or_else(|| "nothing".to_owned(), Value::to_string)
+        )]);
+    }
+    match metadata.get("node_type").and_then(Value::as_str) {
+        Some("group") => {
+            metadata.remove("consolidated_metadata");
+            validate_group(metadata).map(|()| NodeKind::Group)
+        }
+        Some("array") => validate_array(metadata).map(NodeKind::Array),
+        _ => Err(vec![r#"node_type must be "group" or "array""#.to_owned()]),
+    }
+}
+
+fn validate_group(metadata: &Map<String, Value>) -> Result<(), Vec<String>> {
+    let group: GroupMetadataV3 =
+        serde_json::from_value(Value::Object(metadata.clone())).map_err(|e| vec![format!("invalid group metadata: {e}")])?;
+    let unknown: Vec<String> = group
+        .additional_fields
+        .iter()
+        .filter(|(_, f)| f.must_understand())
+        .map(|(name, _)| format!("unknown field {name:?} (allowed only as an object with \"must_understand\": false)"))
+        .collect();
+    if unknown.is_empty() { Ok(()) } else { Err(unknown) }
+}
+
+fn validate_array(metadata: &Map<String, Value>) -> Result<ArrayLayout, Vec<String>> {
+    let v3: ArrayMetadataV3 =
+        serde_json::from_value(Value::Object(metadata.clone())).map_err(|e| vec![format!("invalid array metadata: {e}")])?;
+    let mut problems: Vec<String> = v3
+        .additional_fields
+        .iter()
+        .filter(|(_, f)| f.must_understand())
+        .map(|(name, _)| format!("unknown field {name:?} (allowed only as an object with \"must_understand\": false)"))
+        .collect();
+    if let Err(e) = Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", ArrayMetadata::V3(v3)) {
+        problems.push(e.to_string());
+    }
+    match array_layout(metadata) {
+        Ok(layout) if problems.is_empty() => Ok(layout),
+        Ok(_) => Err(problems),
+        Err(e) => {
+            problems.push(e);
+            Err(problems)
+        }
+    }
+}
+
+/// Reads the chunk grid and key encoding of an array's metadata (already validated).
+pub fn array_layout(metadata: &Map<String, Value>) -> Result<ArrayLayout, String> {
+    let shape = u64_list(metadata.get("shape")).ok_or("shape must be a list of non-negative integers")?;
+    let grid = metadata.get("chunk_grid").ok_or("chunk_grid is missing")?;
+    let regular = grid.get("name").and_then(Value::as_str) == Some("regular");
+    let chunk_shape = u64_list(grid.get("configuration").and_then(|c| c.get("chunk_shape")))
+        .filter(|_| regular)
+        .ok_or_else(|| format!("chunk_grid {grid} is not supported: only \"regular\" grids are"))?;
+    let grid = ChunkGrid::new(&shape, &chunk_shape).map_err(|e| e.to_string())?;
+    let encoding = metadata.get("chunk_key_encoding").ok_or("chunk_key_encoding is missing")?;
+    let encoding = ChunkKeyEncoding::from_metadata(encoding).map_err(|e| e.to_string())?;
+    Ok(ArrayLayout { grid, encoding })
+}
+
+/// Reads the kind of an already validated node, as stored in the catalog.
+pub fn node_kind(metadata: &Map<String, Value>) -> Result<NodeKind, String> {
+    match metadata.get("node_type").and_then(Value::as_str) {
+        Some("array") => array_layout(metadata).map(NodeKind::Array),
+        _ => Ok(NodeKind::Group),
+    }
+}
+
+fn u64_list(value: Option<&Value>) -> Option<Vec<u64>> {
+    value?.as_array()?.iter().map(Value::as_u64).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    fn air() -> Value {
+        json!({
+            "zarr_format": 3, "node_type": "array", "shape": [10, 73, 144], "data_type": "float32",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [5, 73, 72]}},
+            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+            "fill_value": -9999.0,
+            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
+                       {"name": "numcodecs.zlib", "configuration": {"level": 4}}],
+            "dimension_names": ["time", "lat", "lon"]
+        })
+    }
+
+    #[test]
+    fn accepts_the_design_example() {
+        let NodeKind::Array(layout) = validate_node(&mut obj(air())).unwrap() else { panic!("not an array") };
+        assert_eq!(layout.grid.grid_shape(), &[2, 1, 2]);
+        assert_eq!(layout.encoding, ChunkKeyEncoding::Default { separator: '/' });
+    }
+
+    #[test]
+    fn groups_lose_their_consolidated_metadata() {
+        let mut g = obj(json!({"zarr_format": 3, "node_type": "group", "attributes": {"a": 1},
+                               "consolidated_metadata": {"kind": "inline", "must_understand": false, "metadata": {}}}));
+        assert_eq!(validate_node(&mut g).unwrap(), NodeKind::Group);
+        assert!(!g.contains_key("consolidated_metadata"));
+    }
+
+    #[test]
+    fn names_what_is_wrong() {
+        let cases = [
+            (json!({"zarr_format": 2, "node_type": "array"}), "zarr_format must be 3"),
+            (json!({"zarr_format": 3, "node_type": "folder"}), "node_type"),
+            (json!({"zarr_format": 3, "node_type": "group", "surprise": 1}), "unknown field \"surprise\""),
+        ];
+        for (value, expected) in cases {
+            let problems = validate_node(&mut obj(value)).unwrap_err();
+            assert!(problems.iter().any(|p| p.contains(expected)), "{problems:?} lacks {expected}");
+        }
+        let mut bad_codec = air();
+        bad_codec["codecs"][1] = json!({"name": "numcodecs.nope"});
+        let problems = validate_node(&mut obj(bad_codec)).unwrap_err();
+        assert!(problems.iter().any(|p| p.contains("numcodecs.nope")), "{problems:?}");
+        let mut bad_fill = air();
+        bad_fill["fill_value"] = json!("lots");
+        assert!(validate_node(&mut obj(bad_fill)).is_err());
+        let mut bad_grid = air();
+        bad_grid["chunk_grid"] = json!({"name": "rectilinear", "configuration": {}});
+        assert!(validate_node(&mut obj(bad_grid)).is_err());
+        let mut unknown_ok = air();
+        unknown_ok["x_extension"] = json!({"must_understand": false, "v": 1});
+        assert!(validate_node(&mut obj(unknown_ok)).is_ok());
+    }
+}

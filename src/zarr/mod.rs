@@ -1,0 +1,19 @@
+//! Pure Zarr domain: node paths, chunk keys and grids, the manifest model and its block
+//! encoding, document parsing and validation. Nothing here knows about HTTP, SQL or I/O.
+
+pub mod block;
+pub mod document;
+pub mod grid;
+pub mod hierarchy;
+pub mod key;
+pub mod manifest;
+pub mod metadata;
+pub mod native;
+pub mod path;
+pub mod validate;
+
+pub use block::{BlockSource, ChunkRef, ManifestBlock};
+pub use grid::{ChunkGrid, ChunkLocation};
+pub use hierarchy::{Hierarchy, Resolved};
+pub use key::ChunkKeyEncoding;
+pub use path::NodePath;
