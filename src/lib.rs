@@ -1,3 +1,13 @@
 //! zarrgate: archival files served as a Zarr v3 store over HTTP, from persisted virtual manifests.
 
+#![forbid(unsafe_code)]
+
+pub mod app;
+pub mod cache;
+pub mod catalog;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod sources;
 pub mod zarr;

@@ -13,6 +13,8 @@ use super::path::NodePath;
 /// One node of a version.
 #[derive(Debug)]
 pub struct Node {
+    /// Its position in path order, stable for a version: a compact key for its blocks.
+    pub index: u32,
     /// Its path.
     pub path: NodePath,
     /// Its metadata as stored (without consolidated metadata).
@@ -56,10 +58,15 @@ impl Hierarchy {
         let mut nodes = HashMap::with_capacity(stored.len());
         for (path, metadata) in stored {
             let kind = node_kind(&metadata).map_err(|e| format!("node {path}: {e}"))?;
-            nodes.insert(path.as_str().to_owned(), Node { path, metadata, kind, zarr_json: Bytes::new() });
+            nodes.insert(path.as_str().to_owned(), Node { index: 0, path, metadata, kind, zarr_json: Bytes::new() });
         }
         let mut sorted: Vec<String> = nodes.keys().cloned().collect();
         sorted.sort();
+        for (i, path) in sorted.iter().enumerate() {
+            if let Some(node) = nodes.get_mut(path) {
+                node.index = i as u32;
+            }
+        }
         let mut rendered = Vec::with_capacity(sorted.len());
         for path in &sorted {
             let node = &nodes[path];

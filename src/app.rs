@@ -1,0 +1,196 @@
+//! The application: configuration, catalog, source registry, caches and metrics, shared by every
+//! request; and `serve`, the seam that runs the HTTP server until told to stop.
+
+use std::future::Future;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use axum::extract::Request;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
+
+use crate::cache::{Caches, VersionView};
+use crate::catalog::{self, Catalog, ObjectStoreRecord, VersionHead};
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::sources::{ObjectStoreEntry, Origin, SourceRegistry, SourceSettings};
+use crate::zarr::hierarchy::Node;
+use crate::zarr::{Hierarchy, ManifestBlock, NodePath};
+
+/// Everything a request needs.
+pub struct App {
+    /// The configuration it was started with.
+    pub config: Config,
+    /// The catalog.
+    pub catalog: Arc<dyn Catalog>,
+    /// The object stores.
+    pub sources: SourceRegistry,
+    /// The caches.
+    pub caches: Caches,
+    /// The metrics.
+    pub metrics: Metrics,
+    token_digests: Vec<[u8; 32]>,
+    loaded_object_stores: tokio::sync::Mutex<Vec<ObjectStoreRecord>>,
+}
+
+/// The shared application handle given to handlers.
+#[derive(Clone)]
+pub struct AppState(pub Arc<App>);
+
+impl Deref for AppState {
+    type Target = App;
+    fn deref(&self) -> &App {
+        &self.0
+    }
+}
+
+impl App {
+    /// Connects the catalog, loads the object stores and builds the caches.
+    pub async fn start(config: Config) -> anyhow::Result<AppState> {
+        let catalog = catalog::connect(&config.database_url, config.database_max_connections)
+            .await
+            .with_context(|| format!("opening the catalog at {}", catalog::redact_url(&config.database_url)))?;
+        Self::with_catalog(config, catalog).await
+    }
+
+    /// As [`App::start`], with a catalog already open.
+    pub async fn with_catalog(config: Config, catalog: Arc<dyn Catalog>) -> anyhow::Result<AppState> {
+        let settings = SourceSettings {
+            timeout: Duration::from_secs(config.sources.timeout_seconds.max(1)),
+            connect_timeout: Duration::from_secs(config.sources.connect_timeout_seconds.max(1)),
+            retries: config.sources.retries,
+        };
+        let metrics = Metrics::new().context("registering metrics")?;
+        metrics.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        let app = App {
+            token_digests: config.admin_tokens.iter().map(|t| Sha256::digest(t.as_bytes()).into()).collect(),
+            caches: Caches::new(&config.cache),
+            sources: SourceRegistry::new(settings),
+            catalog,
+            metrics,
+            config,
+            loaded_object_stores: tokio::sync::Mutex::new(Vec::new()),
+        };
+        app.load_object_stores(true).await?;
+        Ok(AppState(Arc::new(app)))
+    }
+
+    /// True if `token` is one of the admin tokens. Every digest is compared, in constant time.
+    pub fn token_matches(&self, token: &str) -> bool {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        self.token_digests.iter().fold(0u8, |found, d| found | d.ct_eq(&digest).unwrap_u8()) == 1
+    }
+
+    /// True when the control plane requires a token.
+    pub fn auth_required(&self) -> bool {
+        !self.token_digests.is_empty()
+    }
+
+    /// Rebuilds the source registry from the configuration file and the catalog. Unless `force`,
+    /// nothing is rebuilt when the catalog's object stores have not changed.
+    pub async fn load_object_stores(&self, force: bool) -> anyhow::Result<()> {
+        let records = self.catalog.object_stores().await?;
+        let mut loaded = self.loaded_object_stores.lock().await;
+        if !force && *loaded == records {
+            return Ok(());
+        }
+        let settings = &self.sources.settings;
+        let mut entries = Vec::new();
+        for o in &self.config.object_stores {
+            let entry = ObjectStoreEntry::build(&o.name, &o.url, &o.options, Origin::Config, settings)
+                .with_context(|| format!("object store {} in the configuration file", o.name))?;
+            entries.push(Arc::new(entry));
+        }
+        for r in &records {
+            if entries.iter().any(|e| e.name == r.name) {
+                tracing::warn!(name = %r.name, "object store registered over the API is shadowed by the configuration file");
+                continue;
+            }
+            match ObjectStoreEntry::build(&r.name, &r.url, &r.options, Origin::Api, settings) {
+                Ok(entry) => entries.push(Arc::new(entry)),
+                Err(e) => tracing::error!(name = %r.name, url = %r.url, error = %e, "cannot build a registered object store; its sources will fail"),
+            }
+        }
+        self.sources.replace(entries);
+        *loaded = records;
+        Ok(())
+    }
+
+    /// The head of `store`'s current version, or of its version `pinned`.
+    pub async fn head(&self, store: &str, pinned: Option<i64>) -> Result<Option<VersionHead>, ApiError> {
+        let load = async {
+            let started = Instant::now();
+            let head = match pinned {
+                None => self.catalog.current_version(store).await?,
+                Some(id) => self.catalog.version(store, id).await?,
+            };
+            self.observe_catalog("head", started);
+            Ok(head)
+        };
+        self.caches.head((store.to_owned(), pinned), &self.metrics, load).await
+    }
+
+    /// The served view of a version.
+    pub async fn view(&self, head: &VersionHead) -> Result<Arc<VersionView>, ApiError> {
+        let load = async {
+            let started = Instant::now();
+            let nodes = self.catalog.nodes(head.id).await?;
+            self.observe_catalog("nodes", started);
+            let stored = nodes
+                .into_iter()
+                .map(|n| NodePath::new(&n.path).map(|p| (p, n.metadata)))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| ApiError::Internal(format!("version {}: {e}", head.id)))?;
+            let hierarchy = Hierarchy::build(stored).map_err(|e| ApiError::Internal(format!("version {}: {e}", head.id)))?;
+            Ok(Arc::new(VersionView::new(head.clone(), hierarchy)))
+        };
+        self.caches.view(head.id, &self.metrics, load).await
+    }
+
+    /// The block holding `tile` of array `node` in `version`; empty when nothing is stored there.
+    pub async fn block(&self, version: i64, node: &Node, tile: u64, tile_len: u32) -> Result<Arc<ManifestBlock>, ApiError> {
+        let load = async {
+            let started = Instant::now();
+            let data = self.catalog.block(version, node.path.as_str(), tile).await?;
+            self.observe_catalog("block", started);
+            match data {
+                None => Ok(Arc::new(ManifestBlock::empty(tile_len))),
+                Some(bytes) => ManifestBlock::decode(&bytes)
+                    .map(Arc::new)
+                    .map_err(|e| ApiError::Internal(format!("version {version} node {} tile {tile}: {e}", node.path))),
+            }
+        };
+        self.caches.block((version, node.index, tile), &self.metrics, load).await
+    }
+
+    /// Records the latency of a catalog operation.
+    pub fn observe_catalog(&self, operation: &str, started: Instant) {
+        self.metrics.catalog_query_duration_seconds.with_label_values(&[operation]).observe(started.elapsed().as_secs_f64());
+    }
+}
+
+/// Refuses to expose an open control plane: a non-loopback address needs an admin token, or
+/// `insecure` said in so many words.
+pub fn check_exposure(config: &Config) -> anyhow::Result<()> {
+    let addr = config.listen_addr()?;
+    if !addr.ip().is_loopback() && config.admin_tokens.is_empty() && !config.insecure {
+        anyhow::bail!(
+            "refusing to listen on {addr} with no admin token: anyone who can reach it could register and delete stores. \
+             Set ZARRGATE_ADMIN_TOKENS (or admin_tokens in the configuration file), or pass --insecure if you really mean it"
+        );
+    }
+    Ok(())
+}
+
+/// Serves `state` on `listener` until `shutdown` completes, then lets in-flight requests finish.
+pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+    let router = crate::http::router(state);
+    let service = tower::ServiceBuilder::new().map_request(crate::http::collapse_slashes).service(router);
+    axum::serve(listener, axum::ServiceExt::<Request>::into_make_service(service))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

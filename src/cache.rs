@@ -1,0 +1,153 @@
+//! The in-memory caches (moka): store -> version head (short TTL), version -> rendered metadata,
+//! and decoded manifest blocks, byte-weighted. Concurrent misses for one key load it once.
+
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use moka::future::Cache;
+
+use crate::catalog::VersionHead;
+use crate::config::CacheConfig;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::zarr::{Hierarchy, ManifestBlock};
+
+/// `(store, pinned version)`: the current version when `None`.
+pub type HeadKey = (String, Option<i64>);
+/// `(version, node index, tile)`.
+pub type BlockKey = (i64, u32, u64);
+
+/// One node's `zarr.json`, ready to serve.
+#[derive(Debug)]
+pub struct RenderedDoc {
+    /// Uncompressed body.
+    pub identity: Bytes,
+    /// Gzip-compressed body, when smaller.
+    pub gzip: Option<Bytes>,
+    /// Strong ETag of the identity body; the gzip one adds `-gz`.
+    pub etag: String,
+}
+
+/// A version's metadata, as served.
+#[derive(Debug)]
+pub struct VersionView {
+    /// Which version.
+    pub head: VersionHead,
+    /// Its nodes.
+    pub hierarchy: Hierarchy,
+    /// Each node's rendered document, by node index.
+    pub docs: Vec<RenderedDoc>,
+}
+
+impl VersionView {
+    /// Renders every node's document once.
+    pub fn new(head: VersionHead, hierarchy: Hierarchy) -> Self {
+        let docs = hierarchy
+            .nodes()
+            .map(|node| {
+                let identity = node.zarr_json.clone();
+                let gzip = gzip(&identity).filter(|z| z.len() < identity.len());
+                RenderedDoc { etag: etag('m', &identity), identity, gzip }
+            })
+            .collect();
+        Self { head, hierarchy, docs }
+    }
+
+    fn weight(&self) -> u32 {
+        let docs: usize = self.docs.iter().map(|d| d.identity.len() + d.gzip.as_ref().map_or(0, Bytes::len) + 64).sum();
+        u32::try_from(self.hierarchy.weight() + docs).unwrap_or(u32::MAX)
+    }
+}
+
+fn gzip(data: &[u8]) -> Option<Bytes> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::with_capacity(data.len() / 4), flate2::Compression::default());
+    encoder.write_all(data).ok()?;
+    encoder.finish().ok().map(Bytes::from)
+}
+
+/// A strong ETag derived from content only, so every replica and restart agrees.
+pub fn etag(kind: char, content: &[u8]) -> String {
+    format!("\"{kind}{:032x}\"", xxhash_rust::xxh3::xxh3_128(content))
+}
+
+/// The caches.
+#[derive(Debug, Clone)]
+pub struct Caches {
+    heads: Cache<HeadKey, Option<VersionHead>>,
+    views: Cache<i64, Arc<VersionView>>,
+    blocks: Cache<BlockKey, Arc<ManifestBlock>>,
+}
+
+impl Caches {
+    /// Caches sized by `config`.
+    pub fn new(config: &CacheConfig) -> Self {
+        Self {
+            heads: Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(Duration::from_millis(config.current_version_ttl_ms.max(1)))
+                .build(),
+            views: Cache::builder()
+                .max_capacity(config.metadata_bytes)
+                .weigher(|_, v: &Arc<VersionView>| v.weight())
+                .build(),
+            blocks: Cache::builder()
+                .max_capacity(config.blocks_bytes)
+                .weigher(|_, b: &Arc<ManifestBlock>| u32::try_from(b.weight()).unwrap_or(u32::MAX))
+                .build(),
+        }
+    }
+
+    /// The head of `key`, loading it on a miss.
+    pub async fn head(&self, key: HeadKey, metrics: &Metrics, load: impl Future<Output = Result<Option<VersionHead>, ApiError>>) -> Result<Option<VersionHead>, ApiError> {
+        get(&self.heads, "heads", key, metrics, load).await
+    }
+
+    /// The view of version `id`, loading it on a miss.
+    pub async fn view(&self, id: i64, metrics: &Metrics, load: impl Future<Output = Result<Arc<VersionView>, ApiError>>) -> Result<Arc<VersionView>, ApiError> {
+        get(&self.views, "metadata", id, metrics, load).await
+    }
+
+    /// The block at `key`, loading it on a miss.
+    pub async fn block(&self, key: BlockKey, metrics: &Metrics, load: impl Future<Output = Result<Arc<ManifestBlock>, ApiError>>) -> Result<Arc<ManifestBlock>, ApiError> {
+        get(&self.blocks, "blocks", key, metrics, load).await
+    }
+
+    /// Forgets what this replica believes about `store`'s versions.
+    pub async fn forget_store(&self, store: &str) {
+        let store = store.to_owned();
+        let _ = self.heads.invalidate_entries_if(move |k, _| k.0 == store);
+        self.heads.run_pending_tasks().await;
+    }
+
+    /// Forgets everything (after losing the change feed).
+    pub fn forget_all(&self) {
+        self.heads.invalidate_all();
+    }
+
+    /// Publishes sizes to the metrics.
+    pub fn report(&self, metrics: &Metrics) {
+        for (name, size, entries) in [
+            ("heads", self.heads.entry_count(), self.heads.entry_count()),
+            ("metadata", self.views.weighted_size(), self.views.entry_count()),
+            ("blocks", self.blocks.weighted_size(), self.blocks.entry_count()),
+        ] {
+            metrics.cache_size.with_label_values(&[name]).set(size as i64);
+            metrics.cache_entries.with_label_values(&[name]).set(entries as i64);
+        }
+    }
+}
+
+async fn get<K, V>(cache: &Cache<K, V>, name: &str, key: K, metrics: &Metrics, load: impl Future<Output = Result<V, ApiError>>) -> Result<V, ApiError>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    let entry = cache.entry(key).or_try_insert_with(load).await.map_err(|e| (*e).clone())?;
+    let counter = if entry.is_fresh() { &metrics.cache_misses_total } else { &metrics.cache_hits_total };
+    counter.with_label_values(&[name]).inc();
+    Ok(entry.into_value())
+}

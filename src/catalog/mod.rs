@@ -1,0 +1,207 @@
+//! Persistence of object stores, stores, versions, nodes and manifest blocks, behind one narrow
+//! trait with a PostgreSQL and an SQLite implementation. Nothing here knows about HTTP.
+
+mod postgres;
+mod sqlite;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+
+use crate::zarr::document::SourceFacts;
+use crate::zarr::validate::{Summary, ValidatedStore};
+
+pub use postgres::PostgresCatalog;
+pub use sqlite::SqliteCatalog;
+
+/// The largest batch of encoded blocks written in one statement.
+const BLOCK_BATCH_BYTES: usize = 8 << 20;
+
+/// A catalog failure.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// The database failed or could not be reached.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// Migrations could not be applied.
+    #[error("migrating the catalog failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A unique constraint refused the write; the constraint's name says which.
+    #[error("conflict on {0}")]
+    Conflict(String),
+    /// A stored row cannot be read back.
+    #[error("the catalog holds an unreadable row: {0}")]
+    Corrupt(String),
+}
+
+/// The identity of one store version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionHead {
+    /// The store's name.
+    pub store: String,
+    /// The version's id, unique in the catalog and never reused.
+    pub id: i64,
+    /// When the version was registered, unix milliseconds.
+    pub created_at_ms: i64,
+}
+
+/// A store with its current version's summary.
+#[derive(Debug, Clone)]
+pub struct StoreRecord {
+    /// The current version.
+    pub head: VersionHead,
+    /// When the store was first registered, unix milliseconds.
+    pub store_created_at_ms: i64,
+    /// Counts of the current version.
+    pub summary: Summary,
+}
+
+/// A node as stored.
+#[derive(Debug, Clone)]
+pub struct StoredNode {
+    /// Its path (`""` for the root).
+    pub path: String,
+    /// Its metadata.
+    pub metadata: Map<String, Value>,
+}
+
+/// An object store registered over the API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectStoreRecord {
+    /// Its name.
+    pub name: String,
+    /// Its URL prefix.
+    pub url: String,
+    /// Builder options (may hold secrets).
+    pub options: Map<String, Value>,
+}
+
+/// The result of writing a version.
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// The new, now current, version.
+    pub head: VersionHead,
+    /// True when the store did not exist before.
+    pub created: bool,
+}
+
+/// The catalog: the narrow interface the rest of the server needs.
+#[async_trait]
+pub trait Catalog: Send + Sync + 'static {
+    /// `"postgres"` or `"sqlite"`, for logs and metrics.
+    fn backend(&self) -> &'static str;
+    /// Checks that the database answers.
+    async fn ping(&self) -> Result<(), CatalogError>;
+    /// The current version of `store`.
+    async fn current_version(&self, store: &str) -> Result<Option<VersionHead>, CatalogError>;
+    /// Version `id` of `store`, if it exists and belongs to that store.
+    async fn version(&self, store: &str, id: i64) -> Result<Option<VersionHead>, CatalogError>;
+    /// Every node of a version.
+    async fn nodes(&self, version: i64) -> Result<Vec<StoredNode>, CatalogError>;
+    /// The encoded block of `tile` of array `node` in a version, `None` for an empty tile.
+    async fn block(&self, version: i64, node: &str, tile: u64) -> Result<Option<Vec<u8>>, CatalogError>;
+    /// The non-empty tiles of a version, by node then tile.
+    async fn tiles(&self, version: i64) -> Result<Vec<(String, u64)>, CatalogError>;
+    /// The sources a version references, with their recorded facts.
+    async fn sources(&self, version: i64) -> Result<Vec<(String, SourceFacts)>, CatalogError>;
+    /// Writes `store` as a new version of `name` and makes it current, atomically.
+    async fn write_version(&self, name: &str, store: &ValidatedStore) -> Result<Written, CatalogError>;
+    /// Stores in name order after `after`, at most `limit`.
+    async fn list_stores(&self, after: Option<&str>, limit: u32) -> Result<Vec<StoreRecord>, CatalogError>;
+    /// One store with its current summary.
+    async fn store(&self, name: &str) -> Result<Option<StoreRecord>, CatalogError>;
+    /// Deletes a store with all its versions; false if there was none.
+    async fn delete_store(&self, name: &str) -> Result<bool, CatalogError>;
+    /// Names of the stores with a version referencing a URL under `prefix`.
+    async fn stores_using(&self, prefix: &str) -> Result<Vec<String>, CatalogError>;
+    /// Registers or replaces an object store; true if it is new.
+    async fn put_object_store(&self, record: &ObjectStoreRecord) -> Result<bool, CatalogError>;
+    /// Every object store registered over the API.
+    async fn object_stores(&self) -> Result<Vec<ObjectStoreRecord>, CatalogError>;
+    /// Removes an object store; false if there was none.
+    async fn delete_object_store(&self, name: &str) -> Result<bool, CatalogError>;
+}
+
+/// Opens the catalog named by `url` (`postgres://...` or `sqlite://...`) and migrates it.
+pub async fn connect(url: &str, max_connections: u32) -> Result<Arc<dyn Catalog>, CatalogError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(PostgresCatalog::connect(url, max_connections).await?))
+    } else if url.starts_with("sqlite:") {
+        Ok(Arc::new(SqliteCatalog::connect(url, max_connections).await?))
+    } else {
+        Err(CatalogError::Database(sqlx::Error::Configuration(
+            format!("DATABASE_URL must start with postgres:// or sqlite:, got {}", redact_url(url)).into(),
+        )))
+    }
+}
+
+/// `url` with any password replaced, for logs and errors.
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// An encoded block ready to be inserted.
+struct EncodedBlock {
+    node: String,
+    tile: i64,
+    data: Vec<u8>,
+}
+
+/// The store's blocks, encoded and grouped into batches of at most [`BLOCK_BATCH_BYTES`].
+fn block_batches(store: &ValidatedStore) -> impl Iterator<Item = Vec<EncodedBlock>> + '_ {
+    let mut blocks = store.blocks().map(|b| EncodedBlock {
+        node: b.node.as_str().to_owned(),
+        tile: b.tile as i64,
+        data: b.block.encode(),
+    });
+    let mut pending: Option<EncodedBlock> = None;
+    std::iter::from_fn(move || {
+        let mut batch = Vec::new();
+        let mut bytes = 0;
+        while let Some(b) = pending.take().or_else(|| blocks.next()) {
+            if !batch.is_empty() && bytes + b.data.len() > BLOCK_BATCH_BYTES {
+                pending = Some(b);
+                break;
+            }
+            bytes += b.data.len();
+            batch.push(b);
+        }
+        (!batch.is_empty()).then_some(batch)
+    })
+}
+
+fn node_json(metadata: &Map<String, Value>) -> String {
+    Value::Object(metadata.clone()).to_string()
+}
+
+fn parse_node(path: String, metadata: &str) -> Result<StoredNode, CatalogError> {
+    match serde_json::from_str(metadata) {
+        Ok(Value::Object(metadata)) => Ok(StoredNode { path, metadata }),
+        _ => Err(CatalogError::Corrupt(format!("metadata of node {path:?}"))),
+    }
+}
+
+fn parse_summary(text: &str) -> Result<Summary, CatalogError> {
+    serde_json::from_str(text).map_err(|e| CatalogError::Corrupt(format!("version summary: {e}")))
+}
+
+fn parse_options(text: &str) -> Result<Map<String, Value>, CatalogError> {
+    serde_json::from_str(text).map_err(|e| CatalogError::Corrupt(format!("object store options: {e}")))
+}
+
+/// Maps a unique-constraint violation to [`CatalogError::Conflict`] naming the constraint.
+fn unique_violation(e: sqlx::Error) -> CatalogError {
+    match &e {
+        sqlx::Error::Database(db) if db.is_unique_violation() => {
+            CatalogError::Conflict(db.constraint().unwrap_or("a unique constraint").to_owned())
+        }
+        _ => CatalogError::Database(e),
+    }
+}

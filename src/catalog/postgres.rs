@@ -1,0 +1,254 @@
+//! The PostgreSQL catalog, for deployments: many replicas share one database.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::{Postgres, QueryBuilder, Row, Transaction};
+
+use super::{
+    Catalog, CatalogError, EncodedBlock, ObjectStoreRecord, StoreRecord, StoredNode, VersionHead, Written,
+    block_batches, node_json, parse_node, parse_options, parse_summary, unique_violation,
+};
+use crate::zarr::document::SourceFacts;
+use crate::zarr::validate::ValidatedStore;
+
+/// Rows per multi-row insert (PostgreSQL allows 65,535 bind parameters per statement).
+const ROWS_PER_INSERT: usize = 5_000;
+
+const HEAD: &str = "v.store, v.id, (extract(epoch from v.created_at) * 1000)::bigint as created_at_ms";
+
+/// A catalog in PostgreSQL.
+#[derive(Debug, Clone)]
+pub struct PostgresCatalog {
+    pool: PgPool,
+}
+
+impl PostgresCatalog {
+    /// Connects and applies migrations.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, CatalogError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect(url)
+            .await?;
+        sqlx::migrate!("migrations/postgres").run(&pool).await?;
+        Ok(Self { pool })
+    }
+
+    /// The pool, for `LISTEN` connections.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+fn head(row: &sqlx::postgres::PgRow) -> Result<VersionHead, sqlx::Error> {
+    Ok(VersionHead { store: row.try_get("store")?, id: row.try_get("id")?, created_at_ms: row.try_get("created_at_ms")? })
+}
+
+fn store_record(row: &sqlx::postgres::PgRow) -> Result<StoreRecord, CatalogError> {
+    let summary: sqlx::types::Json<serde_json::Value> = row.try_get("summary")?;
+    Ok(StoreRecord {
+        head: head(row)?,
+        store_created_at_ms: row.try_get("store_created_at_ms")?,
+        summary: parse_summary(&summary.0.to_string())?,
+    })
+}
+
+async fn insert_blocks(tx: &mut Transaction<'_, Postgres>, store: &str, version: i64, batch: Vec<EncodedBlock>) -> Result<(), CatalogError> {
+    let ids: Vec<i64> = sqlx::query_scalar("select nextval('blocks_id_seq') from generate_series(1, $1)")
+        .bind(batch.len() as i64)
+        .fetch_all(&mut **tx)
+        .await?;
+    let mut q = QueryBuilder::<Postgres>::new("insert into blocks (id, store, data) ");
+    q.push_values(ids.iter().zip(&batch), |mut b, (id, block)| {
+        b.push_bind(*id).push_bind(store).push_bind(&block.data);
+    });
+    q.build().execute(&mut **tx).await?;
+    let mut q = QueryBuilder::<Postgres>::new("insert into tiles (version_id, node, tile, block_id) ");
+    q.push_values(ids.iter().zip(&batch), |mut b, (id, block)| {
+        b.push_bind(version).push_bind(&block.node).push_bind(block.tile).push_bind(*id);
+    });
+    q.build().execute(&mut **tx).await?;
+    Ok(())
+}
+
+#[async_trait]
+impl Catalog for PostgresCatalog {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn ping(&self) -> Result<(), CatalogError> {
+        sqlx::query("select 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn current_version(&self, store: &str) -> Result<Option<VersionHead>, CatalogError> {
+        let sql = sqlx::AssertSqlSafe(format!("select {HEAD} from stores s join versions v on v.id = s.current_version where s.name = $1"));
+        let row = sqlx::query(sql).bind(store).fetch_optional(&self.pool).await?;
+        Ok(row.as_ref().map(head).transpose()?)
+    }
+
+    async fn version(&self, store: &str, id: i64) -> Result<Option<VersionHead>, CatalogError> {
+        let sql = sqlx::AssertSqlSafe(format!("select {HEAD} from versions v where v.id = $1 and v.store = $2"));
+        let row = sqlx::query(sql).bind(id).bind(store).fetch_optional(&self.pool).await?;
+        Ok(row.as_ref().map(head).transpose()?)
+    }
+
+    async fn nodes(&self, version: i64) -> Result<Vec<StoredNode>, CatalogError> {
+        let rows: Vec<(String, String)> = sqlx::query_as("select path, metadata from nodes where version_id = $1 order by path")
+            .bind(version)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.into_iter().map(|(path, metadata)| parse_node(path, &metadata)).collect()
+    }
+
+    async fn block(&self, version: i64, node: &str, tile: u64) -> Result<Option<Vec<u8>>, CatalogError> {
+        let data = sqlx::query_scalar(
+            "select b.data from tiles t join blocks b on b.id = t.block_id \
+             where t.version_id = $1 and t.node = $2 and t.tile = $3",
+        )
+        .bind(version)
+        .bind(node)
+        .bind(tile as i64)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(data)
+    }
+
+    async fn tiles(&self, version: i64) -> Result<Vec<(String, u64)>, CatalogError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as("select node, tile from tiles where version_id = $1 order by node, tile")
+            .bind(version)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.into_iter().map(|(n, t)| (n, t as u64)).collect())
+    }
+
+    async fn sources(&self, version: i64) -> Result<Vec<(String, SourceFacts)>, CatalogError> {
+        let rows: Vec<(String, Option<String>, Option<String>, Option<i64>)> =
+            sqlx::query_as("select url, etag, last_modified, size from sources where version_id = $1 order by url")
+                .bind(version)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(url, etag, last_modified, size)| (url, SourceFacts { etag, last_modified, size: size.map(|s| s as u64) }))
+            .collect())
+    }
+
+    async fn write_version(&self, name: &str, store: &ValidatedStore) -> Result<Written, CatalogError> {
+        let mut tx = self.pool.begin().await?;
+        let created = sqlx::query("insert into stores (name) values ($1) on conflict (name) do nothing")
+            .bind(name)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            == 1;
+        // Serialises concurrent registrations of the same store.
+        sqlx::query("select name from stores where name = $1 for update").bind(name).execute(&mut *tx).await?;
+        let summary = serde_json::to_value(&store.summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
+        let sql = sqlx::AssertSqlSafe(format!("insert into versions as v (store, summary) values ($1, $2) returning {HEAD}"));
+        let row = sqlx::query(sql).bind(name).bind(sqlx::types::Json(summary)).fetch_one(&mut *tx).await?;
+        let head = head(&row)?;
+        for chunk in store.nodes.chunks(ROWS_PER_INSERT) {
+            let mut q = QueryBuilder::<Postgres>::new("insert into nodes (version_id, path, metadata) ");
+            q.push_values(chunk, |mut b, n| {
+                b.push_bind(head.id).push_bind(n.path.as_str()).push_bind(node_json(&n.metadata));
+            });
+            q.build().execute(&mut *tx).await?;
+        }
+        for batch in block_batches(store) {
+            insert_blocks(&mut tx, name, head.id, batch).await?;
+        }
+        for chunk in store.urls().chunks(ROWS_PER_INSERT) {
+            let mut q = QueryBuilder::<Postgres>::new("insert into sources (version_id, url, etag, last_modified, size) ");
+            q.push_values(chunk, |mut b, url| {
+                let facts = store.sources.get(url).cloned().unwrap_or_default();
+                b.push_bind(head.id)
+                    .push_bind(url)
+                    .push_bind(facts.etag)
+                    .push_bind(facts.last_modified)
+                    .push_bind(facts.size.map(|s| s as i64));
+            });
+            q.build().execute(&mut *tx).await?;
+        }
+        sqlx::query("update stores set current_version = $1, updated_at = now() where name = $2")
+            .bind(head.id)
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("select pg_notify('zarrgate_versions', $1)").bind(name).execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(Written { head, created })
+    }
+
+    async fn list_stores(&self, after: Option<&str>, limit: u32) -> Result<Vec<StoreRecord>, CatalogError> {
+        let sql = sqlx::AssertSqlSafe(format!(
+            "select {HEAD}, v.summary, (extract(epoch from s.created_at) * 1000)::bigint as store_created_at_ms \
+             from stores s join versions v on v.id = s.current_version \
+             where s.name > $1 order by s.name limit $2"
+        ));
+        let rows = sqlx::query(sql).bind(after.unwrap_or("")).bind(i64::from(limit)).fetch_all(&self.pool).await?;
+        rows.iter().map(store_record).collect()
+    }
+
+    async fn store(&self, name: &str) -> Result<Option<StoreRecord>, CatalogError> {
+        let sql = sqlx::AssertSqlSafe(format!(
+            "select {HEAD}, v.summary, (extract(epoch from s.created_at) * 1000)::bigint as store_created_at_ms \
+             from stores s join versions v on v.id = s.current_version where s.name = $1"
+        ));
+        let row = sqlx::query(sql).bind(name).fetch_optional(&self.pool).await?;
+        row.as_ref().map(store_record).transpose()
+    }
+
+    async fn delete_store(&self, name: &str) -> Result<bool, CatalogError> {
+        let mut tx = self.pool.begin().await?;
+        let deleted = sqlx::query("delete from stores where name = $1").bind(name).execute(&mut *tx).await?.rows_affected() == 1;
+        sqlx::query("select pg_notify('zarrgate_versions', $1)").bind(name).execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(deleted)
+    }
+
+    async fn stores_using(&self, prefix: &str) -> Result<Vec<String>, CatalogError> {
+        let names = sqlx::query_scalar(
+            "select distinct v.store from sources s join versions v on v.id = s.version_id \
+             where starts_with(s.url, $1) order by v.store",
+        )
+        .bind(prefix)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(names)
+    }
+
+    async fn put_object_store(&self, record: &ObjectStoreRecord) -> Result<bool, CatalogError> {
+        let options = serde_json::Value::Object(record.options.clone());
+        let inserted: bool = sqlx::query_scalar(
+            "insert into object_stores (name, url, options) values ($1, $2, $3) \
+             on conflict (name) do update set url = excluded.url, options = excluded.options, updated_at = now() \
+             returning (xmax = 0)",
+        )
+        .bind(&record.name)
+        .bind(&record.url)
+        .bind(sqlx::types::Json(options))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(unique_violation)?;
+        sqlx::query("select pg_notify('zarrgate_object_stores', $1)").bind(&record.name).execute(&self.pool).await?;
+        Ok(inserted)
+    }
+
+    async fn object_stores(&self) -> Result<Vec<ObjectStoreRecord>, CatalogError> {
+        let rows: Vec<(String, String, sqlx::types::Json<serde_json::Value>)> =
+            sqlx::query_as("select name, url, options from object_stores order by name").fetch_all(&self.pool).await?;
+        rows.into_iter()
+            .map(|(name, url, options)| Ok(ObjectStoreRecord { name, url, options: parse_options(&options.0.to_string())? }))
+            .collect()
+    }
+
+    async fn delete_object_store(&self, name: &str) -> Result<bool, CatalogError> {
+        let deleted = sqlx::query("delete from object_stores where name = $1").bind(name).execute(&self.pool).await?.rows_affected() == 1;
+        sqlx::query("select pg_notify('zarrgate_object_stores', $1)").bind(name).execute(&self.pool).await?;
+        Ok(deleted)
+    }
+}

@@ -1,0 +1,267 @@
+//! The SQLite catalog: the embedded default, one file, no server to run.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
+
+use super::{
+    Catalog, CatalogError, EncodedBlock, ObjectStoreRecord, StoreRecord, StoredNode, VersionHead, Written,
+    block_batches, node_json, parse_node, parse_options, parse_summary, unique_violation,
+};
+use crate::zarr::document::SourceFacts;
+use crate::zarr::validate::ValidatedStore;
+
+/// Rows per multi-row insert (SQLite allows 32,766 bind parameters per statement).
+const ROWS_PER_INSERT: usize = 4_000;
+
+/// A catalog in an SQLite file.
+#[derive(Debug, Clone)]
+pub struct SqliteCatalog {
+    pool: SqlitePool,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+impl SqliteCatalog {
+    /// Opens (creating the file and its directory if needed) and applies migrations.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, CatalogError> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(30));
+        if let Some(dir) = options.get_filename().parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| sqlx::Error::Configuration(format!("creating {}: {e}", dir.display()).into()))?;
+        }
+        let pool = SqlitePoolOptions::new().max_connections(max_connections.max(1)).connect_with(options).await?;
+        sqlx::migrate!("migrations/sqlite").run(&pool).await?;
+        Ok(Self { pool })
+    }
+}
+
+fn head(row: &sqlx::sqlite::SqliteRow) -> Result<VersionHead, sqlx::Error> {
+    Ok(VersionHead { store: row.try_get("store")?, id: row.try_get("id")?, created_at_ms: row.try_get("created_at")? })
+}
+
+fn store_record(row: &sqlx::sqlite::SqliteRow) -> Result<StoreRecord, CatalogError> {
+    let summary: String = row.try_get("summary")?;
+    Ok(StoreRecord { head: head(row)?, store_created_at_ms: row.try_get("store_created_at")?, summary: parse_summary(&summary)? })
+}
+
+async fn insert_blocks(tx: &mut Transaction<'_, Sqlite>, store: &str, version: i64, batch: Vec<EncodedBlock>) -> Result<(), CatalogError> {
+    // Writers are serialised by SQLite, so the next ids cannot be taken by anyone else.
+    let first: i64 = sqlx::query_scalar("select coalesce(max(id), 0) + 1 from blocks").fetch_one(&mut **tx).await?;
+    let ids: Vec<i64> = (first..).take(batch.len()).collect();
+    let mut q = QueryBuilder::<Sqlite>::new("insert into blocks (id, store, data) ");
+    q.push_values(ids.iter().zip(&batch), |mut b, (id, block)| {
+        b.push_bind(*id).push_bind(store).push_bind(&block.data);
+    });
+    q.build().execute(&mut **tx).await?;
+    let mut q = QueryBuilder::<Sqlite>::new("insert into tiles (version_id, node, tile, block_id) ");
+    q.push_values(ids.iter().zip(&batch), |mut b, (id, block)| {
+        b.push_bind(version).push_bind(&block.node).push_bind(block.tile).push_bind(*id);
+    });
+    q.build().execute(&mut **tx).await?;
+    Ok(())
+}
+
+#[async_trait]
+impl Catalog for SqliteCatalog {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn ping(&self) -> Result<(), CatalogError> {
+        sqlx::query("select 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn current_version(&self, store: &str) -> Result<Option<VersionHead>, CatalogError> {
+        let row = sqlx::query(
+            "select v.store, v.id, v.created_at from stores s join versions v on v.id = s.current_version where s.name = ?",
+        )
+        .bind(store)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.as_ref().map(head).transpose()?)
+    }
+
+    async fn version(&self, store: &str, id: i64) -> Result<Option<VersionHead>, CatalogError> {
+        let row = sqlx::query("select v.store, v.id, v.created_at from versions v where v.id = ? and v.store = ?")
+            .bind(id)
+            .bind(store)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.as_ref().map(head).transpose()?)
+    }
+
+    async fn nodes(&self, version: i64) -> Result<Vec<StoredNode>, CatalogError> {
+        let rows: Vec<(String, String)> = sqlx::query_as("select path, metadata from nodes where version_id = ? order by path")
+            .bind(version)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.into_iter().map(|(path, metadata)| parse_node(path, &metadata)).collect()
+    }
+
+    async fn block(&self, version: i64, node: &str, tile: u64) -> Result<Option<Vec<u8>>, CatalogError> {
+        let data = sqlx::query_scalar(
+            "select b.data from tiles t join blocks b on b.id = t.block_id where t.version_id = ? and t.node = ? and t.tile = ?",
+        )
+        .bind(version)
+        .bind(node)
+        .bind(tile as i64)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(data)
+    }
+
+    async fn tiles(&self, version: i64) -> Result<Vec<(String, u64)>, CatalogError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as("select node, tile from tiles where version_id = ? order by node, tile")
+            .bind(version)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.into_iter().map(|(n, t)| (n, t as u64)).collect())
+    }
+
+    async fn sources(&self, version: i64) -> Result<Vec<(String, SourceFacts)>, CatalogError> {
+        let rows: Vec<(String, Option<String>, Option<String>, Option<i64>)> =
+            sqlx::query_as("select url, etag, last_modified, size from sources where version_id = ? order by url")
+                .bind(version)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(url, etag, last_modified, size)| (url, SourceFacts { etag, last_modified, size: size.map(|s| s as u64) }))
+            .collect())
+    }
+
+    async fn write_version(&self, name: &str, store: &ValidatedStore) -> Result<Written, CatalogError> {
+        let now = now_ms();
+        let mut tx = self.pool.begin_with("begin immediate").await?;
+        let created = sqlx::query("insert into stores (name, created_at, updated_at) values (?, ?, ?) on conflict (name) do nothing")
+            .bind(name)
+            .bind(now)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            == 1;
+        let summary = serde_json::to_string(&store.summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
+        let row = sqlx::query("insert into versions (store, created_at, summary) values (?, ?, ?) returning store, id, created_at")
+            .bind(name)
+            .bind(now)
+            .bind(summary)
+            .fetch_one(&mut *tx)
+            .await?;
+        let head = head(&row)?;
+        for chunk in store.nodes.chunks(ROWS_PER_INSERT) {
+            let mut q = QueryBuilder::<Sqlite>::new("insert into nodes (version_id, path, metadata) ");
+            q.push_values(chunk, |mut b, n| {
+                b.push_bind(head.id).push_bind(n.path.as_str().to_owned()).push_bind(node_json(&n.metadata));
+            });
+            q.build().execute(&mut *tx).await?;
+        }
+        for batch in block_batches(store) {
+            insert_blocks(&mut tx, name, head.id, batch).await?;
+        }
+        for chunk in store.urls().chunks(ROWS_PER_INSERT) {
+            let mut q = QueryBuilder::<Sqlite>::new("insert into sources (version_id, url, etag, last_modified, size) ");
+            q.push_values(chunk, |mut b, url| {
+                let facts = store.sources.get(url).cloned().unwrap_or_default();
+                b.push_bind(head.id)
+                    .push_bind(url.clone())
+                    .push_bind(facts.etag)
+                    .push_bind(facts.last_modified)
+                    .push_bind(facts.size.map(|s| s as i64));
+            });
+            q.build().execute(&mut *tx).await?;
+        }
+        sqlx::query("update stores set current_version = ?, updated_at = ? where name = ?")
+            .bind(head.id)
+            .bind(now)
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Written { head, created })
+    }
+
+    async fn list_stores(&self, after: Option<&str>, limit: u32) -> Result<Vec<StoreRecord>, CatalogError> {
+        let rows = sqlx::query(
+            "select v.store, v.id, v.created_at, v.summary, s.created_at as store_created_at \
+             from stores s join versions v on v.id = s.current_version where s.name > ? order by s.name limit ?",
+        )
+        .bind(after.unwrap_or(""))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(store_record).collect()
+    }
+
+    async fn store(&self, name: &str) -> Result<Option<StoreRecord>, CatalogError> {
+        let row = sqlx::query(
+            "select v.store, v.id, v.created_at, v.summary, s.created_at as store_created_at \
+             from stores s join versions v on v.id = s.current_version where s.name = ?",
+        )
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(store_record).transpose()
+    }
+
+    async fn delete_store(&self, name: &str) -> Result<bool, CatalogError> {
+        let deleted = sqlx::query("delete from stores where name = ?").bind(name).execute(&self.pool).await?.rows_affected() == 1;
+        Ok(deleted)
+    }
+
+    async fn stores_using(&self, prefix: &str) -> Result<Vec<String>, CatalogError> {
+        let names = sqlx::query_scalar(
+            "select distinct v.store from sources s join versions v on v.id = s.version_id \
+             where substr(s.url, 1, length(?1)) = ?1 order by v.store",
+        )
+        .bind(prefix)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(names)
+    }
+
+    async fn put_object_store(&self, record: &ObjectStoreRecord) -> Result<bool, CatalogError> {
+        let now = now_ms();
+        let options = serde_json::Value::Object(record.options.clone()).to_string();
+        let mut tx = self.pool.begin_with("begin immediate").await?;
+        let exists: Option<String> =
+            sqlx::query_scalar("select name from object_stores where name = ?").bind(&record.name).fetch_optional(&mut *tx).await?;
+        sqlx::query(
+            "insert into object_stores (name, url, options, created_at, updated_at) values (?1, ?2, ?3, ?4, ?4) \
+             on conflict (name) do update set url = excluded.url, options = excluded.options, updated_at = excluded.updated_at",
+        )
+        .bind(&record.name)
+        .bind(&record.url)
+        .bind(options)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(unique_violation)?;
+        tx.commit().await?;
+        Ok(exists.is_none())
+    }
+
+    async fn object_stores(&self) -> Result<Vec<ObjectStoreRecord>, CatalogError> {
+        let rows: Vec<(String, String, String)> =
+            sqlx::query_as("select name, url, options from object_stores order by name").fetch_all(&self.pool).await?;
+        rows.into_iter()
+            .map(|(name, url, options)| Ok(ObjectStoreRecord { name, url, options: parse_options(&options)? }))
+            .collect()
+    }
+
+    async fn delete_object_store(&self, name: &str) -> Result<bool, CatalogError> {
+        let deleted = sqlx::query("delete from object_stores where name = ?").bind(name).execute(&self.pool).await?.rows_affected() == 1;
+        Ok(deleted)
+    }
+}

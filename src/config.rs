@@ -1,0 +1,271 @@
+//! Configuration: defaults, then the TOML file, then `ZARRGATE_*` environment variables, then
+//! command-line flags. Every key is documented in `config/zarrgate.toml`.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The whole configuration.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address to listen on.
+    pub listen: String,
+    /// `postgres://...` or `sqlite://path` (created if missing).
+    pub database_url: String,
+    /// Connections in the catalog's pool.
+    pub database_max_connections: u32,
+    /// Bearer tokens accepted on `/api/v1`; empty means the control plane is open.
+    pub admin_tokens: Vec<String>,
+    /// Allow listening on a non-loopback address with no admin token.
+    pub insecure: bool,
+    /// Allow registering `file://` object stores over the API.
+    pub allow_file_object_stores: bool,
+    /// `text` or `json`.
+    pub log_format: String,
+    /// Log filter, `tracing_subscriber::EnvFilter` syntax.
+    pub log_level: String,
+    /// HTTP behaviour.
+    pub http: HttpConfig,
+    /// Cache sizes.
+    pub cache: CacheConfig,
+    /// Upstream (object store) behaviour.
+    pub sources: SourcesConfig,
+    /// Object stores declared here (credentials from the environment or the options).
+    pub object_stores: Vec<ObjectStoreConfig>,
+}
+
+/// HTTP behaviour.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Largest manifest document accepted by `PUT /api/v1/stores/{store}`.
+    pub max_body_bytes: u64,
+    /// `Cache-Control: max-age` of responses under a store's current version.
+    pub max_age_seconds: u64,
+    /// `Access-Control-Allow-Origin: *` on the data plane.
+    pub cors: bool,
+    /// Seconds in-flight requests get to finish after SIGTERM.
+    pub drain_seconds: u64,
+}
+
+/// Cache sizes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Bytes of decoded manifest blocks kept in memory.
+    pub blocks_bytes: u64,
+    /// Bytes of rendered metadata (zarr.json documents) kept in memory.
+    pub metadata_bytes: u64,
+    /// How long a replica trusts its idea of a store's current version, in milliseconds.
+    pub current_version_ttl_ms: u64,
+}
+
+/// Upstream behaviour.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SourcesConfig {
+    /// Budget for one upstream request, retries included.
+    pub timeout_seconds: u64,
+    /// Budget for connecting.
+    pub connect_timeout_seconds: u64,
+    /// Retries of transient upstream failures.
+    pub retries: usize,
+}
+
+/// An object store declared in the configuration file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectStoreConfig {
+    /// Its name.
+    pub name: String,
+    /// Its URL prefix.
+    pub url: String,
+    /// object_store builder options.
+    #[serde(default)]
+    pub options: Map<String, Value>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            database_url: "sqlite://./data/zarrgate.db".into(),
+            database_max_connections: 16,
+            admin_tokens: Vec::new(),
+            insecure: false,
+            allow_file_object_stores: true,
+            log_format: "text".into(),
+            log_level: "info".into(),
+            http: HttpConfig::default(),
+            cache: CacheConfig::default(),
+            sources: SourcesConfig::default(),
+            object_stores: Vec::new(),
+        }
+    }
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self { max_body_bytes: 4 << 30, max_age_seconds: 60, cors: true, drain_seconds: 30 }
+    }
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self { blocks_bytes: 512 << 20, metadata_bytes: 64 << 20, current_version_ttl_ms: 2_000 }
+    }
+}
+
+impl Default for SourcesConfig {
+    fn default() -> Self {
+        Self { timeout_seconds: 30, connect_timeout_seconds: 5, retries: 3 }
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("listen", &self.listen)
+            .field("database_url", &crate::catalog::redact_url(&self.database_url))
+            .field("admin_tokens", &format_args!("[{} redacted]", self.admin_tokens.len()))
+            .field("insecure", &self.insecure)
+            .field("allow_file_object_stores", &self.allow_file_object_stores)
+            .field("http", &self.http)
+            .field("cache", &self.cache)
+            .field("sources", &self.sources)
+            .field("object_stores", &self.object_stores.iter().map(|o| (&o.name, &o.url)).collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Config {
+    /// Loads defaults, then `file` if given, then the environment as `vars` gives it.
+    pub fn load(file: Option<&Path>, vars: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
+        let mut table = toml::Value::try_from(Config::default())?;
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let from_file: toml::Value = toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+            merge(&mut table, from_file);
+        }
+        let defaults = toml::Value::try_from(Config::default())?;
+        apply_env(&mut table, &defaults, "ZARRGATE", &vars)?;
+        if vars("ZARRGATE_DATABASE_URL").is_none()
+            && let Some(url) = vars("DATABASE_URL")
+        {
+            table["database_url"] = toml::Value::String(url);
+        }
+        let config: Config = table.try_into().context("invalid configuration")?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// The listen address, parsed.
+    pub fn listen_addr(&self) -> anyhow::Result<SocketAddr> {
+        self.listen.parse().with_context(|| format!("listen address {:?} is not host:port", self.listen))
+    }
+
+    fn check(&self) -> anyhow::Result<()> {
+        self.listen_addr()?;
+        if !matches!(self.log_format.as_str(), "text" | "json") {
+            bail!("log_format must be \"text\" or \"json\", not {:?}", self.log_format);
+        }
+        if self.admin_tokens.iter().any(|t| t.len() < 16) {
+            bail!("admin tokens must be at least 16 characters long");
+        }
+        Ok(())
+    }
+}
+
+fn merge(base: &mut toml::Value, over: toml::Value) {
+    match (base, over) {
+        (toml::Value::Table(b), toml::Value::Table(o)) => {
+            for (k, v) in o {
+                match b.get_mut(&k) {
+                    Some(slot) => merge(slot, v),
+                    None => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
+/// Every scalar or list key of the defaults can be set as `ZARRGATE_<SECTION>_<KEY>`.
+fn apply_env(table: &mut toml::Value, defaults: &toml::Value, prefix: &str, vars: &impl Fn(&str) -> Option<String>) -> anyhow::Result<()> {
+    let toml::Value::Table(defaults) = defaults else { return Ok(()) };
+    for (key, default) in defaults {
+        let name = format!("{prefix}_{}", key.to_ascii_uppercase());
+        if let toml::Value::Table(_) = default {
+            if let Some(slot) = table.get_mut(key) {
+                apply_env(slot, default, &name, vars)?;
+            }
+            continue;
+        }
+        let Some(raw) = vars(&name) else { continue };
+        let value = match default {
+            toml::Value::Boolean(_) => toml::Value::Boolean(match raw.to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" | "on" => true,
+                "0" | "false" | "no" | "off" | "" => false,
+                _ => bail!("{name}={raw:?} is not a boolean"),
+            }),
+            toml::Value::Integer(_) => toml::Value::Integer(raw.trim().parse().with_context(|| format!("{name}={raw:?} is not an integer"))?),
+            toml::Value::Array(_) if key == "object_stores" => bail!("{name}: declare object stores in the configuration file"),
+            toml::Value::Array(_) => toml::Value::Array(
+                raw.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| toml::Value::String(s.into())).collect(),
+            ),
+            _ => toml::Value::String(raw),
+        };
+        if let toml::Value::Table(t) = table {
+            t.insert(key.clone(), value);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn defaults_then_file_then_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("z.toml");
+        std::fs::write(&file, "listen = \"0.0.0.0:9000\"\n[cache]\nblocks_bytes = 1000\n[[object_stores]]\nname = \"d\"\nurl = \"s3://b/\"\n").unwrap();
+        let c = Config::load(Some(&file), env(&[("ZARRGATE_CACHE_BLOCKS_BYTES", "2000"), ("DATABASE_URL", "postgres://u:pw@h/db"),
+            ("ZARRGATE_ADMIN_TOKENS", "aaaaaaaaaaaaaaaa, bbbbbbbbbbbbbbbb"), ("ZARRGATE_HTTP_CORS", "false")])).unwrap();
+        assert_eq!(c.listen, "0.0.0.0:9000");
+        assert_eq!(c.cache.blocks_bytes, 2000);
+        assert_eq!(c.cache.metadata_bytes, CacheConfig::default().metadata_bytes);
+        assert_eq!(c.database_url, "postgres://u:pw@h/db");
+        assert_eq!(c.admin_tokens.len(), 2);
+        assert!(!c.http.cors);
+        assert_eq!(c.object_stores[0].url, "s3://b/");
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("pw") && !shown.contains("aaaa"), "{shown}");
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("z.toml");
+        std::fs::write(&file, "[cache]\nblock_bytes = 1\n").unwrap();
+        let err = format!("{:#}", Config::load(Some(&file), env(&[])).unwrap_err());
+        assert!(err.contains("block_bytes"), "{err}");
+        let err = format!("{:#}", Config::load(None, env(&[("ZARRGATE_HTTP_CORS", "maybe")])).unwrap_err());
+        assert!(err.contains("ZARRGATE_HTTP_CORS"), "{err}");
+        assert!(Config::load(None, env(&[("ZARRGATE_ADMIN_TOKENS", "short")])).is_err());
+        assert!(Config::load(None, env(&[("ZARRGATE_LISTEN", "nowhere")])).is_err());
+    }
+}

@@ -1,0 +1,141 @@
+//! The one error type at the HTTP edge, rendered as `application/problem+json` (RFC 9457).
+//! A 5xx body says only what a client can act on; the cause goes to the log.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::catalog::CatalogError;
+use crate::sources::SourceError;
+
+/// Everything a request can fail with.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ApiError {
+    /// 404: no such store, node, chunk or resource.
+    #[error("{0}")]
+    NotFound(String),
+    /// 400: the request cannot be understood.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 401: no or a wrong bearer token.
+    #[error("a valid bearer token is required: send Authorization: Bearer <token>")]
+    Unauthorized,
+    /// 422: the document or resource is invalid; every problem is listed.
+    #[error("{title}")]
+    Invalid { title: String, problems: Vec<String> },
+    /// 409: the request conflicts with the current state.
+    #[error("{0}")]
+    Conflict(String),
+    /// 413: the body is larger than the configured limit.
+    #[error("the request body is larger than the limit of {0} bytes (http.max_body_bytes)")]
+    TooLarge(u64),
+    /// 415: the body is not JSON.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// 416: the Range cannot be satisfied; `len` is the full length.
+    #[error("the requested range is not satisfiable: the resource is {len} bytes")]
+    RangeNotSatisfiable { len: u64 },
+    /// 502/504: a source object could not be read as registered.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// 503: the catalog cannot be reached.
+    #[error("the catalog database is unavailable: {0}")]
+    Unavailable(String),
+    /// 500: a bug or an unexpected failure; the detail is logged, not returned.
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// The status code.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
+            Self::Source(SourceError::Timeout { .. }) => StatusCode::GATEWAY_TIMEOUT,
+            Self::Source(_) => StatusCode::BAD_GATEWAY,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The problem type, a stable machine-readable name.
+    pub fn problem_type(&self) -> &'static str {
+        match self {
+            Self::NotFound(_) => "not-found",
+            Self::BadRequest(_) => "bad-request",
+            Self::Unauthorized => "unauthorized",
+            Self::Invalid { .. } => "invalid",
+            Self::Conflict(_) => "conflict",
+            Self::TooLarge(_) => "too-large",
+            Self::UnsupportedMediaType(_) => "unsupported-media-type",
+            Self::RangeNotSatisfiable { .. } => "range-not-satisfiable",
+            Self::Source(e) => match e {
+                SourceError::Modified { .. } => "source-modified",
+                SourceError::NotFound { .. } => "source-not-found",
+                SourceError::Forbidden { .. } => "source-forbidden",
+                SourceError::Truncated { .. } => "source-truncated",
+                SourceError::Timeout { .. } => "source-timeout",
+                SourceError::Unregistered { .. } => "source-unregistered",
+                SourceError::Upstream { .. } => "source-error",
+            },
+            Self::Unavailable(_) => "catalog-unavailable",
+            Self::Internal(_) => "internal",
+        }
+    }
+}
+
+impl From<CatalogError> for ApiError {
+    fn from(e: CatalogError) -> Self {
+        match e {
+            CatalogError::Database(
+                sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed | sqlx::Error::Tls(_),
+            ) => Self::Unavailable(e.to_string()),
+            CatalogError::Conflict(what) => Self::Conflict(format!("conflict on {what}")),
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        match &self {
+            Self::Internal(cause) => tracing::error!(%cause, "internal error"),
+            Self::Unavailable(cause) => tracing::error!(%cause, "catalog unavailable"),
+            Self::Source(cause) => tracing::warn!(%cause, kind = cause.kind(), "upstream failure"),
+            _ => {}
+        }
+        let mut body = json!({
+            "type": format!("urn:zarrgate:problem:{}", self.problem_type()),
+            "title": status.canonical_reason().unwrap_or("error"),
+            "status": status.as_u16(),
+            "detail": self.to_string(),
+        });
+        if let Self::Invalid { problems, .. } = &self {
+            body["problems"] = json!(problems);
+        }
+        let mut response = (status, body.to_string()).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        match &self {
+            Self::Unauthorized => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            Self::RangeNotSatisfiable { len } => {
+                if let Ok(v) = HeaderValue::from_str(&format!("bytes */{len}")) {
+                    headers.insert(header::CONTENT_RANGE, v);
+                }
+            }
+            _ => {}
+        }
+        response
+    }
+}

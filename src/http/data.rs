@@ -1,0 +1,237 @@
+//! The data plane: `GET|HEAD /{store}[@{version}]/{key}`, what Zarr clients read.
+
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bytes::Bytes;
+use futures::TryStreamExt;
+
+use super::range::{Plan, plan};
+use crate::app::AppState;
+use crate::cache::{VersionView, etag};
+use crate::error::ApiError;
+use crate::zarr::block::{BlockSource, ChunkRef};
+use crate::zarr::hierarchy::Node;
+use crate::zarr::{ChunkLocation, Resolved};
+
+/// Which version a response belongs to.
+pub const VERSION_HEADER: HeaderName = HeaderName::from_static("zarrgate-version");
+/// A year: responses under a pinned version never change.
+const IMMUTABLE: &str = "public, max-age=31536000, immutable";
+
+/// The data-plane routes.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/{store}/{*key}", get(read))
+}
+
+/// Headers every answer about a version carries.
+struct Served {
+    cache_control: HeaderValue,
+    version: HeaderValue,
+    last_modified: HeaderValue,
+    head_only: bool,
+}
+
+async fn read(State(app): State<AppState>, Path((store, key)): Path<(String, String)>, method: Method, headers: HeaderMap) -> Response {
+    let (name, pinned) = match store.split_once('@') {
+        None => (store.as_str(), None),
+        Some((name, version)) => match version.parse::<i64>() {
+            Ok(v) => (name, Some(v)),
+            Err(_) => return ApiError::NotFound(format!("{version:?} is not a version number (use {name}@<number>)")).into_response(),
+        },
+    };
+    let head = match app.head(name, pinned).await {
+        Ok(Some(head)) => head,
+        Ok(None) => {
+            let detail = match pinned {
+                None => format!("no store is named {name:?}"),
+                Some(v) => format!("store {name:?} has no version {v} (it never existed or retention removed it)"),
+            };
+            return ApiError::NotFound(detail).into_response();
+        }
+        Err(e) => return e.into_response(),
+    };
+    let served = Served {
+        cache_control: match pinned {
+            Some(_) => HeaderValue::from_static(IMMUTABLE),
+            None => HeaderValue::from_str(&format!("public, max-age={}", app.config.http.max_age_seconds))
+                .unwrap_or(HeaderValue::from_static("no-cache")),
+        },
+        version: HeaderValue::from(head.id),
+        last_modified: http_date(head.created_at_ms),
+        head_only: method == Method::HEAD,
+    };
+    let view = match app.view(&head).await {
+        Ok(view) => view,
+        Err(e) => return e.into_response(),
+    };
+    let response = match view.hierarchy.resolve(&key) {
+        Resolved::Metadata(node) => Ok(metadata(&view, node, &headers, &served)),
+        Resolved::Chunk { node, location, .. } => chunk(&app, &view, node, location, &key, &headers, &served).await,
+        Resolved::NotFound(why) => Err(ApiError::NotFound(why)),
+    };
+    let mut response = response.unwrap_or_else(IntoResponse::into_response);
+    let missing = response.status() == StatusCode::NOT_FOUND;
+    let h = response.headers_mut();
+    h.insert(VERSION_HEADER, served.version);
+    if missing {
+        // A missing chunk or key of a version is as stable as the version itself.
+        h.insert(header::CACHE_CONTROL, served.cache_control);
+    }
+    response
+}
+
+fn metadata(view: &VersionView, node: &Node, headers: &HeaderMap, served: &Served) -> Response {
+    let doc = &view.docs[node.index as usize];
+    let (body, etag, encoding) = match &doc.gzip {
+        Some(gz) if accepts_gzip(headers) => (gz.clone(), format!("{}-gz\"", doc.etag.trim_end_matches('"')), Some("gzip")),
+        _ => (doc.identity.clone(), doc.etag.clone(), None),
+    };
+    let mut response = bytes_response(body, &etag, "application/json", headers, served);
+    let success = response.status().is_success();
+    let h = response.headers_mut();
+    h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    if let Some(encoding) = encoding.filter(|_| success) {
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static(encoding));
+    }
+    response
+}
+
+async fn chunk(app: &AppState, view: &VersionView, node: &Node, at: ChunkLocation, key: &str, headers: &HeaderMap, served: &Served) -> Result<Response, ApiError> {
+    let crate::zarr::metadata::NodeKind::Array(layout) = &node.kind else {
+        return Err(ApiError::NotFound(format!("{key:?} is not a chunk")));
+    };
+    let block = app.block(view.head.id, node, at.tile, layout.grid.tile_len()).await?;
+    match block.get(at.slot) {
+        ChunkRef::Missing => Err(ApiError::NotFound(format!("chunk {key:?} of array {} has no data: readers use its fill value", node.path))),
+        ChunkRef::Inline(bytes) => {
+            let tag = etag('i', &bytes);
+            Ok(bytes_response(bytes, &tag, "application/octet-stream", headers, served))
+        }
+        ChunkRef::Virtual { source, offset, length } => virtual_chunk(app, source, offset, length, headers, served).await,
+    }
+}
+
+async fn virtual_chunk(app: &AppState, source: &BlockSource, offset: u64, length: u64, headers: &HeaderMap, served: &Served) -> Result<Response, ApiError> {
+    let identity = format!("{}\n{offset}\n{length}\n{}", source.url, source.etag.as_deref().unwrap_or(""));
+    let tag = etag('v', identity.as_bytes());
+    let (status, range) = match plan(headers, length, &tag) {
+        Plan::NotModified => return Ok(not_modified(&tag, served)),
+        Plan::Unsatisfiable => return Err(ApiError::RangeNotSatisfiable { len: length }),
+        Plan::Full => (StatusCode::OK, 0..length),
+        Plan::Partial(r) => (StatusCode::PARTIAL_CONTENT, r),
+    };
+    let mut response = if served.head_only {
+        Response::new(Body::empty())
+    } else {
+        let started = Instant::now();
+        let fetched = app.sources.fetch(&source.url, offset + range.start..offset + range.end, source.etag.as_deref()).await;
+        let m = &app.metrics;
+        match fetched {
+            Ok(fetched) => {
+                m.upstream_requests_total.with_label_values(&[fetched.store.as_str(), "ok"]).inc();
+                m.upstream_request_duration_seconds.with_label_values(&[fetched.store.as_str()]).observe(started.elapsed().as_secs_f64());
+                let bytes = m.upstream_bytes_total.with_label_values(&[fetched.store.as_str()]);
+                Response::new(Body::from_stream(fetched.body.inspect_ok(move |b| bytes.inc_by(b.len() as u64))))
+            }
+            Err(e) => {
+                m.upstream_requests_total.with_label_values(&[e.store(), e.kind()]).inc();
+                return Err(e.into());
+            }
+        }
+    };
+    *response.status_mut() = status;
+    let h = response.headers_mut();
+    set_common(h, &tag, "application/octet-stream", served);
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(range.end - range.start));
+    if status == StatusCode::PARTIAL_CONTENT {
+        h.insert(header::CONTENT_RANGE, content_range(&range, length));
+    }
+    Ok(response)
+}
+
+/// A body held in memory, with conditional and Range handling.
+fn bytes_response(body: Bytes, tag: &str, content_type: &'static str, headers: &HeaderMap, served: &Served) -> Response {
+    let len = body.len() as u64;
+    let (status, range) = match plan(headers, len, tag) {
+        Plan::NotModified => return not_modified(tag, served),
+        Plan::Unsatisfiable => return ApiError::RangeNotSatisfiable { len }.into_response(),
+        Plan::Full => (StatusCode::OK, 0..len),
+        Plan::Partial(r) => (StatusCode::PARTIAL_CONTENT, r),
+    };
+    let content_length = range.end - range.start;
+    let body = if served.head_only { Body::empty() } else { Body::from(body.slice(range.start as usize..range.end as usize)) };
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    let h = response.headers_mut();
+    set_common(h, tag, content_type, served);
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(content_length));
+    if status == StatusCode::PARTIAL_CONTENT {
+        h.insert(header::CONTENT_RANGE, content_range(&range, len));
+    }
+    response
+}
+
+fn not_modified(tag: &str, served: &Served) -> Response {
+    let mut response = StatusCode::NOT_MODIFIED.into_response();
+    let h = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(tag) {
+        h.insert(header::ETAG, v);
+    }
+    h.insert(header::CACHE_CONTROL, served.cache_control.clone());
+    response
+}
+
+fn set_common(h: &mut HeaderMap, tag: &str, content_type: &'static str, served: &Served) {
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    h.insert(header::CACHE_CONTROL, served.cache_control.clone());
+    h.insert(header::LAST_MODIFIED, served.last_modified.clone());
+    if let Ok(v) = HeaderValue::from_str(tag) {
+        h.insert(header::ETAG, v);
+    }
+}
+
+fn content_range(range: &std::ops::Range<u64>, len: u64) -> HeaderValue {
+    HeaderValue::from_str(&format!("bytes {}-{}/{len}", range.start, range.end - 1)).unwrap_or(HeaderValue::from_static("bytes */0"))
+}
+
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    let items = headers.get_all(header::ACCEPT_ENCODING).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(','));
+    items.into_iter().any(|item| {
+        let mut parts = item.split(';').map(str::trim);
+        let coding = parts.next().unwrap_or_default();
+        let q = parts.find_map(|p| p.strip_prefix("q=")).map_or(1.0, |q| q.trim().parse::<f32>().unwrap_or(0.0));
+        (coding.eq_ignore_ascii_case("gzip") || coding == "*") && q > 0.0
+    })
+}
+
+fn http_date(ms: i64) -> HeaderValue {
+    let when = chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default();
+    HeaderValue::from_str(&when.format("%a, %d %b %Y %H:%M:%S GMT").to_string()).unwrap_or(HeaderValue::from_static("Thu, 01 Jan 1970 00:00:00 GMT"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gzip_only_when_asked() {
+        let h = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(header::ACCEPT_ENCODING, HeaderValue::from_str(v).unwrap());
+            m
+        };
+        assert!(accepts_gzip(&h("gzip, deflate")));
+        assert!(accepts_gzip(&h("br;q=1.0, gzip;q=0.8")));
+        assert!(!accepts_gzip(&h("gzip;q=0")));
+        assert!(!accepts_gzip(&h("deflate")));
+        assert!(!accepts_gzip(&HeaderMap::new()));
+        assert_eq!(http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
+    }
+}

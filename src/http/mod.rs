@@ -1,0 +1,125 @@
+//! The HTTP edge: the Zarr data plane, the REST control plane and the ops endpoints, with the
+//! middleware every request goes through (request id, logging, metrics).
+
+mod auth;
+pub mod data;
+mod names;
+mod object_stores;
+mod ops;
+pub mod range;
+mod stores;
+
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderName, HeaderValue, Method, Uri, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tracing::Instrument;
+
+use crate::app::AppState;
+use crate::error::ApiError;
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Every route of the server.
+pub fn router(state: AppState) -> Router {
+    let api = Router::new()
+        .merge(stores::router())
+        .merge(object_stores::router())
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
+    let mut data = data::router();
+    if state.config.http.cors {
+        data = data.layer(cors());
+    }
+    Router::new()
+        .nest("/api/v1", api)
+        .merge(ops::router())
+        .merge(data)
+        .fallback(fallback)
+        .layer(middleware::from_fn_with_state(state.clone(), observe))
+        .with_state(state)
+}
+
+fn cors() -> CorsLayer {
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::any())
+        .allow_methods([Method::GET, Method::HEAD])
+        .allow_headers([header::RANGE, header::IF_NONE_MATCH, header::IF_RANGE, header::IF_MODIFIED_SINCE])
+        .expose_headers([
+            header::CONTENT_RANGE,
+            header::CONTENT_LENGTH,
+            header::ETAG,
+            header::ACCEPT_RANGES,
+            header::LAST_MODIFIED,
+            data::VERSION_HEADER,
+        ])
+        .max_age(std::time::Duration::from_secs(86_400))
+}
+
+async fn fallback(uri: Uri) -> ApiError {
+    ApiError::NotFound(format!("nothing is served at {}: Zarr keys live under /<store>/, the API under /api/v1/", uri.path()))
+}
+
+/// `//` in a path means `/` (obstore with a trailing-slash base URL sends `store//zarr.json`).
+pub fn collapse_slashes(mut request: Request) -> Request {
+    let path = request.uri().path();
+    if !path.contains("//") {
+        return request;
+    }
+    let mut collapsed = String::with_capacity(path.len());
+    for c in path.chars() {
+        if !(c == '/' && collapsed.ends_with('/')) {
+            collapsed.push(c);
+        }
+    }
+    let rebuilt = match request.uri().query() {
+        Some(q) => format!("{collapsed}?{q}"),
+        None => collapsed,
+    };
+    if let Ok(path_and_query) = rebuilt.parse() {
+        let mut parts = request.uri().clone().into_parts();
+        parts.path_and_query = Some(path_and_query);
+        if let Ok(uri) = Uri::from_parts(parts) {
+            *request.uri_mut() = uri;
+        }
+    }
+    request
+}
+
+/// Request id, a span for the logs, an access log line and the HTTP metrics.
+async fn observe(State(app): State<AppState>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |m| m.as_str()).to_owned();
+    let method = request.method().clone();
+    let id = request
+        .headers()
+        .get(&REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
+    let span = tracing::info_span!("request", id = %id, method = %method, route = %route);
+    let path = request.uri().path().to_owned();
+    let mut response = next.run(request).instrument(span.clone()).await;
+    let status = response.status();
+    let elapsed = started.elapsed();
+    let m = &app.metrics;
+    m.http_requests_total.with_label_values(&[route.as_str(), method.as_str(), status.as_str()]).inc();
+    m.http_request_duration_seconds.with_label_values(&[route.as_str(), method.as_str()]).observe(elapsed.as_secs_f64());
+    span.in_scope(|| {
+        let ms = elapsed.as_secs_f64() * 1e3;
+        if status.is_server_error() {
+            tracing::warn!(status = status.as_u16(), %path, ms, "request failed");
+        } else if route.starts_with("/api/") {
+            tracing::info!(status = status.as_u16(), %path, ms, "request");
+        } else {
+            tracing::debug!(status = status.as_u16(), %path, ms, "request");
+        }
+    });
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(REQUEST_ID, v);
+    }
+    response.into_response()
+}

@@ -1,0 +1,89 @@
+//! Prometheus metrics, declared once: each field's doc comment is its help text.
+
+use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+
+/// A metric family that can be built from a name, help text and label names.
+trait Family: Sized + Clone + prometheus::core::Collector + 'static {
+    fn build(name: &str, help: &str, labels: &[&str]) -> prometheus::Result<Self>;
+}
+
+impl Family for IntCounterVec {
+    fn build(name: &str, help: &str, labels: &[&str]) -> prometheus::Result<Self> {
+        IntCounterVec::new(Opts::new(name, help), labels)
+    }
+}
+
+impl Family for IntGaugeVec {
+    fn build(name: &str, help: &str, labels: &[&str]) -> prometheus::Result<Self> {
+        IntGaugeVec::new(Opts::new(name, help), labels)
+    }
+}
+
+impl Family for HistogramVec {
+    fn build(name: &str, help: &str, labels: &[&str]) -> prometheus::Result<Self> {
+        let buckets = vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+        HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
+    }
+}
+
+macro_rules! metrics {
+    ($($(#[doc = $help:literal])+ $field:ident: $ty:ty = [$($label:literal),*],)*) => {
+        /// Every metric the server exports, prefixed `zarrgate_`.
+        #[derive(Debug, Clone)]
+        pub struct Metrics {
+            registry: Registry,
+            $($(#[doc = $help])+ pub $field: $ty,)*
+        }
+
+        impl Metrics {
+            /// Creates and registers every metric.
+            pub fn new() -> prometheus::Result<Self> {
+                let registry = Registry::new();
+                $(
+                    let help = [$($help.trim()),+].join(" ");
+                    let $field = <$ty as Family>::build(concat!("zarrgate_", stringify!($field)), &help, &[$($label),*])?;
+                    registry.register(Box::new($field.clone()))?;
+                )*
+                Ok(Self { registry, $($field,)* })
+            }
+        }
+    };
+}
+
+metrics! {
+    /// HTTP requests by route template, method and status.
+    http_requests_total: IntCounterVec = ["route", "method", "status"],
+    /// HTTP request latency to the response head, by route template and method.
+    http_request_duration_seconds: HistogramVec = ["route", "method"],
+    /// Requests to source object stores, by object store and outcome (ok or an error kind).
+    upstream_requests_total: IntCounterVec = ["object_store", "outcome"],
+    /// Bytes received from source object stores.
+    upstream_bytes_total: IntCounterVec = ["object_store"],
+    /// Latency of source object store requests to the first byte.
+    upstream_request_duration_seconds: HistogramVec = ["object_store"],
+    /// Cache lookups that found the value, by cache.
+    cache_hits_total: IntCounterVec = ["cache"],
+    /// Cache lookups that had to load the value, by cache.
+    cache_misses_total: IntCounterVec = ["cache"],
+    /// Weighted size of each cache (bytes for weighted caches, entries otherwise).
+    cache_size: IntGaugeVec = ["cache"],
+    /// Entries in each cache.
+    cache_entries: IntGaugeVec = ["cache"],
+    /// Catalog query latency, by operation.
+    catalog_query_duration_seconds: HistogramVec = ["operation"],
+    /// Store registrations, by outcome (created, replaced, rejected).
+    registrations_total: IntCounterVec = ["outcome"],
+    /// Always 1; the labels say which build is running.
+    build_info: IntGaugeVec = ["version"],
+}
+
+impl Metrics {
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        if TextEncoder::new().encode(&self.registry.gather(), &mut out).is_err() {
+            return String::new();
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+}

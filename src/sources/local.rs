@@ -1,0 +1,146 @@
+//! Reading `file://` sources: canonicalised under the store's root (neither `..` nor a symlink
+//! escapes it), ranged with positioned reads, in pieces of at most 1 MiB per blocking call.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use futures::Stream;
+
+/// Bytes read per blocking call.
+const PIECE: u64 = 1 << 20;
+
+/// What went wrong reading a local file.
+#[derive(Debug)]
+pub(super) enum LocalError {
+    NotFound,
+    Escapes,
+    Denied(io::Error),
+    Modified,
+    Truncated { size: u64 },
+    Io(io::Error),
+}
+
+/// Size, ETag and modification time of a local file.
+pub(super) struct LocalFacts {
+    pub size: u64,
+    pub etag: String,
+    pub modified: std::time::SystemTime,
+}
+
+/// The path of `relative` under `root`, refused if it resolves outside `root`.
+fn confined(root: &Path, relative: &str) -> Result<PathBuf, LocalError> {
+    let full = root.join(relative);
+    let canonical = std::fs::canonicalize(&full).map_err(map_open)?;
+    if canonical.starts_with(root) { Ok(canonical) } else { Err(LocalError::Escapes) }
+}
+
+fn map_open(e: io::Error) -> LocalError {
+    match e.kind() {
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory => LocalError::NotFound,
+        io::ErrorKind::PermissionDenied => LocalError::Denied(e),
+        _ => LocalError::Io(e),
+    }
+}
+
+fn facts(file: &File) -> Result<LocalFacts, LocalError> {
+    let meta = file.metadata().map_err(LocalError::Io)?;
+    if !meta.is_file() {
+        return Err(LocalError::NotFound);
+    }
+    let modified = meta.modified().map_err(LocalError::Io)?;
+    let nanos = modified.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    // The same shape as object_store's LocalFileSystem ETag: inode, mtime, size.
+    let etag = format!("{:x}-{:x}-{:x}", meta.ino(), nanos, meta.len());
+    Ok(LocalFacts { size: meta.len(), etag, modified })
+}
+
+/// The facts of `relative` under `root` (blocking).
+pub(super) fn head(root: &Path, relative: &str) -> Result<LocalFacts, LocalError> {
+    let path = confined(root, relative)?;
+    let file = File::open(path).map_err(map_open)?;
+    facts(&file)
+}
+
+/// Opens `relative` under `root`, checks it against `if_match` and `range`, and reads the first
+/// piece (blocking). The rest is read by [`rest`].
+pub(super) fn open(root: &Path, relative: &str, range: std::ops::Range<u64>, if_match: Option<&str>) -> Result<(File, Bytes), LocalError> {
+    let path = confined(root, relative)?;
+    let file = File::open(path).map_err(map_open)?;
+    let facts = facts(&file)?;
+    if let Some(expected) = if_match
+        && expected != facts.etag
+    {
+        return Err(LocalError::Modified);
+    }
+    if range.end > facts.size {
+        return Err(LocalError::Truncated { size: facts.size });
+    }
+    let first = read_piece(&file, range.start, range.end.min(range.start + PIECE))?;
+    Ok((file, first))
+}
+
+fn read_piece(file: &File, start: u64, end: u64) -> Result<Bytes, LocalError> {
+    let mut buf = vec![0u8; (end - start) as usize];
+    let mut filled = 0usize;
+    while filled < buf.len() {
+        match file.read_at(&mut buf[filled..], start + filled as u64) {
+            Ok(0) => return Err(LocalError::Truncated { size: start + filled as u64 }),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(LocalError::Io(e)),
+        }
+    }
+    Ok(buf.into())
+}
+
+/// The pieces after the first, each read in its own blocking call. A file that shrinks under
+/// the read ends the stream with an error, never with fewer bytes.
+pub(super) fn rest(file: File, start: u64, end: u64) -> impl Stream<Item = Result<Bytes, io::Error>> + Send + 'static {
+    let file = std::sync::Arc::new(file);
+    futures::stream::try_unfold(start, move |at| {
+        let file = file.clone();
+        async move {
+            if at >= end {
+                return Ok(None);
+            }
+            let stop = end.min(at + PIECE);
+            let piece = tokio::task::spawn_blocking(move || read_piece(&file, at, stop))
+                .await
+                .map_err(io::Error::other)?
+                .map_err(|e| match e {
+                    LocalError::Io(e) => e,
+                    LocalError::Truncated { size } => io::Error::new(io::ErrorKind::UnexpectedEof, format!("source shrank to {size} bytes while being read")),
+                    _ => io::Error::other("source became unreadable while being read"),
+                })?;
+            Ok(Some((piece, stop)))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symlinks_and_dotdot_cannot_escape() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), b"secret").unwrap();
+        let root_dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(root_dir.path()).unwrap();
+        std::fs::write(root.join("ok.bin"), b"0123456789").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), root.join("link")).unwrap();
+        assert!(matches!(open(&root, "link", 0..3, None), Err(LocalError::Escapes)));
+        let rel = format!("../{}/secret", outside.path().file_name().unwrap().to_str().unwrap());
+        assert!(matches!(open(&root, &rel, 0..3, None), Err(LocalError::Escapes | LocalError::NotFound)));
+        let (_, first) = open(&root, "ok.bin", 2..5, None).unwrap();
+        assert_eq!(&first[..], b"234");
+        assert!(matches!(open(&root, "ok.bin", 5..11, None), Err(LocalError::Truncated { size: 10 })));
+        assert!(matches!(open(&root, "nope", 0..1, None), Err(LocalError::NotFound)));
+        let etag = head(&root, "ok.bin").unwrap().etag;
+        assert!(open(&root, "ok.bin", 0..1, Some(&etag)).is_ok());
+        assert!(matches!(open(&root, "ok.bin", 0..1, Some("other")), Err(LocalError::Modified)));
+    }
+}

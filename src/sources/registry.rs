@@ -1,0 +1,315 @@
+//! The registry of object stores: builds object_store clients from a URL prefix and options,
+//! and resolves a source URL to the store with the longest matching prefix.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+use object_store::http::HttpBuilder;
+use object_store::path::Path;
+use object_store::{BackoffConfig, ClientConfigKey, ClientOptions, ObjectStore, RetryConfig};
+use serde_json::{Map, Value};
+use url::Url;
+
+/// Option keys whose values are not secret and may be shown by the API.
+const PUBLIC_OPTIONS: &[&str] = &[
+    "region", "aws_region", "endpoint", "aws_endpoint", "aws_endpoint_url", "allow_http", "skip_signature",
+    "aws_skip_signature", "virtual_hosted_style_request", "aws_virtual_hosted_style_request", "account_name",
+    "azure_storage_account_name", "use_emulator", "azure_storage_use_emulator", "timeout", "connect_timeout",
+    "allow_invalid_certificates", "bucket", "aws_bucket", "container_name", "google_bucket", "aws_unsigned_payload",
+    "access_key_id", "aws_access_key_id", "imdsv1_fallback", "aws_imdsv1_fallback", "requester_pays",
+];
+
+/// Timeouts and retries for every client, set for a proxy: seconds, not minutes.
+#[derive(Debug, Clone)]
+pub struct SourceSettings {
+    /// Budget for one upstream request, retries included.
+    pub timeout: Duration,
+    /// Budget for establishing a connection.
+    pub connect_timeout: Duration,
+    /// Retries of transient failures.
+    pub retries: usize,
+}
+
+/// Who declared an object store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    /// The configuration file (read-only over the API).
+    Config,
+    /// The REST API (stored in the catalog).
+    Api,
+}
+
+/// Why an object store cannot be registered.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceConfigError {
+    /// The URL is not a supported object store URL.
+    #[error("{0}")]
+    Url(String),
+    /// An option is unknown or has a bad value.
+    #[error("{0}")]
+    Option(String),
+    /// The client could not be built.
+    #[error("cannot build a client for {url}: {detail}")]
+    Build { url: String, detail: String },
+}
+
+/// How object paths are derived from a source URL.
+#[derive(Debug)]
+pub(super) enum Base {
+    /// A directory: paths are relative to it; canonical root for escape checks.
+    Local { root: PathBuf },
+    /// A bucket or container: the object key is the URL path.
+    Bucket,
+    /// An HTTP(S) base URL: the path after the prefix.
+    Http,
+}
+
+/// One registered object store.
+#[derive(Debug)]
+pub struct ObjectStoreEntry {
+    /// Its name.
+    pub name: String,
+    /// Its normalised URL prefix, ending in `/`.
+    pub prefix: String,
+    /// Its options as given (may hold secrets).
+    pub options: Map<String, Value>,
+    /// Configuration file or API.
+    pub origin: Origin,
+    pub(super) base: Base,
+    pub(super) client: Option<Arc<dyn ObjectStore>>,
+}
+
+impl ObjectStoreEntry {
+    /// Builds the client for `url` with `options`. `file://` URLs must name an existing directory.
+    pub fn build(name: &str, url: &str, options: &Map<String, Value>, origin: Origin, settings: &SourceSettings) -> Result<Self, SourceConfigError> {
+        let prefix = normalize_prefix(url)?;
+        let parsed = Url::parse(&prefix).map_err(|e| SourceConfigError::Url(format!("{url} is not a URL: {e}")))?;
+        let opts = string_options(options)?;
+        let (base, client): (Base, Option<Arc<dyn ObjectStore>>) = match parsed.scheme() {
+            "file" => {
+                if !opts.is_empty() {
+                    return Err(SourceConfigError::Option("file:// object stores take no options".into()));
+                }
+                let dir = parsed.to_file_path().map_err(|()| SourceConfigError::Url(format!("{url} is not a local path")))?;
+                let root = std::fs::canonicalize(&dir)
+                    .ok()
+                    .filter(|p| p.is_dir())
+                    .ok_or_else(|| SourceConfigError::Url(format!("{} is not an existing directory", dir.display())))?;
+                (Base::Local { root }, None)
+            }
+            "s3" => (Base::Bucket, Some(build_s3(&prefix, &parsed, &opts, origin, settings)?)),
+            "gs" => (Base::Bucket, Some(build_gcs(&prefix, &parsed, &opts, origin, settings)?)),
+            "az" => (Base::Bucket, Some(build_azure(&prefix, &parsed, &opts, origin, settings)?)),
+            "http" | "https" => {
+                let mut b = HttpBuilder::new().with_url(prefix.clone()).with_retry(retry(settings));
+                let mut client = client_options(settings);
+                for (k, v) in &opts {
+                    let key = ClientConfigKey::from_str(k).map_err(|_| unknown_option(k, "http"))?;
+                    client = client.with_config(key, v);
+                }
+                b = b.with_client_options(client);
+                (Base::Http, Some(Arc::new(b.build().map_err(|e| build_error(&prefix, e))?)))
+            }
+            other => return Err(SourceConfigError::Url(format!("scheme {other:?} is not supported (file, s3, gs, az, http, https)"))),
+        };
+        Ok(Self { name: name.to_owned(), prefix, options: options.clone(), origin, base, client })
+    }
+
+    /// The object path of `url` (which starts with this store's prefix) inside the client.
+    pub(super) fn object_path(&self, url: &str) -> Option<Path> {
+        let rest = url.strip_prefix(&self.prefix)?;
+        match &self.base {
+            Base::Local { .. } | Base::Http => Path::from_url_path(rest).ok(),
+            Base::Bucket => Path::from_url_path(Url::parse(url).ok()?.path()).ok(),
+        }
+    }
+}
+
+fn normalize_prefix(url: &str) -> Result<String, SourceConfigError> {
+    let mut parsed = Url::parse(url).map_err(|e| SourceConfigError::Url(format!("{url} is not a URL: {e}")))?;
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(SourceConfigError::Url(format!("{url}: an object store URL has no query or fragment")));
+    }
+    if parsed.path().split('/').any(|s| s == "..") {
+        return Err(SourceConfigError::Url(format!("{url} contains `..`")));
+    }
+    if !parsed.path().ends_with('/') {
+        let path = format!("{}/", parsed.path());
+        parsed.set_path(&path);
+    }
+    if matches!(parsed.scheme(), "s3" | "gs" | "az") && parsed.host_str().is_none_or(str::is_empty) {
+        return Err(SourceConfigError::Url(format!("{url} names no bucket")));
+    }
+    Ok(parsed.to_string())
+}
+
+fn string_options(options: &Map<String, Value>) -> Result<Vec<(String, String)>, SourceConfigError> {
+    options
+        .iter()
+        .map(|(k, v)| match v {
+            Value::String(s) => Ok((k.to_ascii_lowercase(), s.clone())),
+            Value::Bool(b) => Ok((k.to_ascii_lowercase(), b.to_string())),
+            Value::Number(n) => Ok((k.to_ascii_lowercase(), n.to_string())),
+            _ => Err(SourceConfigError::Option(format!("option {k:?} must be a string, number or boolean"))),
+        })
+        .collect()
+}
+
+fn unknown_option(key: &str, kind: &str) -> SourceConfigError {
+    SourceConfigError::Option(format!("unknown {kind} option {key:?}"))
+}
+
+fn build_error(url: &str, e: object_store::Error) -> SourceConfigError {
+    SourceConfigError::Build { url: url.to_owned(), detail: e.to_string() }
+}
+
+fn retry(settings: &SourceSettings) -> RetryConfig {
+    RetryConfig {
+        backoff: BackoffConfig { init_backoff: Duration::from_millis(50), max_backoff: Duration::from_secs(2), base: 2.0 },
+        max_retries: settings.retries,
+        retry_timeout: settings.timeout,
+    }
+}
+
+fn client_options(settings: &SourceSettings) -> ClientOptions {
+    ClientOptions::new().with_timeout(settings.timeout).with_connect_timeout(settings.connect_timeout)
+}
+
+fn bucket_url(parsed: &Url) -> String {
+    format!("{}://{}", parsed.scheme(), parsed.host_str().unwrap_or_default())
+}
+
+fn build_s3(prefix: &str, parsed: &Url, opts: &[(String, String)], origin: Origin, s: &SourceSettings) -> Result<Arc<dyn ObjectStore>, SourceConfigError> {
+    let mut b = if origin == Origin::Config { AmazonS3Builder::from_env() } else { AmazonS3Builder::new() };
+    b = b.with_url(bucket_url(parsed)).with_retry(retry(s)).with_client_options(client_options(s));
+    for (k, v) in opts {
+        b = b.with_config(AmazonS3ConfigKey::from_str(k).map_err(|_| unknown_option(k, "s3"))?, v);
+    }
+    Ok(Arc::new(b.build().map_err(|e| build_error(prefix, e))?))
+}
+
+fn build_gcs(prefix: &str, parsed: &Url, opts: &[(String, String)], origin: Origin, s: &SourceSettings) -> Result<Arc<dyn ObjectStore>, SourceConfigError> {
+    let mut b = if origin == Origin::Config { GoogleCloudStorageBuilder::from_env() } else { GoogleCloudStorageBuilder::new() };
+    b = b.with_url(bucket_url(parsed)).with_retry(retry(s)).with_client_options(client_options(s));
+    for (k, v) in opts {
+        b = b.with_config(GoogleConfigKey::from_str(k).map_err(|_| unknown_option(k, "gs"))?, v);
+    }
+    Ok(Arc::new(b.build().map_err(|e| build_error(prefix, e))?))
+}
+
+fn build_azure(prefix: &str, parsed: &Url, opts: &[(String, String)], origin: Origin, s: &SourceSettings) -> Result<Arc<dyn ObjectStore>, SourceConfigError> {
+    let mut b = if origin == Origin::Config { MicrosoftAzureBuilder::from_env() } else { MicrosoftAzureBuilder::new() };
+    b = b.with_url(bucket_url(parsed)).with_retry(retry(s)).with_client_options(client_options(s));
+    for (k, v) in opts {
+        b = b.with_config(AzureConfigKey::from_str(k).map_err(|_| unknown_option(k, "az"))?, v);
+    }
+    Ok(Arc::new(b.build().map_err(|e| build_error(prefix, e))?))
+}
+
+/// `options` with every value that may be a secret replaced by `"***"`.
+pub fn redact_options(options: &Map<String, Value>) -> Map<String, Value> {
+    options
+        .iter()
+        .map(|(k, v)| {
+            let public = PUBLIC_OPTIONS.contains(&k.to_ascii_lowercase().as_str());
+            (k.clone(), if public { v.clone() } else { Value::from("***") })
+        })
+        .collect()
+}
+
+/// All object stores, resolved by longest prefix.
+#[derive(Debug)]
+pub struct SourceRegistry {
+    entries: RwLock<Arc<Vec<Arc<ObjectStoreEntry>>>>,
+    /// Timeouts and retries for every client.
+    pub settings: SourceSettings,
+}
+
+impl SourceRegistry {
+    /// An empty registry.
+    pub fn new(settings: SourceSettings) -> Self {
+        Self { entries: RwLock::new(Arc::new(Vec::new())), settings }
+    }
+
+    /// Replaces every entry.
+    pub fn replace(&self, mut entries: Vec<Arc<ObjectStoreEntry>>) {
+        entries.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()).then_with(|| a.name.cmp(&b.name)));
+        if let Ok(mut guard) = self.entries.write() {
+            *guard = Arc::new(entries);
+        }
+    }
+
+    /// Every entry, longest prefix first.
+    pub fn entries(&self) -> Arc<Vec<Arc<ObjectStoreEntry>>> {
+        self.entries.read().map(|g| g.clone()).unwrap_or_default()
+    }
+
+    /// The store serving `url`: the one with the longest prefix of it.
+    pub fn resolve(&self, url: &str) -> Option<Arc<ObjectStoreEntry>> {
+        self.entries().iter().find(|e| url.starts_with(&e.prefix)).cloned()
+    }
+
+    /// The entry named `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<ObjectStoreEntry>> {
+        self.entries().iter().find(|e| e.name == name).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn settings() -> SourceSettings {
+        SourceSettings { timeout: Duration::from_secs(5), connect_timeout: Duration::from_secs(1), retries: 1 }
+    }
+
+    fn entry(name: &str, url: &str, options: Value) -> Result<ObjectStoreEntry, SourceConfigError> {
+        ObjectStoreEntry::build(name, url, options.as_object().unwrap(), Origin::Api, &settings())
+    }
+
+    #[test]
+    fn longest_prefix_wins() {
+        let registry = SourceRegistry::new(settings());
+        registry.replace(vec![
+            Arc::new(entry("all", "s3://bucket", json!({"region": "eu-west-1", "skip_signature": true})).unwrap()),
+            Arc::new(entry("deep", "s3://bucket/era5/", json!({"region": "eu-west-1"})).unwrap()),
+        ]);
+        assert_eq!(registry.resolve("s3://bucket/era5/x.nc").unwrap().name, "deep");
+        assert_eq!(registry.resolve("s3://bucket/era50/x.nc").unwrap().name, "all");
+        assert!(registry.resolve("s3://other/x.nc").is_none());
+        let deep = registry.get("deep").unwrap();
+        assert_eq!(deep.object_path("s3://bucket/era5/a%20b.nc").unwrap().as_ref(), "era5/a b.nc");
+    }
+
+    #[test]
+    fn local_stores_need_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = Url::from_directory_path(dir.path()).unwrap();
+        let e = entry("local", url.as_str(), json!({})).unwrap();
+        assert!(e.prefix.ends_with('/'));
+        assert_eq!(e.object_path(&format!("{}sub/x.nc", e.prefix)).unwrap().as_ref(), "sub/x.nc");
+        let missing = entry("gone", "file:///no/such/dir/", json!({})).unwrap_err().to_string();
+        assert!(missing.contains("not an existing directory"), "{missing}");
+    }
+
+    #[test]
+    fn bad_urls_and_options_are_named() {
+        assert!(entry("x", "s3://bucket/", json!({"regoin": "x"})).unwrap_err().to_string().contains("unknown s3 option \"regoin\""));
+        assert!(entry("x", "ftp://host/", json!({})).unwrap_err().to_string().contains("not supported"));
+        assert!(entry("x", "s3:///", json!({})).is_err());
+        assert!(entry("x", "https://h/a/../b/", json!({})).is_err() || entry("x", "https://h/a/../b/", json!({})).unwrap().prefix == "https://h/b/");
+    }
+
+    #[test]
+    fn secrets_are_redacted() {
+        let shown = redact_options(json!({"region": "r", "secret_access_key": "s", "token": "t"}).as_object().unwrap());
+        assert_eq!(Value::Object(shown), json!({"region": "r", "secret_access_key": "***", "token": "***"}));
+    }
+}
