@@ -89,6 +89,7 @@ impl Caches {
             heads: Cache::builder()
                 .max_capacity(100_000)
                 .time_to_live(Duration::from_millis(config.current_version_ttl_ms.max(1)))
+                .support_invalidation_closures()
                 .build(),
             views: Cache::builder()
                 .max_capacity(config.metadata_bytes)
@@ -118,8 +119,11 @@ impl Caches {
 
     /// Forgets what this replica believes about `store`'s versions.
     pub async fn forget_store(&self, store: &str) {
+        self.heads.invalidate(&(store.to_owned(), None)).await;
         let store = store.to_owned();
-        let _ = self.heads.invalidate_entries_if(move |k, _| k.0 == store);
+        if let Err(e) = self.heads.invalidate_entries_if(move |k, _| k.0 == store) {
+            tracing::error!(error = %e, "cannot invalidate cached versions");
+        }
         self.heads.run_pending_tasks().await;
     }
 

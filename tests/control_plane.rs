@@ -1,0 +1,184 @@
+//! The REST control plane: registration, listing, export, deletion, object stores, auth, and
+//! bad input that must change nothing.
+
+mod common;
+
+use common::{f32_array, f32_bytes};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+/// A store with array `x` of 8 floats in chunks of 2: chunk 0 and 1 virtual, chunk 3 inline.
+async fn demo(server: &common::TestServer, name: &str, base: f32) -> Value {
+    let path = server.write(&format!("{name}.bin"), &f32_bytes((0..4).map(|i| base + i as f32)));
+    json!({"nodes": {
+        "": {"zarr_format": 3, "node_type": "group", "attributes": {"title": name}},
+        "x": f32_array(&[8], &[2], json!({"manifest": {
+            "0": {"path": path, "offset": 0, "length": 8},
+            "1": {"path": path, "offset": 8, "length": 8},
+            "3": {"data": "AAAgQQAAMEE="}
+        }}))
+    }})
+}
+
+both_backends! {
+    async fn registers_replaces_lists_and_deletes(server) {
+        server.local_store().await;
+        let (status, body) = server.put("/api/v1/stores/alpha", &demo(&server, "alpha", 0.0).await).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        assert_eq!(body["chunks"], json!({"virtual": 2, "inline": 1, "missing": 1}));
+        assert_eq!((body["arrays"].as_u64(), body["groups"].as_u64(), body["referenced_bytes"].as_u64()), (Some(1), Some(1), Some(16)));
+        let first = body["version"].as_i64().unwrap();
+        assert_eq!(server.bytes("/alpha/x/c/1").await, f32_bytes([2.0, 3.0]));
+
+        let (status, body) = server.put("/api/v1/stores/alpha", &demo(&server, "alpha2", 100.0).await).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(body["version"].as_i64().unwrap() > first);
+        assert_eq!(server.bytes("/alpha/x/c/1").await, f32_bytes([102.0, 103.0]));
+
+        for name in ["beta", "gamma"] {
+            let (status, _) = server.put(&format!("/api/v1/stores/{name}"), &demo(&server, name, 0.0).await).await;
+            assert_eq!(status, StatusCode::CREATED);
+        }
+        let page: Value = server.get("/api/v1/stores?limit=2", &[]).await.json().await.unwrap();
+        let names: Vec<&str> = page["stores"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["alpha", "beta"]);
+        assert_eq!(page["next"], "beta");
+        let rest: Value = server.get("/api/v1/stores?limit=2&after=beta", &[]).await.json().await.unwrap();
+        assert_eq!(rest["stores"][0]["name"], "gamma");
+        assert_eq!(rest["next"], Value::Null);
+
+        let one: Value = server.get("/api/v1/stores/beta", &[]).await.json().await.unwrap();
+        assert_eq!(one["url"], "/beta");
+        assert_eq!(server.delete("/api/v1/stores/beta").await, StatusCode::NO_CONTENT);
+        assert_eq!(server.get("/beta/zarr.json", &[]).await.status(), StatusCode::NOT_FOUND);
+        assert_eq!(server.delete("/api/v1/stores/beta").await, StatusCode::NOT_FOUND);
+        assert_eq!(server.get("/api/v1/stores/beta", &[]).await.status(), StatusCode::NOT_FOUND);
+    }
+
+    async fn export_round_trips(server) {
+        server.local_store().await;
+        let mut doc = demo(&server, "orig", 5.0).await;
+        doc["nodes"]["g/sub/y"] = f32_array(&[3, 4], &[2, 2], json!({"manifest": {"1.1": {"data": "AACAPwAAgD8AAIA/AACAPw=="}}}));
+        doc["nodes"]["scalar"] = f32_array(&[], &[], json!({"manifest": {"": {"data": "AADAPw=="}}}));
+        assert_eq!(server.put("/api/v1/stores/orig", &doc).await.0, StatusCode::CREATED);
+        let exported: Value = server.get("/api/v1/stores/orig/manifest", &[]).await.json().await.unwrap();
+        let (status, body) = server.put("/api/v1/stores/copy", &exported).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        for key in ["zarr.json", "x/zarr.json", "x/c/0", "x/c/1", "x/c/3", "g/zarr.json", "g/sub/zarr.json", "g/sub/y/c/1/1", "scalar/c"] {
+            assert_eq!(server.bytes(&format!("/orig/{key}")).await, server.bytes(&format!("/copy/{key}")).await, "{key}");
+        }
+        assert_eq!(server.get("/copy/x/c/2", &[]).await.status(), StatusCode::NOT_FOUND);
+        let again: Value = server.get("/api/v1/stores/copy/manifest", &[]).await.json().await.unwrap();
+        assert_eq!(again, exported, "exporting the re-registered store gives the same document");
+    }
+
+    async fn bad_input_changes_nothing(server) {
+        server.local_store().await;
+        let good = demo(&server, "good", 1.0).await;
+        assert_eq!(server.put("/api/v1/stores/s", &good).await.0, StatusCode::CREATED);
+        let before = server.bytes("/s/x/c/0").await;
+        let version = server.get("/s/zarr.json", &[]).await.headers()["zarrgate-version"].to_str().unwrap().to_owned();
+
+        // An unregistered URL, named in the answer.
+        let mut outside = good.clone();
+        outside["nodes"]["x"]["manifest"]["2"] = json!({"path": "/elsewhere/secret.nc", "offset": 0, "length": 8});
+        let (status, body) = server.put("/api/v1/stores/s", &outside).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(body["problems"][0].as_str().unwrap().contains("file:///elsewhere/secret.nc is not under any registered object store"), "{body}");
+        assert_eq!(body["type"], "urn:zarrgate:problem:invalid");
+
+        // A key outside the grid, with the grid in the message.
+        let mut outside_grid = good.clone();
+        outside_grid["nodes"]["x"]["manifest"]["4"] = json!({"data": "AAAAAAAAAAA="});
+        let (status, body) = server.put("/api/v1/stores/s", &outside_grid).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(body["problems"][0].as_str().unwrap().contains("chunk key \"4\" is outside the chunk grid [4] of array x") || body.to_string().contains("outside the chunk grid [4]"), "{body}");
+
+        // Several problems at once are all listed.
+        let mut many = good.clone();
+        many["nodes"]["x"]["manifest"]["9"] = json!({"data": "!!"});
+        many["nodes"]["x"]["codecs"] = json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "numcodecs.nope"}]);
+        let (status, body) = server.put("/api/v1/stores/s", &many).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(body["problems"].as_array().unwrap().len() >= 2, "{body}");
+
+        // Malformed JSON.
+        let (status, body) = server.put_raw("/api/v1/stores/s", b"{\"nodes\": {".to_vec()).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert!(body["detail"].as_str().unwrap().contains("line 1"), "{body}");
+
+        // A bad store name.
+        let (status, body) = server.put("/api/v1/stores/Bad%20Name", &good).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+        // The previous version still serves, unchanged.
+        assert_eq!(server.bytes("/s/x/c/0").await, before);
+        let now = server.get("/s/zarr.json", &[]).await.headers()["zarrgate-version"].to_str().unwrap().to_owned();
+        assert_eq!(now, version);
+        let listed: Value = server.get("/api/v1/stores", &[]).await.json().await.unwrap();
+        assert_eq!(listed["stores"].as_array().unwrap().len(), 1);
+    }
+
+    async fn object_stores_are_managed_and_secrets_never_returned(server) {
+        let (status, body) = server.put("/api/v1/object-stores/era5", &json!({
+            "url": "s3://era5-bucket/reanalysis", "options": {"region": "eu-west-1", "secret_access_key": "SUPERSECRET", "access_key_id": "AKIA"}
+        })).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        assert_eq!(body["url"], "s3://era5-bucket/reanalysis/");
+        assert_eq!(body["options"]["secret_access_key"], "***");
+        let (status, _) = server.put("/api/v1/object-stores/era5", &json!({"url": "s3://era5-bucket/reanalysis/", "options": {"region": "eu-west-2"}})).await;
+        assert_eq!(status, StatusCode::OK);
+        let listed = server.get("/api/v1/object-stores", &[]).await.text().await.unwrap();
+        assert!(!listed.contains("SUPERSECRET") && listed.contains("eu-west-2"), "{listed}");
+
+        let (status, body) = server.put("/api/v1/object-stores/bad", &json!({"url": "s3://b/", "options": {"regoin": "x"}})).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(body["detail"].as_str().unwrap().contains("unknown s3 option \"regoin\""), "{body}");
+        let (status, body) = server.put("/api/v1/object-stores/dup", &json!({"url": "s3://era5-bucket/reanalysis/"})).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+
+        // An object store in use cannot be removed.
+        server.local_store().await;
+        assert_eq!(server.put("/api/v1/stores/s", &demo(&server, "s", 0.0).await).await.0, StatusCode::CREATED);
+        assert_eq!(server.delete("/api/v1/object-stores/local").await, StatusCode::CONFLICT);
+        assert_eq!(server.delete("/api/v1/stores/s").await, StatusCode::NO_CONTENT);
+        assert_eq!(server.delete("/api/v1/object-stores/local").await, StatusCode::NO_CONTENT);
+        assert_eq!(server.delete("/api/v1/object-stores/era5").await, StatusCode::NO_CONTENT);
+        assert_eq!(server.delete("/api/v1/object-stores/era5").await, StatusCode::NOT_FOUND);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_guard_the_control_plane_only() {
+    let token = "an-admin-token-of-some-length";
+    let server = common::TestServer::start_with(common::Backend::Sqlite, |c| c.admin_tokens = vec![token.into()]).await;
+    let r = server.client.get(format!("{}/api/v1/stores", server.url)).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(r.headers()["www-authenticate"], "Bearer");
+    let r = server.client.get(format!("{}/api/v1/stores", server.url)).bearer_auth("wrong-token-of-some-length").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let r = server.client.get(format!("{}/api/v1/stores", server.url)).bearer_auth(token).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let url = url::Url::from_directory_path(&server.data).unwrap();
+    let r = server.client.put(format!("{}/api/v1/object-stores/local", server.url)).json(&json!({"url": url.as_str()})).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "writes need the token too");
+    // The data plane and ops stay public.
+    assert_eq!(server.get("/healthz", &[]).await.status(), StatusCode::OK);
+    assert_eq!(server.get("/nothing/zarr.json", &[]).await.status(), StatusCode::NOT_FOUND);
+    assert_eq!(server.get("/api/v1/openapi.json", &[]).await.status(), StatusCode::OK);
+}
+
+#[test]
+fn refuses_an_open_control_plane_on_a_public_address() {
+    let mut config = zarrgate::config::Config { listen: "0.0.0.0:8080".into(), ..Default::default() };
+    let err = zarrgate::app::check_exposure(&config).unwrap_err().to_string();
+    assert!(err.contains("ZARRGATE_ADMIN_TOKENS") && err.contains("--insecure"), "{err}");
+    config.insecure = true;
+    assert!(zarrgate::app::check_exposure(&config).is_ok());
+    config.insecure = false;
+    config.admin_tokens = vec!["a-token-long-enough".into()];
+    assert!(zarrgate::app::check_exposure(&config).is_ok());
+    config.listen = "127.0.0.1:8080".into();
+    config.admin_tokens.clear();
+    assert!(zarrgate::app::check_exposure(&config).is_ok());
+}
