@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, Rust unit and integration tests (SQLite and
+# PostgreSQL), and the Python client tests (zarr-python, xarray, VirtualiZarr on real files).
+#
+#   scripts/test.sh
+#
+# Needs PostgreSQL at $ZARRGATE_TEST_POSTGRES_URL (default postgres://postgres@127.0.0.1:5432/test,
+# a database the tests use to create and drop their own). Set ZARRGATE_TEST_POSTGRES=skip to
+# skip the PostgreSQL variants explicitly; otherwise an unreachable server fails the run.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+export ZARRGATE_TEST_POSTGRES_URL=${ZARRGATE_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}
+step() { printf '\n== %s\n' "$*"; }
+
+if [[ ${ZARRGATE_TEST_POSTGRES:-} != skip ]]; then
+    step "PostgreSQL at ${ZARRGATE_TEST_POSTGRES_URL}"
+    if command -v psql >/dev/null; then
+        psql "$ZARRGATE_TEST_POSTGRES_URL" -Atc 'select version()' || {
+            echo "test: PostgreSQL is unreachable at $ZARRGATE_TEST_POSTGRES_URL (or set ZARRGATE_TEST_POSTGRES=skip)" >&2
+            exit 1
+        }
+    fi
+fi
+
+step "Python environment"
+ZARRGATE_TEST_VENV=$(scripts/python-env.sh | tail -n 1)
+export ZARRGATE_TEST_VENV
+echo "$ZARRGATE_TEST_VENV"
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy"
+cargo clippy --all-targets --locked -- -D warnings
+
+step "cargo test (unit and integration, SQLite and PostgreSQL)"
+cargo test --locked --all-targets
+
+step "Python client tests"
+cargo build --locked --bin zarrgate
+ZARRGATE_BIN=${ZARRGATE_BIN:-$PWD/target/debug/zarrgate} scripts/test-python.sh
+
+step "all tests passed"

@@ -1,0 +1,227 @@
+//! The data plane as Zarr clients see it: keys, encodings, Range, HEAD, conditional requests,
+//! compression, CORS, versions, and the headers every client needs.
+
+mod common;
+
+use common::{TestServer, f32_array, f32_bytes};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+/// A store exercising every chunk key encoding, nesting, inline and virtual chunks.
+/// `x` (16 floats, chunks of 4): chunks 0..=2 virtual (values 0..12), chunk 3 missing.
+async fn register(server: &TestServer) -> i64 {
+    server.local_store().await;
+    let path = server.write("x.bin", &f32_bytes((0..12).map(|i| i as f32)));
+    let v = |i: u64| json!({"path": path, "offset": i * 16, "length": 16});
+    let enc = |name: &str, sep: &str| json!({"chunk_key_encoding": {"name": name, "configuration": {"separator": sep}}});
+    let doc = json!({"nodes": {
+        "": {"zarr_format": 3, "node_type": "group", "attributes": {"title": "demo"}},
+        "x": f32_array(&[16], &[4], json!({"manifest": {"0": v(0), "1": v(1), "2": v(2)}})),
+        "g/dots": f32_array(&[4, 4], &[2, 2], json!({"chunk_key_encoding": {"name": "default", "configuration": {"separator": "."}},
+            "manifest": {"1.0": v(0)}})),
+        "g/v2": f32_array(&[4, 4], &[2, 2], json!({"manifest": {"0.1": v(1)}}).as_object().unwrap().clone().into_iter()
+            .chain(enc("v2", ".").as_object().unwrap().clone()).collect::<serde_json::Map<_, _>>().into()),
+        "g/v2slash": f32_array(&[4, 4], &[2, 2], json!({"chunk_key_encoding": {"name": "v2", "configuration": {"separator": "/"}},
+            "manifest": {"1.1": v(2)}})),
+        "g/sub/scalar": f32_array(&[], &[], json!({"manifest": {"": {"data": "AADAPw=="}}})),
+        "g/sub/scalar_v2": f32_array(&[], &[], json!({"chunk_key_encoding": {"name": "v2"}, "manifest": {"0": {"data": "AAAgQA=="}}})),
+    }});
+    let (status, body) = server.put("/api/v1/stores/demo", &doc).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    body["version"].as_i64().unwrap()
+}
+
+both_backends! {
+    async fn metadata_is_consolidated(server) {
+        register(&server).await;
+        let root: Value = server.get("/demo/zarr.json", &[]).await.json().await.unwrap();
+        assert_eq!(root["attributes"]["title"], "demo");
+        let listing = root["consolidated_metadata"]["metadata"].as_object().unwrap();
+        let mut keys: Vec<&str> = listing.keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(keys, ["g", "g/dots", "g/sub", "g/sub/scalar", "g/sub/scalar_v2", "g/v2", "g/v2slash", "x"]);
+        assert_eq!(listing["x"]["shape"], json!([16]));
+        assert!(listing["x"].get("manifest").is_none(), "manifests are never served");
+        let g: Value = server.get("/demo/g/zarr.json", &[]).await.json().await.unwrap();
+        assert_eq!(g["consolidated_metadata"]["metadata"].as_object().unwrap().len(), 6);
+        let x: Value = server.get("/demo/x/zarr.json", &[]).await.json().await.unwrap();
+        assert_eq!(x["fill_value"], -1.0);
+        assert_eq!(x["dimension_names"], json!(["d0"]));
+    }
+
+    async fn every_chunk_key_encoding(server) {
+        register(&server).await;
+        let floats = |a: u32| f32_bytes((a..a + 4).map(|i| i as f32));
+        assert_eq!(server.bytes("/demo/x/c/1").await, floats(4));
+        assert_eq!(server.bytes("/demo/g/dots/c.1.0").await, floats(0));
+        assert_eq!(server.bytes("/demo/g/v2/0.1").await, floats(4));
+        assert_eq!(server.bytes("/demo/g/v2slash/1/1").await, floats(8));
+        assert_eq!(server.bytes("/demo/g/sub/scalar/c").await, f32_bytes([1.5]));
+        assert_eq!(server.bytes("/demo/g/sub/scalar_v2/0").await, f32_bytes([2.5]));
+        for (key, why) in [
+            ("x/c/3", "has no data"), ("x/c/4", "outside the chunk grid"), ("x/c.1", "not a chunk key"), ("x/1", "not a chunk key"),
+            ("g/dots/c/1/0", "not a chunk key"), (".zgroup", "no node"), (".zattrs", "no node"), (".zmetadata", "no node"),
+            ("x/.zarray", "not a chunk key"), ("nothing/zarr.json", "no node"),
+        ] {
+            let r = server.get(&format!("/demo/{key}"), &[]).await;
+            assert_eq!(r.status(), StatusCode::NOT_FOUND, "{key}");
+            assert_eq!(r.headers()["content-type"], "application/problem+json");
+            let body: Value = r.json().await.unwrap();
+            assert!(body["detail"].as_str().unwrap().contains(why), "{key}: {body}");
+        }
+        assert_eq!(server.get("/nostore/zarr.json", &[]).await.status(), StatusCode::NOT_FOUND);
+    }
+
+    async fn ranges_are_relative_to_the_chunk(server) {
+        register(&server).await;
+        for key in ["x/c/1", "g/sub/scalar/c", "zarr.json"] {
+            let full = server.bytes(&format!("/demo/{key}")).await;
+            let len = full.len();
+            for (range, start, end) in [("bytes=1-2", 1, 3), ("bytes=2-", 2, len), ("bytes=-3", len - 3, len), ("bytes=0-999", 0, len.min(1000))] {
+                let r = server.get(&format!("/demo/{key}"), &[("range", range)]).await;
+                assert_eq!(r.status(), StatusCode::PARTIAL_CONTENT, "{key} {range}");
+                assert_eq!(r.headers()["content-range"], format!("bytes {start}-{}/{len}", end - 1).as_str(), "{key} {range}");
+                assert_eq!(r.headers()["content-length"], (end - start).to_string().as_str());
+                assert_eq!(r.bytes().await.unwrap().to_vec(), full[start..end].to_vec(), "{key} {range}");
+            }
+            let r = server.get(&format!("/demo/{key}"), &[("range", &format!("bytes={len}-"))]).await;
+            assert_eq!(r.status(), StatusCode::RANGE_NOT_SATISFIABLE, "{key}");
+            assert_eq!(r.headers()["content-range"], format!("bytes */{len}").as_str());
+            let r = server.get(&format!("/demo/{key}"), &[("range", "bytes=0-0, 2-3")]).await;
+            assert_eq!(r.status(), StatusCode::OK, "several ranges: the whole body");
+            assert_eq!(r.bytes().await.unwrap().to_vec(), full);
+        }
+    }
+
+    async fn head_answers_from_the_manifest(server) {
+        register(&server).await;
+        for (key, len) in [("x/c/0", 16), ("g/sub/scalar/c", 4)] {
+            let r = server.head(&format!("/demo/{key}")).await;
+            assert_eq!(r.status(), StatusCode::OK);
+            assert_eq!(r.headers()["content-length"], len.to_string().as_str());
+            assert_eq!(r.headers()["accept-ranges"], "bytes");
+            assert!(r.headers().contains_key("etag"));
+        }
+        let etag = server.get("/demo/x/c/0", &[]).await.headers()["etag"].clone();
+        // With the source gone, HEAD still answers: it never asks the source.
+        std::fs::remove_file(server.data.join("x.bin")).unwrap();
+        let r = server.head("/demo/x/c/0").await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()["content-length"], "16");
+        assert_eq!(r.headers()["etag"], etag);
+        assert_eq!(server.get("/demo/x/c/0", &[]).await.status(), StatusCode::BAD_GATEWAY);
+        assert_eq!(server.head("/demo/x/c/3").await.status(), StatusCode::NOT_FOUND);
+    }
+
+    async fn conditional_requests_and_caching_headers(server) {
+        let version = register(&server).await;
+        for key in ["zarr.json", "x/c/0", "g/sub/scalar/c"] {
+            let r = server.get(&format!("/demo/{key}"), &[]).await;
+            let etag = r.headers()["etag"].to_str().unwrap().to_owned();
+            assert!(etag.starts_with('"') && !etag.starts_with("W/"), "strong ETag: {etag}");
+            assert_eq!(r.headers()["cache-control"], "public, max-age=60");
+            assert_eq!(r.headers()["zarrgate-version"], version.to_string().as_str());
+            assert!(r.headers().contains_key("last-modified"));
+            let r = server.get(&format!("/demo/{key}"), &[("if-none-match", &etag)]).await;
+            assert_eq!(r.status(), StatusCode::NOT_MODIFIED, "{key}");
+            assert_eq!(r.headers()["etag"], etag.as_str());
+            let r = server.get(&format!("/demo/{key}"), &[("range", "bytes=0-1"), ("if-range", "\"stale\"")]).await;
+            assert_eq!(r.status(), StatusCode::OK, "a stale If-Range gets the whole body");
+            let r = server.get(&format!("/demo/{key}"), &[("range", "bytes=0-1"), ("if-range", &etag)]).await;
+            assert_eq!(r.status(), StatusCode::PARTIAL_CONTENT);
+        }
+        let pinned = server.get(&format!("/demo@{version}/x/c/0"), &[]).await;
+        assert_eq!(pinned.headers()["cache-control"], "public, max-age=31536000, immutable");
+        assert_eq!(pinned.bytes().await.unwrap().to_vec(), server.bytes("/demo/x/c/0").await);
+        let missing = server.get(&format!("/demo@{version}/x/c/3"), &[]).await;
+        assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+        assert_eq!(missing.headers()["cache-control"], "public, max-age=31536000, immutable", "a missing chunk is cacheable");
+        assert_eq!(server.get(&format!("/demo@{}/x/c/0", version + 1000), &[]).await.status(), StatusCode::NOT_FOUND);
+        assert_eq!(server.get("/demo@latest/x/c/0", &[]).await.status(), StatusCode::NOT_FOUND);
+    }
+
+    async fn chunks_are_never_content_encoded(server) {
+        register(&server).await;
+        let gz = [("accept-encoding", "gzip, deflate")];
+        for key in ["x/c/0", "g/sub/scalar/c"] {
+            let r = server.get(&format!("/demo/{key}"), &gz).await;
+            assert!(r.headers().get("content-encoding").is_none(), "{key}");
+            assert_eq!(r.headers()["content-type"], "application/octet-stream");
+        }
+        let plain = server.bytes("/demo/zarr.json").await;
+        let r = server.get("/demo/zarr.json", &gz).await;
+        assert_eq!(r.headers()["content-encoding"], "gzip");
+        assert_eq!(r.headers()["vary"], "accept-encoding");
+        let gz_etag = r.headers()["etag"].to_str().unwrap().to_owned();
+        let compressed = r.bytes().await.unwrap();
+        let mut decoded = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&compressed[..]), &mut decoded).unwrap();
+        assert_eq!(decoded, plain);
+        assert_ne!(gz_etag, server.get("/demo/zarr.json", &[]).await.headers()["etag"].to_str().unwrap(), "each representation has its own ETag");
+        assert!(server.get("/demo/zarr.json", &[("accept-encoding", "gzip;q=0")]).await.headers().get("content-encoding").is_none());
+    }
+
+    async fn cors_and_double_slashes(server) {
+        register(&server).await;
+        let r = server.get("/demo/x/c/0", &[("origin", "https://viewer.example")]).await;
+        assert_eq!(r.headers()["access-control-allow-origin"], "*");
+        let exposed = r.headers()["access-control-expose-headers"].to_str().unwrap().to_owned();
+        for h in ["content-range", "content-length", "etag", "accept-ranges"] {
+            assert!(exposed.contains(h), "{exposed}");
+        }
+        let preflight = server.client.request(reqwest::Method::OPTIONS, format!("{}/demo/x/c/0", server.url))
+            .header("origin", "https://viewer.example")
+            .header("access-control-request-method", "GET")
+            .header("access-control-request-headers", "range, if-none-match")
+            .send().await.unwrap();
+        assert!(preflight.status().is_success());
+        let allowed = preflight.headers()["access-control-allow-headers"].to_str().unwrap().to_ascii_lowercase();
+        assert!(allowed.contains("range") && allowed.contains("if-none-match"), "{allowed}");
+        assert_eq!(server.bytes("/demo//zarr.json").await, server.bytes("/demo/zarr.json").await);
+        assert_eq!(server.bytes("/demo//x//c/0").await, server.bytes("/demo/x/c/0").await);
+    }
+
+    async fn versions_pin_what_they_served(server) {
+        let first = register(&server).await;
+        let old = server.bytes("/demo/x/c/0").await;
+        let path = server.write("y.bin", &f32_bytes((100..104).map(|i| i as f32)));
+        let doc = json!({"nodes": {"x": f32_array(&[16], &[4], json!({"manifest": {"0": {"path": path, "offset": 0, "length": 16}}}))}});
+        let (status, body) = server.put("/api/v1/stores/demo", &doc).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let second = body["version"].as_i64().unwrap();
+        assert_eq!(server.bytes("/demo/x/c/0").await, f32_bytes((100..104).map(|i| i as f32)));
+        assert_eq!(server.bytes(&format!("/demo@{first}/x/c/0")).await, old);
+        assert_eq!(server.get(&format!("/demo@{second}/x/c/1"), &[]).await.status(), StatusCode::NOT_FOUND);
+        assert_eq!(server.get(&format!("/demo@{first}/x/c/1"), &[]).await.status(), StatusCode::OK);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etags_agree_across_replicas() {
+    let a = TestServer::start(common::Backend::Sqlite).await;
+    register(&a).await;
+    let b = a.replica(|_| {}).await;
+    for key in ["zarr.json", "x/c/0", "g/sub/scalar/c"] {
+        let ea = a.get(&format!("/demo/{key}"), &[]).await.headers()["etag"].clone();
+        let eb = b.get(&format!("/demo/{key}"), &[]).await.headers()["etag"].clone();
+        assert_eq!(ea, eb, "{key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ops_endpoints() {
+    let server = TestServer::start(common::Backend::Sqlite).await;
+    register(&server).await;
+    let _ = server.bytes("/demo/x/c/0").await;
+    assert_eq!(server.get("/healthz", &[]).await.status(), StatusCode::OK);
+    let ready: Value = server.get("/readyz", &[]).await.json().await.unwrap();
+    assert_eq!(ready["catalog"], "sqlite");
+    let metrics = server.get("/metrics", &[]).await.text().await.unwrap();
+    assert!(metrics.contains(r#"zarrgate_http_requests_total{method="GET",route="/{store}/{*key}",status="200"}"#), "{metrics}");
+    assert!(metrics.contains(r#"zarrgate_upstream_requests_total{object_store="local",outcome="ok"} 1"#), "{metrics}");
+    assert!(metrics.contains(r#"zarrgate_cache_misses_total{cache="blocks"}"#), "{metrics}");
+    assert!(metrics.contains("zarrgate_registrations_total{outcome=\"created\"} 1"), "{metrics}");
+    let r = server.get("/somewhere", &[]).await;
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert!(r.headers().contains_key("x-request-id"));
+}
