@@ -256,6 +256,50 @@ mod tests {
         assert!(!shown.contains("pw") && !shown.contains("aaaa"), "{shown}");
     }
 
+    /// The shipped file, uncommented, is a valid configuration equal to the defaults, and it
+    /// documents every key.
+    #[test]
+    fn the_shipped_file_documents_every_default() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/zarrgate.toml")).unwrap();
+        let mut uncommented = String::new();
+        for line in text.lines() {
+            if line.starts_with('[') {
+                uncommented.push_str(line);
+                uncommented.push('\n');
+                continue;
+            }
+            let Some(rest) = line.strip_prefix("# ") else { continue };
+            let is_setting = rest.starts_with('[') && !rest.starts_with("[[")
+                || rest.split_once(" = ").is_some_and(|(k, _)| k.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
+            if is_setting && !rest.starts_with("name") && !rest.starts_with("url") && !rest.starts_with("options") {
+                uncommented.push_str(rest);
+                uncommented.push('\n');
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("z.toml");
+        std::fs::write(&file, &uncommented).unwrap();
+        let loaded = Config::load(Some(&file), env(&[])).unwrap();
+        let as_toml = |c: &Config| toml::Value::try_from(c).unwrap();
+        assert_eq!(as_toml(&loaded), as_toml(&Config::default()), "documented defaults differ from the real ones");
+        let documented: toml::Value = toml::from_str(&uncommented).unwrap();
+        fn keys(v: &toml::Value, prefix: &str, out: &mut Vec<String>) {
+            if let toml::Value::Table(t) = v {
+                for (k, v) in t {
+                    let name = format!("{prefix}{k}");
+                    if v.is_table() { keys(v, &format!("{name}."), out) } else { out.push(name) }
+                }
+            }
+        }
+        let (mut want, mut have) = (Vec::new(), Vec::new());
+        keys(&as_toml(&Config::default()), "", &mut want);
+        keys(&documented, "", &mut have);
+        want.retain(|k| k != "object_stores");
+        want.sort();
+        have.sort();
+        assert_eq!(have, want, "config/zarrgate.toml must document every key");
+    }
+
     #[test]
     fn mistakes_are_named() {
         let dir = tempfile::tempdir().unwrap();
