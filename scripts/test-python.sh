@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Run the Python client tests (tests/python) against the real zarrgate binary, with SQLite and
+# PostgreSQL catalogs. Extra arguments go to pytest:
+#
+#   scripts/test-python.sh                 # everything
+#   scripts/test-python.sh -k netcdf3 -v   # a selection
+#
+# The venv comes from scripts/python-env.sh (created on first use, then reused). The binary is
+# built with `cargo build --bin zarrgate` unless ZARRGATE_BIN names one already built.
+# PostgreSQL: ZARRGATE_TEST_POSTGRES_URL (admin connection, default
+# postgres://postgres@127.0.0.1:5432/test); ZARRGATE_TEST_POSTGRES=skip skips those variants.
+# The exit status is pytest's.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+
+venv=$(scripts/python-env.sh | tail -n 1)
+[[ -x $venv/bin/python ]] || { echo "test-python: no venv at '$venv'" >&2; exit 1; }
+
+if [[ -z ${ZARRGATE_BIN:-} ]]; then
+    cargo build --bin zarrgate
+    export ZARRGATE_BIN="$repo/target/debug/zarrgate"
+fi
+
+exec "$venv/bin/python" -m pytest -q tests/python "$@"
