@@ -112,7 +112,9 @@ impl App {
             }
             match ObjectStoreEntry::build(&r.name, &r.url, &r.options, Origin::Api, settings) {
                 Ok(entry) => entries.push(Arc::new(entry)),
-                Err(e) => tracing::error!(name = %r.name, url = %r.url, error = %e, "cannot build a registered object store; its sources will fail"),
+                Err(e) => {
+                    tracing::error!(name = %r.name, url = %r.url, error = %e, "cannot build a registered object store; its sources will fail")
+                }
             }
         }
         self.sources.replace(entries);
@@ -145,14 +147,21 @@ impl App {
                 .map(|n| NodePath::new(&n.path).map(|p| (p, n.metadata)))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| ApiError::Internal(format!("version {}: {e}", head.id)))?;
-            let hierarchy = Hierarchy::build(stored).map_err(|e| ApiError::Internal(format!("version {}: {e}", head.id)))?;
+            let hierarchy =
+                Hierarchy::build(stored).map_err(|e| ApiError::Internal(format!("version {}: {e}", head.id)))?;
             Ok(Arc::new(VersionView::new(head.clone(), hierarchy)))
         };
         self.caches.view(head.id, &self.metrics, load).await
     }
 
     /// The block holding `tile` of array `node` in `version`; empty when nothing is stored there.
-    pub async fn block(&self, version: i64, node: &Node, tile: u64, tile_len: u32) -> Result<Arc<ManifestBlock>, ApiError> {
+    pub async fn block(
+        &self,
+        version: i64,
+        node: &Node,
+        tile: u64,
+        tile_len: u32,
+    ) -> Result<Arc<ManifestBlock>, ApiError> {
         let load = async {
             let started = Instant::now();
             let data = self.catalog.block(version, node.path.as_str(), tile).await?;
@@ -169,7 +178,10 @@ impl App {
 
     /// Records the latency of a catalog operation.
     pub fn observe_catalog(&self, operation: &str, started: Instant) {
-        self.metrics.catalog_query_duration_seconds.with_label_values(&[operation]).observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .catalog_query_duration_seconds
+            .with_label_values(&[operation])
+            .observe(started.elapsed().as_secs_f64());
     }
 }
 
@@ -187,7 +199,11 @@ pub fn check_exposure(config: &Config) -> anyhow::Result<()> {
 }
 
 /// Serves `state` on `listener` until `shutdown` completes, then lets in-flight requests finish.
-pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let router = crate::http::router(state);
     let service = tower::ServiceBuilder::new().map_request(crate::http::collapse_slashes).service(router);
     axum::serve(listener, axum::ServiceExt::<Request>::into_make_service(service))

@@ -103,17 +103,32 @@ impl Caches {
     }
 
     /// The head of `key`, loading it on a miss.
-    pub async fn head(&self, key: HeadKey, metrics: &Metrics, load: impl Future<Output = Result<Option<VersionHead>, ApiError>>) -> Result<Option<VersionHead>, ApiError> {
+    pub async fn head(
+        &self,
+        key: HeadKey,
+        metrics: &Metrics,
+        load: impl Future<Output = Result<Option<VersionHead>, ApiError>>,
+    ) -> Result<Option<VersionHead>, ApiError> {
         get(&self.heads, "heads", key, metrics, load).await
     }
 
     /// The view of version `id`, loading it on a miss.
-    pub async fn view(&self, id: i64, metrics: &Metrics, load: impl Future<Output = Result<Arc<VersionView>, ApiError>>) -> Result<Arc<VersionView>, ApiError> {
+    pub async fn view(
+        &self,
+        id: i64,
+        metrics: &Metrics,
+        load: impl Future<Output = Result<Arc<VersionView>, ApiError>>,
+    ) -> Result<Arc<VersionView>, ApiError> {
         get(&self.views, "metadata", id, metrics, load).await
     }
 
     /// The block at `key`, loading it on a miss.
-    pub async fn block(&self, key: BlockKey, metrics: &Metrics, load: impl Future<Output = Result<Arc<ManifestBlock>, ApiError>>) -> Result<Arc<ManifestBlock>, ApiError> {
+    pub async fn block(
+        &self,
+        key: BlockKey,
+        metrics: &Metrics,
+        load: impl Future<Output = Result<Arc<ManifestBlock>, ApiError>>,
+    ) -> Result<Arc<ManifestBlock>, ApiError> {
         get(&self.blocks, "blocks", key, metrics, load).await
     }
 
@@ -145,7 +160,13 @@ impl Caches {
     }
 }
 
-async fn get<K, V>(cache: &Cache<K, V>, name: &str, key: K, metrics: &Metrics, load: impl Future<Output = Result<V, ApiError>>) -> Result<V, ApiError>
+async fn get<K, V>(
+    cache: &Cache<K, V>,
+    name: &str,
+    key: K,
+    metrics: &Metrics,
+    load: impl Future<Output = Result<V, ApiError>>,
+) -> Result<V, ApiError>
 where
     K: Hash + Eq + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,

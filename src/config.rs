@@ -148,7 +148,8 @@ impl Config {
         let mut table = toml::Value::try_from(Config::default())?;
         if let Some(path) = file {
             let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            let from_file: toml::Value = toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+            let from_file: toml::Value =
+                toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
             merge(&mut table, from_file);
         }
         let defaults = toml::Value::try_from(Config::default())?;
@@ -197,7 +198,12 @@ fn merge(base: &mut toml::Value, over: toml::Value) {
 }
 
 /// Every scalar or list key of the defaults can be set as `ZARRGATE_<SECTION>_<KEY>`.
-fn apply_env(table: &mut toml::Value, defaults: &toml::Value, prefix: &str, vars: &impl Fn(&str) -> Option<String>) -> anyhow::Result<()> {
+fn apply_env(
+    table: &mut toml::Value,
+    defaults: &toml::Value,
+    prefix: &str,
+    vars: &impl Fn(&str) -> Option<String>,
+) -> anyhow::Result<()> {
     let toml::Value::Table(defaults) = defaults else { return Ok(()) };
     for (key, default) in defaults {
         let name = format!("{prefix}_{}", key.to_ascii_uppercase());
@@ -214,10 +220,18 @@ fn apply_env(table: &mut toml::Value, defaults: &toml::Value, prefix: &str, vars
                 "0" | "false" | "no" | "off" | "" => false,
                 _ => bail!("{name}={raw:?} is not a boolean"),
             }),
-            toml::Value::Integer(_) => toml::Value::Integer(raw.trim().parse().with_context(|| format!("{name}={raw:?} is not an integer"))?),
-            toml::Value::Array(_) if key == "object_stores" => bail!("{name}: declare object stores in the configuration file"),
+            toml::Value::Integer(_) => {
+                toml::Value::Integer(raw.trim().parse().with_context(|| format!("{name}={raw:?} is not an integer"))?)
+            }
+            toml::Value::Array(_) if key == "object_stores" => {
+                bail!("{name}: declare object stores in the configuration file")
+            }
             toml::Value::Array(_) => toml::Value::Array(
-                raw.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| toml::Value::String(s.into())).collect(),
+                raw.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(|s| toml::Value::String(s.into()))
+                    .collect(),
             ),
             _ => toml::Value::String(raw),
         };
@@ -243,8 +257,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("z.toml");
         std::fs::write(&file, "listen = \"0.0.0.0:9000\"\n[cache]\nblocks_bytes = 1000\n[[object_stores]]\nname = \"d\"\nurl = \"s3://b/\"\n").unwrap();
-        let c = Config::load(Some(&file), env(&[("ZARRGATE_CACHE_BLOCKS_BYTES", "2000"), ("DATABASE_URL", "postgres://u:pw@h/db"),
-            ("ZARRGATE_ADMIN_TOKENS", "aaaaaaaaaaaaaaaa, bbbbbbbbbbbbbbbb"), ("ZARRGATE_HTTP_CORS", "false")])).unwrap();
+        let c = Config::load(
+            Some(&file),
+            env(&[
+                ("ZARRGATE_CACHE_BLOCKS_BYTES", "2000"),
+                ("DATABASE_URL", "postgres://u:pw@h/db"),
+                ("ZARRGATE_ADMIN_TOKENS", "aaaaaaaaaaaaaaaa, bbbbbbbbbbbbbbbb"),
+                ("ZARRGATE_HTTP_CORS", "false"),
+            ]),
+        )
+        .unwrap();
         assert_eq!(c.listen, "0.0.0.0:9000");
         assert_eq!(c.cache.blocks_bytes, 2000);
         assert_eq!(c.cache.metadata_bytes, CacheConfig::default().metadata_bytes);

@@ -109,6 +109,9 @@ impl IntoResponse for ApiError {
         match &self {
             Self::Internal(cause) => tracing::error!(%cause, "internal error"),
             Self::Unavailable(cause) => tracing::error!(%cause, "catalog unavailable"),
+            Self::Source(cause @ SourceError::Upstream { detail, .. }) => {
+                tracing::warn!(%cause, %detail, kind = cause.kind(), "upstream failure")
+            }
             Self::Source(cause) => tracing::warn!(%cause, kind = cause.kind(), "upstream failure"),
             _ => {}
         }

@@ -1,6 +1,8 @@
 //! The REST control plane: registration, listing, export, deletion, object stores, auth, and
 //! bad input that must change nothing.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::{f32_array, f32_bytes};
@@ -155,12 +157,24 @@ async fn tokens_guard_the_control_plane_only() {
     let r = server.client.get(format!("{}/api/v1/stores", server.url)).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(r.headers()["www-authenticate"], "Bearer");
-    let r = server.client.get(format!("{}/api/v1/stores", server.url)).bearer_auth("wrong-token-of-some-length").send().await.unwrap();
+    let r = server
+        .client
+        .get(format!("{}/api/v1/stores", server.url))
+        .bearer_auth("wrong-token-of-some-length")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     let r = server.client.get(format!("{}/api/v1/stores", server.url)).bearer_auth(token).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     let url = url::Url::from_directory_path(&server.data).unwrap();
-    let r = server.client.put(format!("{}/api/v1/object-stores/local", server.url)).json(&json!({"url": url.as_str()})).send().await.unwrap();
+    let r = server
+        .client
+        .put(format!("{}/api/v1/object-stores/local", server.url))
+        .json(&json!({"url": url.as_str()}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "writes need the token too");
     // The data plane and ops stay public.
     assert_eq!(server.get("/healthz", &[]).await.status(), StatusCode::OK);

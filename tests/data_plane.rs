@@ -1,6 +1,8 @@
 //! The data plane as Zarr clients see it: keys, encodings, Range, HEAD, conditional requests,
 //! compression, CORS, versions, and the headers every client needs.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::{TestServer, f32_array, f32_bytes};
@@ -13,7 +15,8 @@ async fn register(server: &TestServer) -> i64 {
     server.local_store().await;
     let path = server.write("x.bin", &f32_bytes((0..12).map(|i| i as f32)));
     let v = |i: u64| json!({"path": path, "offset": i * 16, "length": 16});
-    let enc = |name: &str, sep: &str| json!({"chunk_key_encoding": {"name": name, "configuration": {"separator": sep}}});
+    let enc =
+        |name: &str, sep: &str| json!({"chunk_key_encoding": {"name": name, "configuration": {"separator": sep}}});
     let doc = json!({"nodes": {
         "": {"zarr_format": 3, "node_type": "group", "attributes": {"title": "demo"}},
         "x": f32_array(&[16], &[4], json!({"manifest": {"0": v(0), "1": v(1), "2": v(2)}})),
@@ -217,7 +220,10 @@ async fn ops_endpoints() {
     let ready: Value = server.get("/readyz", &[]).await.json().await.unwrap();
     assert_eq!(ready["catalog"], "sqlite");
     let metrics = server.get("/metrics", &[]).await.text().await.unwrap();
-    assert!(metrics.contains(r#"zarrgate_http_requests_total{method="GET",route="/{store}/{*key}",status="200"}"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"zarrgate_http_requests_total{method="GET",route="/{store}/{*key}",status="200"}"#),
+        "{metrics}"
+    );
     assert!(metrics.contains(r#"zarrgate_upstream_requests_total{object_store="local",outcome="ok"} 1"#), "{metrics}");
     assert!(metrics.contains(r#"zarrgate_cache_misses_total{cache="blocks"}"#), "{metrics}");
     assert!(metrics.contains("zarrgate_registrations_total{outcome=\"created\"} 1"), "{metrics}");

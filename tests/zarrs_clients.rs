@@ -3,6 +3,8 @@
 //! then read back by zarrs over HTTP (zarrs_object_store over object_store's `HttpStore`), the way
 //! a Rust user would. Every case compares the values read with the values written.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -15,8 +17,8 @@ use serde_json::{Map, Value, json};
 use zarrs::array::chunk_key_encoding::V2ChunkKeyEncoding;
 use zarrs::array::codec::{GzipCodec, ZstdCodec};
 use zarrs::array::{
-    Array, ArrayBuilder, ArraySubset, AsyncArrayShardedReadableExt, AsyncArrayShardedReadableExtCache, ChunkKeySeparator,
-    CodecOptions, data_type,
+    Array, ArrayBuilder, ArraySubset, AsyncArrayShardedReadableExt, AsyncArrayShardedReadableExtCache,
+    ChunkKeySeparator, CodecOptions, data_type,
 };
 use zarrs::filesystem::FilesystemStore;
 use zarrs::group::{Group, GroupBuilder};
@@ -37,7 +39,12 @@ fn fs_store(server: &TestServer, name: &str) -> (PathBuf, Arc<FilesystemStore>) 
 }
 
 /// zarrs builds the array at `path`, stores its metadata and writes `values` over the whole array.
-fn write_f32(store: &Arc<FilesystemStore>, path: &str, builder: &ArrayBuilder, values: &[f32]) -> Array<FilesystemStore> {
+fn write_f32(
+    store: &Arc<FilesystemStore>,
+    path: &str,
+    builder: &ArrayBuilder,
+    values: &[f32],
+) -> Array<FilesystemStore> {
     let array = builder.build(store.clone(), path).unwrap();
     array.store_metadata().unwrap();
     array.store_array_subset(&array.subset_all(), values.to_vec()).unwrap();
@@ -76,7 +83,10 @@ fn array_node(root: &Path, array: &Array<FilesystemStore>, leave_out: &[&[u64]])
         }
         let file = root.join(array.chunk_key(&indices).as_str());
         if let Ok(meta) = std::fs::metadata(&file) {
-            manifest.insert(manifest_key(&indices), json!({"path": file.display().to_string(), "offset": 0, "length": meta.len()}));
+            manifest.insert(
+                manifest_key(&indices),
+                json!({"path": file.display().to_string(), "offset": 0, "length": meta.len()}),
+            );
         }
     }
     doc["manifest"] = Value::Object(manifest);
@@ -86,7 +96,12 @@ fn array_node(root: &Path, array: &Array<FilesystemStore>, leave_out: &[&[u64]])
 /// Registers the `local` object store (once) and the store `name` from `nodes`; checks the
 /// number of virtual chunks the server counted; returns the version.
 async fn register(server: &TestServer, name: &str, nodes: Value, virtual_chunks: u64) -> i64 {
-    let (status, body) = server.put("/api/v1/object-stores/local", &json!({"url": url::Url::from_directory_path(&server.data).unwrap().as_str()})).await;
+    let (status, body) = server
+        .put(
+            "/api/v1/object-stores/local",
+            &json!({"url": url::Url::from_directory_path(&server.data).unwrap().as_str()}),
+        )
+        .await;
     assert!(status.is_success() || status == StatusCode::CONFLICT, "{status} {body}");
     let (status, body) = server.put(&format!("/api/v1/stores/{name}"), &json!({"nodes": nodes})).await;
     assert_eq!(status, StatusCode::CREATED, "registering {name}: {body}");
@@ -124,7 +139,14 @@ fn sample(n: u64, base: f32) -> Vec<f32> {
 fn assert_same(read: &[f32], expected: &[f32], what: &str) {
     assert_eq!(read.len(), expected.len(), "{what}: element count");
     let bad: Vec<usize> = (0..read.len()).filter(|&i| read[i].to_bits() != expected[i].to_bits()).collect();
-    assert!(bad.is_empty(), "{what}: {} elements differ, first at {}: read {} expected {}", bad.len(), bad[0], read[bad[0]], expected[bad[0]]);
+    assert!(
+        bad.is_empty(),
+        "{what}: {} elements differ, first at {}: read {} expected {}",
+        bad.len(),
+        bad[0],
+        read[bad[0]],
+        expected[bad[0]]
+    );
 }
 
 /// Sum of `zarrgate_http_requests_total` over routes for one method and status, from `/metrics`.
@@ -150,7 +172,13 @@ async fn compressed_2d(server: &TestServer) {
     let mut zst = ArrayBuilder::new(SHAPE_2D.to_vec(), vec![4, 5], data_type::float32(), f32::NAN);
     zst.bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(3, true))]);
     let zst = write_f32(&store, "/zst", &zst, &zst_values);
-    let version = register(server, "compressed", json!({"gz": array_node(&root, &gz, &[]), "zst": array_node(&root, &zst, &[])}), 24).await;
+    let version = register(
+        server,
+        "compressed",
+        json!({"gz": array_node(&root, &gz, &[]), "zst": array_node(&root, &zst, &[])}),
+        24,
+    )
+    .await;
 
     let http = http_store(server, "compressed");
     for (path, expected) in [("/gz", &values), ("/zst", &zst_values)] {
@@ -226,7 +254,10 @@ async fn sharded(server: &TestServer) {
     let index_start = shard.len() - 20;
     let r = server.get("/sharded/s/c/1/1", &[("range", &format!("bytes={index_start}-{}", shard.len() - 1))]).await;
     assert_eq!(r.status(), StatusCode::PARTIAL_CONTENT);
-    assert_eq!(r.headers()["content-range"], format!("bytes {index_start}-{}/{}", shard.len() - 1, shard.len()).as_str());
+    assert_eq!(
+        r.headers()["content-range"],
+        format!("bytes {index_start}-{}/{}", shard.len() - 1, shard.len()).as_str()
+    );
     assert_eq!(r.bytes().await.unwrap().to_vec(), shard[index_start..], "an absolute range, as zarrs sends it");
 }
 
@@ -274,7 +305,8 @@ async fn missing_chunk_reads_as_fill_value() {
     let http = http_store(&server, "holes");
     let array = Array::async_open(http, "/h").await.unwrap();
     let all: Vec<f32> = array.async_retrieve_array_subset(&array.subset_all()).await.unwrap();
-    let expected: Vec<f32> = (0..64).map(|i| if (4..8).contains(&(i / 8)) && i % 8 < 4 { 42.5 } else { values[i] }).collect();
+    let expected: Vec<f32> =
+        (0..64).map(|i| if (4..8).contains(&(i / 8)) && i % 8 < 4 { 42.5 } else { values[i] }).collect();
     assert_same(&all, &expected, "array with chunk [1, 0] missing");
     // A region straddling the hole and its neighbours (a partial read of a missing chunk).
     let sub: Vec<f32> = array.async_retrieve_array_subset(&ArraySubset::new_with_ranges(&[3..6, 2..6])).await.unwrap();
@@ -363,7 +395,8 @@ async fn group_hierarchy_with_consolidated_metadata() {
         .dimension_names(Some(["lat", "lon"]))
         .attributes(attrs(json!({"units": "K"})));
     let temp = write_f32(&store, "/sub/temp", &builder, &values);
-    let nodes = json!({"": zarr_json(&root, ""), "sub": zarr_json(&root, "sub"), "sub/temp": array_node(&root, &temp, &[])});
+    let nodes =
+        json!({"": zarr_json(&root, ""), "sub": zarr_json(&root, "sub"), "sub/temp": array_node(&root, &temp, &[])});
     register(&server, "tree", nodes, 6).await;
 
     let http = http_store(&server, "tree");
@@ -376,7 +409,8 @@ async fn group_hierarchy_with_consolidated_metadata() {
     members.sort_unstable();
     assert_eq!(members, ["sub", "sub/temp"]);
     // zarrs uses the consolidated metadata to list (an HTTP store cannot list zarrgate).
-    let mut children: Vec<String> = group.async_traverse().await.unwrap().into_iter().map(|(p, _)| p.as_str().to_owned()).collect();
+    let mut children: Vec<String> =
+        group.async_traverse().await.unwrap().into_iter().map(|(p, _)| p.as_str().to_owned()).collect();
     children.sort_unstable();
     assert_eq!(children, ["/sub", "/sub/temp"]);
 
@@ -388,6 +422,7 @@ async fn group_hierarchy_with_consolidated_metadata() {
     assert_eq!(array.attributes().get("units"), Some(&json!("K")));
     let all: Vec<f32> = array.async_retrieve_array_subset(&array.subset_all()).await.unwrap();
     assert_same(&all, &values, "sub/temp");
-    let sub_region: Vec<f32> = array.async_retrieve_array_subset(&ArraySubset::new_with_ranges(&[1..4, 3..6])).await.unwrap();
+    let sub_region: Vec<f32> =
+        array.async_retrieve_array_subset(&ArraySubset::new_with_ranges(&[1..4, 3..6])).await.unwrap();
     assert_same(&sub_region, &region(&values, &[5, 6], &[1..4, 3..6]), "sub/temp region");
 }

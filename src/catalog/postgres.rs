@@ -43,7 +43,11 @@ impl PostgresCatalog {
 }
 
 fn head(row: &sqlx::postgres::PgRow) -> Result<VersionHead, sqlx::Error> {
-    Ok(VersionHead { store: row.try_get("store")?, id: row.try_get("id")?, created_at_ms: row.try_get("created_at_ms")? })
+    Ok(VersionHead {
+        store: row.try_get("store")?,
+        id: row.try_get("id")?,
+        created_at_ms: row.try_get("created_at_ms")?,
+    })
 }
 
 fn store_record(row: &sqlx::postgres::PgRow) -> Result<StoreRecord, CatalogError> {
@@ -55,7 +59,12 @@ fn store_record(row: &sqlx::postgres::PgRow) -> Result<StoreRecord, CatalogError
     })
 }
 
-async fn insert_blocks(tx: &mut Transaction<'_, Postgres>, store: &str, version: i64, batch: Vec<EncodedBlock>) -> Result<(), CatalogError> {
+async fn insert_blocks(
+    tx: &mut Transaction<'_, Postgres>,
+    store: &str,
+    version: i64,
+    batch: Vec<EncodedBlock>,
+) -> Result<(), CatalogError> {
     let ids: Vec<i64> = sqlx::query_scalar("select nextval('blocks_id_seq') from generate_series(1, $1)")
         .bind(batch.len() as i64)
         .fetch_all(&mut **tx)
@@ -85,7 +94,9 @@ impl Catalog for PostgresCatalog {
     }
 
     async fn current_version(&self, store: &str) -> Result<Option<VersionHead>, CatalogError> {
-        let sql = sqlx::AssertSqlSafe(format!("select {HEAD} from stores s join versions v on v.id = s.current_version where s.name = $1"));
+        let sql = sqlx::AssertSqlSafe(format!(
+            "select {HEAD} from stores s join versions v on v.id = s.current_version where s.name = $1"
+        ));
         let row = sqlx::query(sql).bind(store).fetch_optional(&self.pool).await?;
         Ok(row.as_ref().map(head).transpose()?)
     }
@@ -97,10 +108,11 @@ impl Catalog for PostgresCatalog {
     }
 
     async fn nodes(&self, version: i64) -> Result<Vec<StoredNode>, CatalogError> {
-        let rows: Vec<(String, String)> = sqlx::query_as("select path, metadata from nodes where version_id = $1 order by path")
-            .bind(version)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("select path, metadata from nodes where version_id = $1 order by path")
+                .bind(version)
+                .fetch_all(&self.pool)
+                .await?;
         rows.into_iter().map(|(path, metadata)| parse_node(path, &metadata)).collect()
     }
 
@@ -118,10 +130,11 @@ impl Catalog for PostgresCatalog {
     }
 
     async fn tiles(&self, version: i64) -> Result<Vec<(String, u64)>, CatalogError> {
-        let rows: Vec<(String, i64)> = sqlx::query_as("select node, tile from tiles where version_id = $1 order by node, tile")
-            .bind(version)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as("select node, tile from tiles where version_id = $1 order by node, tile")
+                .bind(version)
+                .fetch_all(&self.pool)
+                .await?;
         Ok(rows.into_iter().map(|(n, t)| (n, t as u64)).collect())
     }
 
@@ -133,7 +146,9 @@ impl Catalog for PostgresCatalog {
                 .await?;
         Ok(rows
             .into_iter()
-            .map(|(url, etag, last_modified, size)| (url, SourceFacts { etag, last_modified, size: size.map(|s| s as u64) }))
+            .map(|(url, etag, last_modified, size)| {
+                (url, SourceFacts { etag, last_modified, size: size.map(|s| s as u64) })
+            })
             .collect())
     }
 
@@ -148,7 +163,8 @@ impl Catalog for PostgresCatalog {
         // Serialises concurrent registrations of the same store.
         sqlx::query("select name from stores where name = $1 for update").bind(name).execute(&mut *tx).await?;
         let summary = serde_json::to_value(&store.summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
-        let sql = sqlx::AssertSqlSafe(format!("insert into versions as v (store, summary) values ($1, $2) returning {HEAD}"));
+        let sql =
+            sqlx::AssertSqlSafe(format!("insert into versions as v (store, summary) values ($1, $2) returning {HEAD}"));
         let row = sqlx::query(sql).bind(name).bind(sqlx::types::Json(summary)).fetch_one(&mut *tx).await?;
         let head = head(&row)?;
         for chunk in store.nodes.chunks(ROWS_PER_INSERT) {
@@ -162,7 +178,8 @@ impl Catalog for PostgresCatalog {
             insert_blocks(&mut tx, name, head.id, batch).await?;
         }
         for chunk in store.urls().chunks(ROWS_PER_INSERT) {
-            let mut q = QueryBuilder::<Postgres>::new("insert into sources (version_id, url, etag, last_modified, size) ");
+            let mut q =
+                QueryBuilder::<Postgres>::new("insert into sources (version_id, url, etag, last_modified, size) ");
             q.push_values(chunk, |mut b, url| {
                 let facts = store.sources.get(url).cloned().unwrap_or_default();
                 b.push_bind(head.id)
@@ -204,7 +221,8 @@ impl Catalog for PostgresCatalog {
 
     async fn delete_store(&self, name: &str) -> Result<bool, CatalogError> {
         let mut tx = self.pool.begin().await?;
-        let deleted = sqlx::query("delete from stores where name = $1").bind(name).execute(&mut *tx).await?.rows_affected() == 1;
+        let deleted =
+            sqlx::query("delete from stores where name = $1").bind(name).execute(&mut *tx).await?.rows_affected() == 1;
         sqlx::query("select pg_notify('zarrgate_versions', $1)").bind(name).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(deleted)
@@ -242,12 +260,19 @@ impl Catalog for PostgresCatalog {
         let rows: Vec<(String, String, sqlx::types::Json<serde_json::Value>)> =
             sqlx::query_as("select name, url, options from object_stores order by name").fetch_all(&self.pool).await?;
         rows.into_iter()
-            .map(|(name, url, options)| Ok(ObjectStoreRecord { name, url, options: parse_options(&options.0.to_string())? }))
+            .map(|(name, url, options)| {
+                Ok(ObjectStoreRecord { name, url, options: parse_options(&options.0.to_string())? })
+            })
             .collect()
     }
 
     async fn delete_object_store(&self, name: &str) -> Result<bool, CatalogError> {
-        let deleted = sqlx::query("delete from object_stores where name = $1").bind(name).execute(&self.pool).await?.rows_affected() == 1;
+        let deleted = sqlx::query("delete from object_stores where name = $1")
+            .bind(name)
+            .execute(&self.pool)
+            .await?
+            .rows_affected()
+            == 1;
         sqlx::query("select pg_notify('zarrgate_object_stores', $1)").bind(name).execute(&self.pool).await?;
         Ok(deleted)
     }

@@ -37,7 +37,8 @@ impl SqliteCatalog {
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(30));
         if let Some(dir) = options.get_filename().parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| sqlx::Error::Configuration(format!("creating {}: {e}", dir.display()).into()))?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| sqlx::Error::Configuration(format!("creating {}: {e}", dir.display()).into()))?;
         }
         let pool = SqlitePoolOptions::new().max_connections(max_connections.max(1)).connect_with(options).await?;
         sqlx::migrate!("migrations/sqlite").run(&pool).await?;
@@ -51,10 +52,19 @@ fn head(row: &sqlx::sqlite::SqliteRow) -> Result<VersionHead, sqlx::Error> {
 
 fn store_record(row: &sqlx::sqlite::SqliteRow) -> Result<StoreRecord, CatalogError> {
     let summary: String = row.try_get("summary")?;
-    Ok(StoreRecord { head: head(row)?, store_created_at_ms: row.try_get("store_created_at")?, summary: parse_summary(&summary)? })
+    Ok(StoreRecord {
+        head: head(row)?,
+        store_created_at_ms: row.try_get("store_created_at")?,
+        summary: parse_summary(&summary)?,
+    })
 }
 
-async fn insert_blocks(tx: &mut Transaction<'_, Sqlite>, store: &str, version: i64, batch: Vec<EncodedBlock>) -> Result<(), CatalogError> {
+async fn insert_blocks(
+    tx: &mut Transaction<'_, Sqlite>,
+    store: &str,
+    version: i64,
+    batch: Vec<EncodedBlock>,
+) -> Result<(), CatalogError> {
     // Writers are serialised by SQLite, so the next ids cannot be taken by anyone else.
     let first: i64 = sqlx::query_scalar("select coalesce(max(id), 0) + 1 from blocks").fetch_one(&mut **tx).await?;
     let ids: Vec<i64> = (first..).take(batch.len()).collect();
@@ -102,10 +112,11 @@ impl Catalog for SqliteCatalog {
     }
 
     async fn nodes(&self, version: i64) -> Result<Vec<StoredNode>, CatalogError> {
-        let rows: Vec<(String, String)> = sqlx::query_as("select path, metadata from nodes where version_id = ? order by path")
-            .bind(version)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("select path, metadata from nodes where version_id = ? order by path")
+                .bind(version)
+                .fetch_all(&self.pool)
+                .await?;
         rows.into_iter().map(|(path, metadata)| parse_node(path, &metadata)).collect()
     }
 
@@ -122,10 +133,11 @@ impl Catalog for SqliteCatalog {
     }
 
     async fn tiles(&self, version: i64) -> Result<Vec<(String, u64)>, CatalogError> {
-        let rows: Vec<(String, i64)> = sqlx::query_as("select node, tile from tiles where version_id = ? order by node, tile")
-            .bind(version)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as("select node, tile from tiles where version_id = ? order by node, tile")
+                .bind(version)
+                .fetch_all(&self.pool)
+                .await?;
         Ok(rows.into_iter().map(|(n, t)| (n, t as u64)).collect())
     }
 
@@ -137,28 +149,34 @@ impl Catalog for SqliteCatalog {
                 .await?;
         Ok(rows
             .into_iter()
-            .map(|(url, etag, last_modified, size)| (url, SourceFacts { etag, last_modified, size: size.map(|s| s as u64) }))
+            .map(|(url, etag, last_modified, size)| {
+                (url, SourceFacts { etag, last_modified, size: size.map(|s| s as u64) })
+            })
             .collect())
     }
 
     async fn write_version(&self, name: &str, store: &ValidatedStore) -> Result<Written, CatalogError> {
         let now = now_ms();
         let mut tx = self.pool.begin_with("begin immediate").await?;
-        let created = sqlx::query("insert into stores (name, created_at, updated_at) values (?, ?, ?) on conflict (name) do nothing")
-            .bind(name)
-            .bind(now)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
+        let created = sqlx::query(
+            "insert into stores (name, created_at, updated_at) values (?, ?, ?) on conflict (name) do nothing",
+        )
+        .bind(name)
+        .bind(now)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
             == 1;
         let summary = serde_json::to_string(&store.summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
-        let row = sqlx::query("insert into versions (store, created_at, summary) values (?, ?, ?) returning store, id, created_at")
-            .bind(name)
-            .bind(now)
-            .bind(summary)
-            .fetch_one(&mut *tx)
-            .await?;
+        let row = sqlx::query(
+            "insert into versions (store, created_at, summary) values (?, ?, ?) returning store, id, created_at",
+        )
+        .bind(name)
+        .bind(now)
+        .bind(summary)
+        .fetch_one(&mut *tx)
+        .await?;
         let head = head(&row)?;
         for chunk in store.nodes.chunks(ROWS_PER_INSERT) {
             let mut q = QueryBuilder::<Sqlite>::new("insert into nodes (version_id, path, metadata) ");
@@ -171,7 +189,8 @@ impl Catalog for SqliteCatalog {
             insert_blocks(&mut tx, name, head.id, batch).await?;
         }
         for chunk in store.urls().chunks(ROWS_PER_INSERT) {
-            let mut q = QueryBuilder::<Sqlite>::new("insert into sources (version_id, url, etag, last_modified, size) ");
+            let mut q =
+                QueryBuilder::<Sqlite>::new("insert into sources (version_id, url, etag, last_modified, size) ");
             q.push_values(chunk, |mut b, url| {
                 let facts = store.sources.get(url).cloned().unwrap_or_default();
                 b.push_bind(head.id)
@@ -216,7 +235,8 @@ impl Catalog for SqliteCatalog {
     }
 
     async fn delete_store(&self, name: &str) -> Result<bool, CatalogError> {
-        let deleted = sqlx::query("delete from stores where name = ?").bind(name).execute(&self.pool).await?.rows_affected() == 1;
+        let deleted =
+            sqlx::query("delete from stores where name = ?").bind(name).execute(&self.pool).await?.rows_affected() == 1;
         Ok(deleted)
     }
 
@@ -235,8 +255,10 @@ impl Catalog for SqliteCatalog {
         let now = now_ms();
         let options = serde_json::Value::Object(record.options.clone()).to_string();
         let mut tx = self.pool.begin_with("begin immediate").await?;
-        let exists: Option<String> =
-            sqlx::query_scalar("select name from object_stores where name = ?").bind(&record.name).fetch_optional(&mut *tx).await?;
+        let exists: Option<String> = sqlx::query_scalar("select name from object_stores where name = ?")
+            .bind(&record.name)
+            .fetch_optional(&mut *tx)
+            .await?;
         sqlx::query(
             "insert into object_stores (name, url, options, created_at, updated_at) values (?1, ?2, ?3, ?4, ?4) \
              on conflict (name) do update set url = excluded.url, options = excluded.options, updated_at = excluded.updated_at",
@@ -261,7 +283,12 @@ impl Catalog for SqliteCatalog {
     }
 
     async fn delete_object_store(&self, name: &str) -> Result<bool, CatalogError> {
-        let deleted = sqlx::query("delete from object_stores where name = ?").bind(name).execute(&self.pool).await?.rows_affected() == 1;
+        let deleted = sqlx::query("delete from object_stores where name = ?")
+            .bind(name)
+            .execute(&self.pool)
+            .await?
+            .rows_affected()
+            == 1;
         Ok(deleted)
     }
 }

@@ -9,7 +9,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header}
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
-use futures::TryStreamExt;
+use futures::StreamExt;
 
 use super::range::{Plan, plan};
 use crate::app::AppState;
@@ -37,12 +37,20 @@ struct Served {
     head_only: bool,
 }
 
-async fn read(State(app): State<AppState>, Path((store, key)): Path<(String, String)>, method: Method, headers: HeaderMap) -> Response {
+async fn read(
+    State(app): State<AppState>,
+    Path((store, key)): Path<(String, String)>,
+    method: Method,
+    headers: HeaderMap,
+) -> Response {
     let (name, pinned) = match store.split_once('@') {
         None => (store.as_str(), None),
         Some((name, version)) => match version.parse::<i64>() {
             Ok(v) => (name, Some(v)),
-            Err(_) => return ApiError::NotFound(format!("{version:?} is not a version number (use {name}@<number>)")).into_response(),
+            Err(_) => {
+                return ApiError::NotFound(format!("{version:?} is not a version number (use {name}@<number>)"))
+                    .into_response();
+            }
         },
     };
     let head = match app.head(name, pinned).await {
@@ -89,7 +97,9 @@ async fn read(State(app): State<AppState>, Path((store, key)): Path<(String, Str
 fn metadata(view: &VersionView, node: &Node, headers: &HeaderMap, served: &Served) -> Response {
     let doc = &view.docs[node.index as usize];
     let (body, etag, encoding) = match &doc.gzip {
-        Some(gz) if accepts_gzip(headers) => (gz.clone(), format!("{}-gz\"", doc.etag.trim_end_matches('"')), Some("gzip")),
+        Some(gz) if accepts_gzip(headers) => {
+            (gz.clone(), format!("{}-gz\"", doc.etag.trim_end_matches('"')), Some("gzip"))
+        }
         _ => (doc.identity.clone(), doc.etag.clone(), None),
     };
     let mut response = bytes_response(body, &etag, "application/json", headers, served);
@@ -102,22 +112,42 @@ fn metadata(view: &VersionView, node: &Node, headers: &HeaderMap, served: &Serve
     response
 }
 
-async fn chunk(app: &AppState, view: &VersionView, node: &Node, at: ChunkLocation, key: &str, headers: &HeaderMap, served: &Served) -> Result<Response, ApiError> {
+async fn chunk(
+    app: &AppState,
+    view: &VersionView,
+    node: &Node,
+    at: ChunkLocation,
+    key: &str,
+    headers: &HeaderMap,
+    served: &Served,
+) -> Result<Response, ApiError> {
     let crate::zarr::metadata::NodeKind::Array(layout) = &node.kind else {
         return Err(ApiError::NotFound(format!("{key:?} is not a chunk")));
     };
     let block = app.block(view.head.id, node, at.tile, layout.grid.tile_len()).await?;
     match block.get(at.slot) {
-        ChunkRef::Missing => Err(ApiError::NotFound(format!("chunk {key:?} of array {} has no data: readers use its fill value", node.path))),
+        ChunkRef::Missing => Err(ApiError::NotFound(format!(
+            "chunk {key:?} of array {} has no data: readers use its fill value",
+            node.path
+        ))),
         ChunkRef::Inline(bytes) => {
             let tag = etag('i', &bytes);
             Ok(bytes_response(bytes, &tag, "application/octet-stream", headers, served))
         }
-        ChunkRef::Virtual { source, offset, length } => virtual_chunk(app, source, offset, length, headers, served).await,
+        ChunkRef::Virtual { source, offset, length } => {
+            virtual_chunk(app, source, offset, length, headers, served).await
+        }
     }
 }
 
-async fn virtual_chunk(app: &AppState, source: &BlockSource, offset: u64, length: u64, headers: &HeaderMap, served: &Served) -> Result<Response, ApiError> {
+async fn virtual_chunk(
+    app: &AppState,
+    source: &BlockSource,
+    offset: u64,
+    length: u64,
+    headers: &HeaderMap,
+    served: &Served,
+) -> Result<Response, ApiError> {
     let identity = format!("{}\n{offset}\n{length}\n{}", source.url, source.etag.as_deref().unwrap_or(""));
     let tag = etag('v', identity.as_bytes());
     let (status, range) = match plan(headers, length, &tag) {
@@ -130,14 +160,37 @@ async fn virtual_chunk(app: &AppState, source: &BlockSource, offset: u64, length
         Response::new(Body::empty())
     } else {
         let started = Instant::now();
-        let fetched = app.sources.fetch(&source.url, offset + range.start..offset + range.end, source.etag.as_deref()).await;
+        let fetched =
+            app.sources.fetch(&source.url, offset + range.start..offset + range.end, source.etag.as_deref()).await;
         let m = &app.metrics;
         match fetched {
             Ok(fetched) => {
-                m.upstream_requests_total.with_label_values(&[fetched.store.as_str(), "ok"]).inc();
-                m.upstream_request_duration_seconds.with_label_values(&[fetched.store.as_str()]).observe(started.elapsed().as_secs_f64());
-                let bytes = m.upstream_bytes_total.with_label_values(&[fetched.store.as_str()]);
-                Response::new(Body::from_stream(fetched.body.inspect_ok(move |b| bytes.inc_by(b.len() as u64))))
+                let store = fetched.store.as_str();
+                m.upstream_request_duration_seconds
+                    .with_label_values(&[store])
+                    .observe(started.elapsed().as_secs_f64());
+                let bytes = m.upstream_bytes_total.with_label_values(&[store]);
+                let aborted = m.upstream_requests_total.with_label_values(&[store, "aborted"]);
+                let ok = m.upstream_requests_total.with_label_values(&[store, "ok"]);
+                // "ok" once the last byte has passed: a source failing mid-body is "aborted" instead.
+                let mut remaining = fetched.len;
+                if remaining == 0 {
+                    ok.inc();
+                }
+                let body = fetched.body.inspect(move |item| match item {
+                    Ok(b) => {
+                        bytes.inc_by(b.len() as u64);
+                        remaining = remaining.saturating_sub(b.len() as u64);
+                        if remaining == 0 {
+                            ok.inc();
+                        }
+                    }
+                    Err(e) => {
+                        aborted.inc();
+                        tracing::warn!(error = %e, "upstream body failed; response aborted");
+                    }
+                });
+                Response::new(Body::from_stream(body))
             }
             Err(e) => {
                 m.upstream_requests_total.with_label_values(&[e.store(), e.kind()]).inc();
@@ -156,7 +209,13 @@ async fn virtual_chunk(app: &AppState, source: &BlockSource, offset: u64, length
 }
 
 /// A body held in memory, with conditional and Range handling.
-fn bytes_response(body: Bytes, tag: &str, content_type: &'static str, headers: &HeaderMap, served: &Served) -> Response {
+fn bytes_response(
+    body: Bytes,
+    tag: &str,
+    content_type: &'static str,
+    headers: &HeaderMap,
+    served: &Served,
+) -> Response {
     let len = body.len() as u64;
     let (status, range) = match plan(headers, len, tag) {
         Plan::NotModified => return not_modified(tag, served),
@@ -165,7 +224,8 @@ fn bytes_response(body: Bytes, tag: &str, content_type: &'static str, headers: &
         Plan::Partial(r) => (StatusCode::PARTIAL_CONTENT, r),
     };
     let content_length = range.end - range.start;
-    let body = if served.head_only { Body::empty() } else { Body::from(body.slice(range.start as usize..range.end as usize)) };
+    let body =
+        if served.head_only { Body::empty() } else { Body::from(body.slice(range.start as usize..range.end as usize)) };
     let mut response = Response::new(body);
     *response.status_mut() = status;
     let h = response.headers_mut();
@@ -198,11 +258,13 @@ fn set_common(h: &mut HeaderMap, tag: &str, content_type: &'static str, served: 
 }
 
 fn content_range(range: &std::ops::Range<u64>, len: u64) -> HeaderValue {
-    HeaderValue::from_str(&format!("bytes {}-{}/{len}", range.start, range.end - 1)).unwrap_or(HeaderValue::from_static("bytes */0"))
+    HeaderValue::from_str(&format!("bytes {}-{}/{len}", range.start, range.end - 1))
+        .unwrap_or(HeaderValue::from_static("bytes */0"))
 }
 
 fn accepts_gzip(headers: &HeaderMap) -> bool {
-    let items = headers.get_all(header::ACCEPT_ENCODING).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(','));
+    let items =
+        headers.get_all(header::ACCEPT_ENCODING).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(','));
     items.into_iter().any(|item| {
         let mut parts = item.split(';').map(str::trim);
         let coding = parts.next().unwrap_or_default();
@@ -213,7 +275,8 @@ fn accepts_gzip(headers: &HeaderMap) -> bool {
 
 fn http_date(ms: i64) -> HeaderValue {
     let when = chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default();
-    HeaderValue::from_str(&when.format("%a, %d %b %Y %H:%M:%S GMT").to_string()).unwrap_or(HeaderValue::from_static("Thu, 01 Jan 1970 00:00:00 GMT"))
+    HeaderValue::from_str(&when.format("%a, %d %b %Y %H:%M:%S GMT").to_string())
+        .unwrap_or(HeaderValue::from_static("Thu, 01 Jan 1970 00:00:00 GMT"))
 }
 
 #[cfg(test)]

@@ -60,7 +60,10 @@ fn cors() -> CorsLayer {
 }
 
 async fn fallback(uri: Uri) -> ApiError {
-    ApiError::NotFound(format!("nothing is served at {}: Zarr keys live under /<store>/, the API under /api/v1/", uri.path()))
+    ApiError::NotFound(format!(
+        "nothing is served at {}: Zarr keys live under /<store>/, the API under /api/v1/",
+        uri.path()
+    ))
 }
 
 /// `//` in a path means `/` (obstore with a trailing-slash base URL sends `store//zarr.json`).
@@ -107,7 +110,9 @@ async fn observe(State(app): State<AppState>, request: Request, next: Next) -> R
     let elapsed = started.elapsed();
     let m = &app.metrics;
     m.http_requests_total.with_label_values(&[route.as_str(), method.as_str(), status.as_str()]).inc();
-    m.http_request_duration_seconds.with_label_values(&[route.as_str(), method.as_str()]).observe(elapsed.as_secs_f64());
+    m.http_request_duration_seconds
+        .with_label_values(&[route.as_str(), method.as_str()])
+        .observe(elapsed.as_secs_f64());
     span.in_scope(|| {
         let ms = elapsed.as_secs_f64() * 1e3;
         if status.is_server_error() {

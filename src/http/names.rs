@@ -16,7 +16,9 @@ pub fn check(what: &str, name: &str) -> Result<(), ApiError> {
         )));
     }
     if RESERVED.contains(&name) {
-        return Err(ApiError::BadRequest(format!("{what} name {name:?} is reserved (api, healthz, readyz and metrics are)")));
+        return Err(ApiError::BadRequest(format!(
+            "{what} name {name:?} is reserved (api, healthz, readyz and metrics are)"
+        )));
     }
     Ok(())
 }

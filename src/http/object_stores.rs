@@ -32,21 +32,33 @@ fn entry_json(e: &ObjectStoreEntry) -> Value {
     json!({"name": e.name, "url": e.prefix, "options": redact_options(&e.options), "origin": e.origin})
 }
 
-async fn register(State(app): State<AppState>, Path(name): Path<String>, body: axum::body::Bytes) -> Result<(StatusCode, Json<Value>), ApiError> {
+async fn register(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
     names::check("object store", &name)?;
     let reg: Registration = serde_json::from_slice(&body).map_err(|e| ApiError::Invalid {
         title: format!("the object store registration is invalid: {e}"),
         problems: vec![format!(r#"expected {{"url": "s3://bucket/prefix/", "options": {{...}}}}: {e}"#)],
     })?;
     if app.config.object_stores.iter().any(|o| o.name == name) {
-        return Err(ApiError::Conflict(format!("object store {name:?} is declared in the configuration file and cannot be changed over the API")));
+        return Err(ApiError::Conflict(format!(
+            "object store {name:?} is declared in the configuration file and cannot be changed over the API"
+        )));
     }
     if reg.url.trim_start().to_ascii_lowercase().starts_with("file:") && !app.config.allow_file_object_stores {
-        return Err(ApiError::Conflict("file:// object stores may not be registered over the API here (allow_file_object_stores = false)".into()));
+        return Err(ApiError::Conflict(
+            "file:// object stores may not be registered over the API here (allow_file_object_stores = false)".into(),
+        ));
     }
     let settings = app.sources.settings.clone();
-    let entry = ObjectStoreEntry::build(&name, &reg.url, &reg.options, Origin::Api, &settings)
-        .map_err(|e| ApiError::Invalid { title: format!("object store {name:?} cannot be registered: {e}"), problems: vec![e.to_string()] })?;
+    let entry = ObjectStoreEntry::build(&name, &reg.url, &reg.options, Origin::Api, &settings).map_err(|e| {
+        ApiError::Invalid {
+            title: format!("object store {name:?} cannot be registered: {e}"),
+            problems: vec![e.to_string()],
+        }
+    })?;
     if let Some(other) = app.sources.entries().iter().find(|e| e.prefix == entry.prefix && e.name != name) {
         return Err(ApiError::Conflict(format!("object store {:?} already serves {}", other.name, entry.prefix)));
     }
@@ -75,7 +87,10 @@ async fn list(State(app): State<AppState>) -> Json<Value> {
 }
 
 async fn show(State(app): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
-    app.sources.get(&name).map(|e| Json(entry_json(&e))).ok_or_else(|| ApiError::NotFound(format!("no object store is named {name:?}")))
+    app.sources
+        .get(&name)
+        .map(|e| Json(entry_json(&e)))
+        .ok_or_else(|| ApiError::NotFound(format!("no object store is named {name:?}")))
 }
 
 async fn remove(State(app): State<AppState>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
@@ -83,7 +98,9 @@ async fn remove(State(app): State<AppState>, Path(name): Path<String>) -> Result
         return Err(ApiError::NotFound(format!("no object store is named {name:?}")));
     };
     if entry.origin == Origin::Config {
-        return Err(ApiError::Conflict(format!("object store {name:?} is declared in the configuration file and cannot be removed over the API")));
+        return Err(ApiError::Conflict(format!(
+            "object store {name:?} is declared in the configuration file and cannot be removed over the API"
+        )));
     }
     let users = app.catalog.stores_using(&entry.prefix).await?;
     if !users.is_empty() {

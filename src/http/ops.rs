@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
+use axum::Json;
 use axum::Router;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use axum::Json;
 use serde_json::json;
 
 use crate::app::AppState;
@@ -33,7 +33,9 @@ async fn readyz(State(app): State<AppState>) -> Result<Json<serde_json::Value>, 
     match tokio::time::timeout(Duration::from_secs(2), app.catalog.ping()).await {
         Ok(Ok(())) => Ok(Json(json!({"status": "ready", "catalog": app.catalog.backend()}))),
         Ok(Err(e)) => Err(ApiError::Unavailable(e.to_string())),
-        Err(_) => Err(ApiError::Unavailable(format!("the {} catalog did not answer within 2 s", app.catalog.backend()))),
+        Err(_) => {
+            Err(ApiError::Unavailable(format!("the {} catalog did not answer within 2 s", app.catalog.backend())))
+        }
     }
 }
 

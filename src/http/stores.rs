@@ -2,13 +2,13 @@
 
 use std::io;
 
+use axum::Json;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::Json;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt, TryStreamExt};
 use serde::Deserialize;
@@ -36,10 +36,17 @@ struct RegisterParams {
     format: Option<String>,
 }
 
-async fn register(State(app): State<AppState>, Path(name): Path<String>, Query(params): Query<RegisterParams>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+async fn register(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    Query(params): Query<RegisterParams>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     names::check("store", &name)?;
     let limit = app.config.http.max_body_bytes;
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
         return Err(ApiError::TooLarge(limit));
     }
@@ -49,14 +56,16 @@ async fn register(State(app): State<AppState>, Path(name): Path<String>, Query(p
     }
     let doc = read_native(body, limit).await?;
     let entries = app.sources.entries();
-    let validated = tokio::task::spawn_blocking(move || validate(doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix))))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let validated =
+        tokio::task::spawn_blocking(move || validate(doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix))))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
     let store = match validated {
         Ok(store) => store,
         Err(problems) => {
             app.metrics.registrations_total.with_label_values(&["rejected"]).inc();
-            let title = format!("the manifest for store {name:?} has {} problem(s); nothing was changed", problems.len());
+            let title =
+                format!("the manifest for store {name:?} has {} problem(s); nothing was changed", problems.len());
             tracing::info!(store = %name, problems = problems.len(), first = %problems[0], "registration rejected");
             return Err(ApiError::Invalid { title, problems });
         }
@@ -87,13 +96,17 @@ async fn read_native(body: Body, limit: u64) -> Result<Document, ApiError> {
         Ok(chunk)
     });
     let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(stream));
-    let parsed = tokio::task::spawn_blocking(move || zarr::native::parse_reader(io::BufReader::with_capacity(1 << 16, reader)))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let parsed =
+        tokio::task::spawn_blocking(move || zarr::native::parse_reader(io::BufReader::with_capacity(1 << 16, reader)))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
     parsed.map_err(|e| match e.0.io_error_kind() {
         Some(io::ErrorKind::FileTooLarge) => ApiError::TooLarge(limit),
         Some(_) => ApiError::BadRequest(format!("reading the request body failed: {e}")),
-        None => ApiError::Invalid { title: format!("the manifest is not a valid native document: {e}; nothing was changed"), problems: vec![e.to_string()] },
+        None => ApiError::Invalid {
+            title: format!("the manifest is not a valid native document: {e}; nothing was changed"),
+            problems: vec![e.to_string()],
+        },
     })
 }
 
@@ -199,7 +212,9 @@ async fn write_export(
             for (slot, chunk) in block.iter() {
                 let coords = layout.grid.coords_of(ChunkLocation { tile: *tile, slot }).unwrap_or_default();
                 let entry = match chunk {
-                    zarr::ChunkRef::Virtual { source, offset, length } => json!({"path": &*source.url, "offset": offset, "length": length}),
+                    zarr::ChunkRef::Virtual { source, offset, length } => {
+                        json!({"path": &*source.url, "offset": offset, "length": length})
+                    }
                     zarr::ChunkRef::Inline(bytes) => {
                         use base64::Engine;
                         json!({"data": base64::engine::general_purpose::STANDARD.encode(&bytes)})
@@ -231,7 +246,10 @@ async fn write_export(
     flush(&mut out, tx).await
 }
 
-async fn flush(out: &mut String, tx: &mut futures::channel::mpsc::Sender<Result<Bytes, io::Error>>) -> Result<(), ApiError> {
+async fn flush(
+    out: &mut String,
+    tx: &mut futures::channel::mpsc::Sender<Result<Bytes, io::Error>>,
+) -> Result<(), ApiError> {
     let chunk = Bytes::from(std::mem::take(out));
     tx.send(Ok(chunk)).await.map_err(|_| ApiError::Internal("the client went away".into()))
 }

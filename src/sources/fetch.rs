@@ -26,16 +26,21 @@ pub enum SourceError {
     #[error("object store {store} refused access to {url}: {detail}")]
     Forbidden { url: String, store: String, detail: String },
     /// The object's ETag differs from the one recorded at registration.
-    #[error("source object {url} changed since registration (recorded ETag {expected}): its bytes no longer match the manifest; re-register the store")]
+    #[error(
+        "source object {url} changed since registration (recorded ETag {expected}): its bytes no longer match the manifest; re-register the store"
+    )]
     Modified { url: String, store: String, expected: String },
     /// The object is shorter than the manifest says.
-    #[error("source object {url} is shorter than the manifest says: it ends at byte {size}, the chunk needs bytes up to {needed}")]
+    #[error(
+        "source object {url} is shorter than the manifest says: it ends at byte {size}, the chunk needs bytes up to {needed}"
+    )]
     Truncated { url: String, store: String, needed: u64, size: String },
     /// The object store did not answer in time.
     #[error("object store {store} did not answer within {seconds} s reading {url}")]
     Timeout { url: String, store: String, seconds: u64 },
-    /// Any other upstream failure.
-    #[error("object store {store} failed reading {url}: {detail}")]
+    /// Any other upstream failure; `detail` (the client library's error chain) is logged, not
+    /// shown to clients.
+    #[error("object store {store} failed reading {url}; the server log has the cause")]
     Upstream { url: String, store: String, detail: String },
 }
 
@@ -110,7 +115,8 @@ impl SourceRegistry {
                 futures::stream::once(async move { Ok(first) }).chain(rest).boxed()
             }
             (_, Some(client)) => {
-                let path = entry.object_path(url).ok_or_else(|| upstream(&entry, url, "not a valid object path".into()))?;
+                let path =
+                    entry.object_path(url).ok_or_else(|| upstream(&entry, url, "not a valid object path".into()))?;
                 let options = GetOptions {
                     range: Some(GetRange::Bounded(range.clone())),
                     if_match: if_match.map(str::to_owned),
@@ -133,7 +139,11 @@ impl SourceRegistry {
             }
             (_, None) => return Err(upstream(&entry, url, "object store has no client".into())),
         };
-        Ok(Fetched { body: Box::pin(Exact { inner: body, remaining: len, url: url.to_owned() }), len, store: entry.name.clone() })
+        Ok(Fetched {
+            body: Box::pin(Exact { inner: body, remaining: len, url: url.to_owned() }),
+            len,
+            store: entry.name.clone(),
+        })
     }
 
     /// The size, ETag and modification time of `url`.
@@ -150,13 +160,18 @@ impl SourceRegistry {
                 Ok(ObjectFacts { size: facts.size, etag: Some(facts.etag), last_modified: Some(modified.to_rfc3339()) })
             }
             (_, Some(client)) => {
-                let path = entry.object_path(url).ok_or_else(|| upstream(&entry, url, "not a valid object path".into()))?;
+                let path =
+                    entry.object_path(url).ok_or_else(|| upstream(&entry, url, "not a valid object path".into()))?;
                 let seconds = self.settings.timeout.as_secs();
                 let meta = tokio::time::timeout(self.settings.timeout, client.head(&path))
                     .await
                     .map_err(|_| SourceError::Timeout { url: url.into(), store: entry.name.clone(), seconds })?
                     .map_err(|e| classify(&entry, url, &(0..0), None, seconds, e))?;
-                Ok(ObjectFacts { size: meta.size, etag: meta.e_tag, last_modified: Some(meta.last_modified.to_rfc3339()) })
+                Ok(ObjectFacts {
+                    size: meta.size,
+                    etag: meta.e_tag,
+                    last_modified: Some(meta.last_modified.to_rfc3339()),
+                })
             }
             (_, None) => Err(upstream(&entry, url, "object store has no client".into())),
         }
@@ -171,31 +186,57 @@ fn upstream(entry: &ObjectStoreEntry, url: &str, detail: String) -> SourceError 
     SourceError::Upstream { url: url.into(), store: entry.name.clone(), detail }
 }
 
-fn local_error(entry: &ObjectStoreEntry, url: &str, range: &Range<u64>, if_match: Option<&str>, e: LocalError) -> SourceError {
+fn local_error(
+    entry: &ObjectStoreEntry,
+    url: &str,
+    range: &Range<u64>,
+    if_match: Option<&str>,
+    e: LocalError,
+) -> SourceError {
     let (url, store) = (url.to_owned(), entry.name.clone());
     match e {
         LocalError::NotFound => SourceError::NotFound { url, store },
-        LocalError::Escapes => SourceError::Forbidden { url, store, detail: "the path resolves outside the object store's directory".into() },
+        LocalError::Escapes => SourceError::Forbidden {
+            url,
+            store,
+            detail: "the path resolves outside the object store's directory".into(),
+        },
         LocalError::Denied(e) => SourceError::Forbidden { url, store, detail: e.to_string() },
         LocalError::Modified => SourceError::Modified { url, store, expected: if_match.unwrap_or_default().to_owned() },
-        LocalError::Truncated { size } => SourceError::Truncated { url, store, needed: range.end, size: size.to_string() },
+        LocalError::Truncated { size } => {
+            SourceError::Truncated { url, store, needed: range.end, size: size.to_string() }
+        }
         LocalError::Io(e) => SourceError::Upstream { url, store, detail: e.to_string() },
     }
 }
 
-fn classify(entry: &ObjectStoreEntry, url: &str, range: &Range<u64>, if_match: Option<&str>, seconds: u64, e: object_store::Error) -> SourceError {
+fn classify(
+    entry: &ObjectStoreEntry,
+    url: &str,
+    range: &Range<u64>,
+    if_match: Option<&str>,
+    seconds: u64,
+    e: object_store::Error,
+) -> SourceError {
     let (url, store) = (url.to_owned(), entry.name.clone());
     match e {
         object_store::Error::NotFound { .. } => SourceError::NotFound { url, store },
         object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
             SourceError::Forbidden { url, store, detail: e.to_string() }
         }
-        object_store::Error::Precondition { .. } => SourceError::Modified { url, store, expected: if_match.unwrap_or_default().to_owned() },
+        object_store::Error::Precondition { .. } => {
+            SourceError::Modified { url, store, expected: if_match.unwrap_or_default().to_owned() }
+        }
         other => {
             let text = error_chain(&other);
-            if text.contains("timed out") || text.contains("timeout") {
+            // Not "timeout": after a retry object_store's message says "retry_timeout: ..." whatever
+            // the failure was (an upstream 500 would read as a 504).
+            if text.contains("timed out") {
                 SourceError::Timeout { url, store, seconds }
-            } else if text.contains("416") || text.contains("Range Not Satisfiable") || text.contains("InvalidRange") {
+            } else if text.contains("status code: 416")
+                || text.contains("Range Not Satisfiable")
+                || text.contains("InvalidRange")
+            {
                 SourceError::Truncated { url, store, needed: range.end, size: "unknown".into() }
             } else {
                 SourceError::Upstream { url, store, detail: text }
@@ -254,10 +295,12 @@ mod tests {
     async fn exact_refuses_short_and_long_bodies() {
         let collect = |parts: Vec<&'static [u8]>, remaining| async move {
             let inner = futures::stream::iter(parts.into_iter().map(|p| Ok(Bytes::from_static(p)))).boxed();
-            Exact { inner, remaining, url: "u".into() }.try_fold(Vec::new(), |mut all, b| async move {
-                all.extend_from_slice(&b);
-                Ok(all)
-            }).await
+            Exact { inner, remaining, url: "u".into() }
+                .try_fold(Vec::new(), |mut all, b| async move {
+                    all.extend_from_slice(&b);
+                    Ok(all)
+                })
+                .await
         };
         assert_eq!(&collect(vec![b"ab", b"c"], 3).await.unwrap()[..], b"abc");
         assert_eq!(collect(vec![b"ab"], 3).await.unwrap_err().kind(), io::ErrorKind::UnexpectedEof);

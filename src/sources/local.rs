@@ -66,7 +66,12 @@ pub(super) fn head(root: &Path, relative: &str) -> Result<LocalFacts, LocalError
 
 /// Opens `relative` under `root`, checks it against `if_match` and `range`, and reads the first
 /// piece (blocking). The rest is read by [`rest`].
-pub(super) fn open(root: &Path, relative: &str, range: std::ops::Range<u64>, if_match: Option<&str>) -> Result<(File, Bytes), LocalError> {
+pub(super) fn open(
+    root: &Path,
+    relative: &str,
+    range: std::ops::Range<u64>,
+    if_match: Option<&str>,
+) -> Result<(File, Bytes), LocalError> {
     let path = confined(root, relative)?;
     let file = File::open(path).map_err(map_open)?;
     let facts = facts(&file)?;
@@ -112,7 +117,10 @@ pub(super) fn rest(file: File, start: u64, end: u64) -> impl Stream<Item = Resul
                 .map_err(io::Error::other)?
                 .map_err(|e| match e {
                     LocalError::Io(e) => e,
-                    LocalError::Truncated { size } => io::Error::new(io::ErrorKind::UnexpectedEof, format!("source shrank to {size} bytes while being read")),
+                    LocalError::Truncated { size } => io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("source shrank to {size} bytes while being read"),
+                    ),
                     _ => io::Error::other("source became unreadable while being read"),
                 })?;
             Ok(Some((piece, stop)))

@@ -17,11 +17,33 @@ use url::Url;
 
 /// Option keys whose values are not secret and may be shown by the API.
 const PUBLIC_OPTIONS: &[&str] = &[
-    "region", "aws_region", "endpoint", "aws_endpoint", "aws_endpoint_url", "allow_http", "skip_signature",
-    "aws_skip_signature", "virtual_hosted_style_request", "aws_virtual_hosted_style_request", "account_name",
-    "azure_storage_account_name", "use_emulator", "azure_storage_use_emulator", "timeout", "connect_timeout",
-    "allow_invalid_certificates", "bucket", "aws_bucket", "container_name", "google_bucket", "aws_unsigned_payload",
-    "access_key_id", "aws_access_key_id", "imdsv1_fallback", "aws_imdsv1_fallback", "requester_pays",
+    "region",
+    "aws_region",
+    "endpoint",
+    "aws_endpoint",
+    "aws_endpoint_url",
+    "allow_http",
+    "skip_signature",
+    "aws_skip_signature",
+    "virtual_hosted_style_request",
+    "aws_virtual_hosted_style_request",
+    "account_name",
+    "azure_storage_account_name",
+    "use_emulator",
+    "azure_storage_use_emulator",
+    "timeout",
+    "connect_timeout",
+    "allow_invalid_certificates",
+    "bucket",
+    "aws_bucket",
+    "container_name",
+    "google_bucket",
+    "aws_unsigned_payload",
+    "access_key_id",
+    "aws_access_key_id",
+    "imdsv1_fallback",
+    "aws_imdsv1_fallback",
+    "requester_pays",
 ];
 
 /// Timeouts and retries for every client, set for a proxy: seconds, not minutes.
@@ -87,7 +109,13 @@ pub struct ObjectStoreEntry {
 
 impl ObjectStoreEntry {
     /// Builds the client for `url` with `options`. `file://` URLs must name an existing directory.
-    pub fn build(name: &str, url: &str, options: &Map<String, Value>, origin: Origin, settings: &SourceSettings) -> Result<Self, SourceConfigError> {
+    pub fn build(
+        name: &str,
+        url: &str,
+        options: &Map<String, Value>,
+        origin: Origin,
+        settings: &SourceSettings,
+    ) -> Result<Self, SourceConfigError> {
         let prefix = normalize_prefix(url)?;
         let parsed = Url::parse(&prefix).map_err(|e| SourceConfigError::Url(format!("{url} is not a URL: {e}")))?;
         let opts = string_options(options)?;
@@ -96,7 +124,8 @@ impl ObjectStoreEntry {
                 if !opts.is_empty() {
                     return Err(SourceConfigError::Option("file:// object stores take no options".into()));
                 }
-                let dir = parsed.to_file_path().map_err(|()| SourceConfigError::Url(format!("{url} is not a local path")))?;
+                let dir =
+                    parsed.to_file_path().map_err(|()| SourceConfigError::Url(format!("{url} is not a local path")))?;
                 let root = std::fs::canonicalize(&dir)
                     .ok()
                     .filter(|p| p.is_dir())
@@ -107,7 +136,13 @@ impl ObjectStoreEntry {
             "gs" => (Base::Bucket, Some(build_gcs(&prefix, &parsed, &opts, origin, settings)?)),
             "az" => (Base::Bucket, Some(build_azure(&prefix, &parsed, &opts, origin, settings)?)),
             "http" | "https" => {
-                let mut b = HttpBuilder::new().with_url(prefix.clone()).with_retry(retry(settings));
+                // Without the trailing slash: object_store appends each path segment after a `/`,
+                // so `http://h/files/` would fetch `http://h/files//a.nc` (another key on S3 or GCS).
+                let mut base = parsed.clone();
+                if let Ok(mut segments) = base.path_segments_mut() {
+                    segments.pop_if_empty();
+                }
+                let mut b = HttpBuilder::new().with_url(base.as_str()).with_retry(retry(settings));
                 let mut client = client_options(settings);
                 for (k, v) in &opts {
                     let key = ClientConfigKey::from_str(k).map_err(|_| unknown_option(k, "http"))?;
@@ -116,7 +151,11 @@ impl ObjectStoreEntry {
                 b = b.with_client_options(client);
                 (Base::Http, Some(Arc::new(b.build().map_err(|e| build_error(&prefix, e))?)))
             }
-            other => return Err(SourceConfigError::Url(format!("scheme {other:?} is not supported (file, s3, gs, az, http, https)"))),
+            other => {
+                return Err(SourceConfigError::Url(format!(
+                    "scheme {other:?} is not supported (file, s3, gs, az, http, https)"
+                )));
+            }
         };
         Ok(Self { name: name.to_owned(), prefix, options: options.clone(), origin, base, client })
     }
@@ -171,7 +210,11 @@ fn build_error(url: &str, e: object_store::Error) -> SourceConfigError {
 
 fn retry(settings: &SourceSettings) -> RetryConfig {
     RetryConfig {
-        backoff: BackoffConfig { init_backoff: Duration::from_millis(50), max_backoff: Duration::from_secs(2), base: 2.0 },
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(2),
+            base: 2.0,
+        },
         max_retries: settings.retries,
         retry_timeout: settings.timeout,
     }
@@ -185,7 +228,13 @@ fn bucket_url(parsed: &Url) -> String {
     format!("{}://{}", parsed.scheme(), parsed.host_str().unwrap_or_default())
 }
 
-fn build_s3(prefix: &str, parsed: &Url, opts: &[(String, String)], origin: Origin, s: &SourceSettings) -> Result<Arc<dyn ObjectStore>, SourceConfigError> {
+fn build_s3(
+    prefix: &str,
+    parsed: &Url,
+    opts: &[(String, String)],
+    origin: Origin,
+    s: &SourceSettings,
+) -> Result<Arc<dyn ObjectStore>, SourceConfigError> {
     let mut b = if origin == Origin::Config { AmazonS3Builder::from_env() } else { AmazonS3Builder::new() };
     b = b.with_url(bucket_url(parsed)).with_retry(retry(s)).with_client_options(client_options(s));
     for (k, v) in opts {
@@ -194,8 +243,15 @@ fn build_s3(prefix: &str, parsed: &Url, opts: &[(String, String)], origin: Origi
     Ok(Arc::new(b.build().map_err(|e| build_error(prefix, e))?))
 }
 
-fn build_gcs(prefix: &str, parsed: &Url, opts: &[(String, String)], origin: Origin, s: &SourceSettings) -> Result<Arc<dyn ObjectStore>, SourceConfigError> {
-    let mut b = if origin == Origin::Config { GoogleCloudStorageBuilder::from_env() } else { GoogleCloudStorageBuilder::new() };
+fn build_gcs(
+    prefix: &str,
+    parsed: &Url,
+    opts: &[(String, String)],
+    origin: Origin,
+    s: &SourceSettings,
+) -> Result<Arc<dyn ObjectStore>, SourceConfigError> {
+    let mut b =
+        if origin == Origin::Config { GoogleCloudStorageBuilder::from_env() } else { GoogleCloudStorageBuilder::new() };
     b = b.with_url(bucket_url(parsed)).with_retry(retry(s)).with_client_options(client_options(s));
     for (k, v) in opts {
         b = b.with_config(GoogleConfigKey::from_str(k).map_err(|_| unknown_option(k, "gs"))?, v);
@@ -203,7 +259,13 @@ fn build_gcs(prefix: &str, parsed: &Url, opts: &[(String, String)], origin: Orig
     Ok(Arc::new(b.build().map_err(|e| build_error(prefix, e))?))
 }
 
-fn build_azure(prefix: &str, parsed: &Url, opts: &[(String, String)], origin: Origin, s: &SourceSettings) -> Result<Arc<dyn ObjectStore>, SourceConfigError> {
+fn build_azure(
+    prefix: &str,
+    parsed: &Url,
+    opts: &[(String, String)],
+    origin: Origin,
+    s: &SourceSettings,
+) -> Result<Arc<dyn ObjectStore>, SourceConfigError> {
     let mut b = if origin == Origin::Config { MicrosoftAzureBuilder::from_env() } else { MicrosoftAzureBuilder::new() };
     b = b.with_url(bucket_url(parsed)).with_retry(retry(s)).with_client_options(client_options(s));
     for (k, v) in opts {
@@ -301,10 +363,18 @@ mod tests {
 
     #[test]
     fn bad_urls_and_options_are_named() {
-        assert!(entry("x", "s3://bucket/", json!({"regoin": "x"})).unwrap_err().to_string().contains("unknown s3 option \"regoin\""));
+        assert!(
+            entry("x", "s3://bucket/", json!({"regoin": "x"}))
+                .unwrap_err()
+                .to_string()
+                .contains("unknown s3 option \"regoin\"")
+        );
         assert!(entry("x", "ftp://host/", json!({})).unwrap_err().to_string().contains("not supported"));
         assert!(entry("x", "s3:///", json!({})).is_err());
-        assert!(entry("x", "https://h/a/../b/", json!({})).is_err() || entry("x", "https://h/a/../b/", json!({})).unwrap().prefix == "https://h/b/");
+        assert!(
+            entry("x", "https://h/a/../b/", json!({})).is_err()
+                || entry("x", "https://h/a/../b/", json!({})).unwrap().prefix == "https://h/b/"
+        );
     }
 
     #[test]

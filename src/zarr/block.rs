@@ -124,7 +124,8 @@ impl ManifestBlock {
 
     /// Serialises the block for storage.
     pub fn encode(&self) -> Vec<u8> {
-        let url_bytes: usize = self.sources.iter().map(|s| 8 + s.url.len() + s.etag.as_ref().map_or(0, |e| e.len())).sum();
+        let url_bytes: usize =
+            self.sources.iter().map(|s| 8 + s.url.len() + s.etag.as_ref().map_or(0, |e| e.len())).sum();
         let mut out = Vec::with_capacity(32 + url_bytes + self.records.len() * 20 + self.inline.len());
         out.extend_from_slice(MAGIC);
         out.push(u8::from(self.slots.is_some()));
@@ -328,7 +329,10 @@ mod tests {
             assert_eq!(block.get(0), ChunkRef::Inline(Bytes::from_static(b"chunk0")));
             match block.get(1) {
                 ChunkRef::Virtual { source, offset, length } => {
-                    assert_eq!((&*source.url, source.etag.as_deref(), offset, length), ("s3://b/a.nc", Some("\"e1\""), 100, 100));
+                    assert_eq!(
+                        (&*source.url, source.etag.as_deref(), offset, length),
+                        ("s3://b/a.nc", Some("\"e1\""), 100, 100)
+                    );
                 }
                 other => panic!("{other:?}"),
             }

@@ -133,7 +133,10 @@ fn chunk<'a>(node: &'a Node, key: &str) -> Resolved<'a> {
         return Resolved::NotFound(format!("{} is not an array", node.path));
     };
     let Some(coords) = layout.encoding.parse(key, layout.grid.ndim()) else {
-        return Resolved::NotFound(format!("{key:?} is not a chunk key of array {} ({:?})", node.path, layout.encoding));
+        return Resolved::NotFound(format!(
+            "{key:?} is not a chunk key of array {} ({:?})",
+            node.path, layout.encoding
+        ));
     };
     match layout.grid.locate(&coords) {
         Some(location) => Resolved::Chunk { node, layout, coords, location },
@@ -153,13 +156,19 @@ fn consolidated<'a>(group: &Node, all: impl Iterator<Item = &'a Node>) -> Value 
         let Some(relative) = node.path.relative_to(&group.path) else { continue };
         let mut entry = node.metadata.clone();
         if node.kind == NodeKind::Group {
-            entry.insert("consolidated_metadata".into(), json!({"kind": "inline", "must_understand": false, "metadata": {}}));
+            entry.insert(
+                "consolidated_metadata".into(),
+                json!({"kind": "inline", "must_understand": false, "metadata": {}}),
+            );
         }
         listing.insert(relative.to_owned(), Value::Object(entry));
     }
     let mut body = group.metadata.clone();
     body.entry("attributes").or_insert_with(|| json!({}));
-    body.insert("consolidated_metadata".into(), json!({"kind": "inline", "must_understand": false, "metadata": listing}));
+    body.insert(
+        "consolidated_metadata".into(),
+        json!({"kind": "inline", "must_understand": false, "metadata": listing}),
+    );
     Value::Object(body)
 }
 
@@ -186,7 +195,10 @@ mod tests {
             (NodePath::new("temp").unwrap(), array(json!([4, 4]), json!([2, 2]), json!({"name": "default"}))),
             (NodePath::new("sub").unwrap(), group()),
             (NodePath::new("sub/inner").unwrap(), array(json!([4]), json!([2]), json!({"name": "v2"}))),
-            (NodePath::new("sub/dots").unwrap(), array(json!([4]), json!([2]), json!({"name": "default", "configuration": {"separator": "."}}))),
+            (
+                NodePath::new("sub/dots").unwrap(),
+                array(json!([4]), json!([2]), json!({"name": "default", "configuration": {"separator": "."}})),
+            ),
             (NodePath::new("scalar").unwrap(), array(json!([]), json!([]), json!({"name": "default"}))),
         ])
         .unwrap()
@@ -232,7 +244,8 @@ mod tests {
 
     #[test]
     fn a_root_array_is_a_store_of_one_array() {
-        let h = Hierarchy::build(vec![(NodePath::root(), array(json!([4]), json!([2]), json!({"name": "default"})))]).unwrap();
+        let h = Hierarchy::build(vec![(NodePath::root(), array(json!([4]), json!([2]), json!({"name": "default"})))])
+            .unwrap();
         assert!(matches!(h.resolve("c/1"), Resolved::Chunk { .. }));
         assert!(matches!(h.resolve("zarr.json"), Resolved::Metadata(_)));
     }

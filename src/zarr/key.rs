@@ -22,10 +22,9 @@ impl ChunkKeyEncoding {
         let unsupported = || UnsupportedEncoding(value.to_string());
         let (name, configuration) = match value {
             Value::String(name) => (name.as_str(), None),
-            Value::Object(map) => (
-                map.get("name").and_then(Value::as_str).ok_or_else(unsupported)?,
-                map.get("configuration"),
-            ),
+            Value::Object(map) => {
+                (map.get("name").and_then(Value::as_str).ok_or_else(unsupported)?, map.get("configuration"))
+            }
             _ => return Err(unsupported()),
         };
         let separator = match configuration.and_then(|c| c.get("separator")) {
@@ -111,9 +110,8 @@ fn parse_indices(body: &str, separator: char, ndim: usize) -> Option<Vec<u64>> {
 }
 
 fn parse_index(part: &str) -> Option<u64> {
-    let canonical = !part.is_empty()
-        && part.bytes().all(|b| b.is_ascii_digit())
-        && (part == "0" || !part.starts_with('0'));
+    let canonical =
+        !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) && (part == "0" || !part.starts_with('0'));
     if canonical { part.parse().ok() } else { None }
 }
 

@@ -26,7 +26,8 @@ pub enum SourceUrlError {
 /// paths become `file://` URLs (VirtualiZarr and kerchunk write them bare).
 pub fn normalize_source_url(path: &str) -> Result<String, SourceUrlError> {
     if path.starts_with('/') {
-        let url = Url::from_file_path(path).map_err(|()| SourceUrlError::Invalid(path.into(), "not a file path".into()))?;
+        let url =
+            Url::from_file_path(path).map_err(|()| SourceUrlError::Invalid(path.into(), "not a file path".into()))?;
         return check_segments(path, url);
     }
     let Some((scheme, _)) = path.split_once("://") else {

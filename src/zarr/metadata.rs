@@ -49,8 +49,8 @@ pub fn validate_node(metadata: &mut Map<String, Value>) -> Result<NodeKind, Vec<
 }
 
 fn validate_group(metadata: &Map<String, Value>) -> Result<(), Vec<String>> {
-    let group: GroupMetadataV3 =
-        serde_json::from_value(Value::Object(metadata.clone())).map_err(|e| vec![format!("invalid group metadata: {e}")])?;
+    let group: GroupMetadataV3 = serde_json::from_value(Value::Object(metadata.clone()))
+        .map_err(|e| vec![format!("invalid group metadata: {e}")])?;
     let unknown: Vec<String> = group
         .additional_fields
         .iter()
@@ -61,8 +61,8 @@ fn validate_group(metadata: &Map<String, Value>) -> Result<(), Vec<String>> {
 }
 
 fn validate_array(metadata: &Map<String, Value>) -> Result<ArrayLayout, Vec<String>> {
-    let v3: ArrayMetadataV3 =
-        serde_json::from_value(Value::Object(metadata.clone())).map_err(|e| vec![format!("invalid array metadata: {e}")])?;
+    let v3: ArrayMetadataV3 = serde_json::from_value(Value::Object(metadata.clone()))
+        .map_err(|e| vec![format!("invalid array metadata: {e}")])?;
     let mut problems: Vec<String> = v3
         .additional_fields
         .iter()

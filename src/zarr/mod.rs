@@ -5,6 +5,7 @@ pub mod block;
 pub mod document;
 pub mod grid;
 pub mod hierarchy;
+pub mod kerchunk;
 pub mod key;
 pub mod manifest;
 pub mod metadata;

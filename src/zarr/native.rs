@@ -15,7 +15,8 @@ use super::manifest::{RawManifest, RawRef, normalize_source_url, split_manifest_
 /// Base64 as Python writes it, padding optional.
 pub const BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
     &base64::alphabet::STANDARD,
-    base64::engine::GeneralPurposeConfig::new().with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
 );
 
 /// The document is not JSON, or not shaped like a native manifest.
@@ -105,7 +106,8 @@ impl<'de> Visitor<'de> for NodesSeed<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let doc = self.0;
         while let Some(path) = map.next_key::<String>()? {
-            let node = map.next_value_seed(NodeSeed { path: &path, urls: &mut doc.urls, problems: &mut doc.problems })?;
+            let node =
+                map.next_value_seed(NodeSeed { path: &path, urls: &mut doc.urls, problems: &mut doc.problems })?;
             if doc.nodes.insert(path.clone(), node).is_some() {
                 doc.problems.push(format!("node {path:?} appears twice"));
             }
@@ -181,7 +183,8 @@ impl<'de> Visitor<'de> for ManifestSeed<'_> {
         while let Some(key) = map.next_key::<String>()? {
             let entry: Entry = map.next_value()?;
             let Some(indices) = split_manifest_key(&key) else {
-                self.problems.push(format!("array {:?}: manifest key {key:?} is not chunk indices joined by '.'", self.path));
+                self.problems
+                    .push(format!("array {:?}: manifest key {key:?} is not chunk indices joined by '.'", self.path));
                 continue;
             };
             let at = || format!("array {:?}, chunk {key:?}", self.path);
@@ -207,9 +210,10 @@ enum EntryValue {
 
 fn read_entry(entry: Entry) -> Result<EntryValue, String> {
     match entry {
-        Entry { data: Some(data), path: None, offset: None, length: None } => {
-            BASE64.decode(data.as_bytes()).map(EntryValue::Inline).map_err(|e| format!("\"data\" is not valid base64 ({e})"))
-        }
+        Entry { data: Some(data), path: None, offset: None, length: None } => BASE64
+            .decode(data.as_bytes())
+            .map(EntryValue::Inline)
+            .map_err(|e| format!("\"data\" is not valid base64 ({e})")),
         Entry { data: Some(_), .. } => Err("has both \"data\" and \"path\"/\"offset\"/\"length\"".into()),
         Entry { path: Some(path), .. } if path.is_empty() => Ok(EntryValue::Missing),
         Entry { path: Some(path), offset, length, data: None } => {

@@ -79,20 +79,13 @@ impl NodePath {
         if ancestor.is_root() {
             return (!self.is_root()).then_some(self.0.as_str());
         }
-        self.0
-            .strip_prefix(ancestor.as_str())
-            .and_then(|rest| rest.strip_prefix('/'))
-            .filter(|rest| !rest.is_empty())
+        self.0.strip_prefix(ancestor.as_str()).and_then(|rest| rest.strip_prefix('/')).filter(|rest| !rest.is_empty())
     }
 }
 
 impl fmt::Display for NodePath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.is_root() {
-            f.write_str("/")
-        } else {
-            f.write_str(&self.0)
-        }
+        if self.is_root() { f.write_str("/") } else { f.write_str(&self.0) }
     }
 }
 

@@ -82,7 +82,9 @@ pub fn validate(doc: Document, registered: &dyn Fn(&str) -> bool) -> Result<Vali
     let Document { nodes: doc_nodes, urls, sources, mut problems } = doc;
     for url in urls.all() {
         if !registered(url) {
-            problems.push(format!("{url} is not under any registered object store: register one whose URL is a prefix of it"));
+            problems.push(format!(
+                "{url} is not under any registered object store: register one whose URL is a prefix of it"
+            ));
         }
     }
     let mut nodes: BTreeMap<NodePath, ValidNode> = BTreeMap::new();
@@ -156,7 +158,11 @@ fn display_key(indices: &[u64]) -> String {
     format!("{:?}", manifest_key(indices))
 }
 
-fn check_ref(r: RawRef, urls: &super::document::UrlTable, sources: &BTreeMap<String, SourceFacts>) -> Result<(), String> {
+fn check_ref(
+    r: RawRef,
+    urls: &super::document::UrlTable,
+    sources: &BTreeMap<String, SourceFacts>,
+) -> Result<(), String> {
     let RawRef::Virtual { url, offset, length } = r else { return Ok(()) };
     if length > u64::from(u32::MAX) {
         return Err(format!("length {length} is above the 4 GiB a chunk may have"));
@@ -190,11 +196,14 @@ fn add_implicit_groups(nodes: &mut BTreeMap<NodePath, ValidNode>, problems: &mut
             parent = p.parent();
         }
     }
-    if !nodes.contains_key(&NodePath::root()) {
+    nodes.entry(NodePath::root()).or_insert_with(|| {
         let metadata = json!({"zarr_format": 3, "node_type": "group", "attributes": {}});
-        let metadata = metadata.as_object().cloned().unwrap_or_default();
-        nodes.insert(NodePath::root(), ValidNode { path: NodePath::root(), metadata, kind: NodeKind::Group });
-    }
+        ValidNode {
+            path: NodePath::root(),
+            metadata: metadata.as_object().cloned().unwrap_or_default(),
+            kind: NodeKind::Group,
+        }
+    });
 }
 
 fn summarise(nodes: &[ValidNode], arrays: &[ArrayRefs], sources: usize) -> Summary {
@@ -326,8 +335,14 @@ mod tests {
         let problems = validate(dup, &|_| true).unwrap_err();
         assert!(problems[0].contains("appears more than once"), "{problems:?}");
 
-        let nested = parse_slice(format!(r#"{{"nodes": {{"a": {{{AIR}}}, "a/b": {{"zarr_format": 3, "node_type": "group"}},
-            "g": {{"zarr_format": 3, "node_type": "group", "manifest": {{}}}}}}}}"#).as_bytes()).unwrap();
+        let nested = parse_slice(
+            format!(
+                r#"{{"nodes": {{"a": {{{AIR}}}, "a/b": {{"zarr_format": 3, "node_type": "group"}},
+            "g": {{"zarr_format": 3, "node_type": "group", "manifest": {{}}}}}}}}"#
+            )
+            .as_bytes(),
+        )
+        .unwrap();
         let problems = validate(nested, &|_| true).unwrap_err();
         assert!(problems.iter().any(|p| p.contains("node a/b is inside array a")), "{problems:?}");
         assert!(problems.iter().any(|p| p.contains("a group cannot have a manifest")), "{problems:?}");
@@ -335,8 +350,14 @@ mod tests {
 
     #[test]
     fn declared_sizes_are_checked() {
-        let d = parse_slice(format!(r#"{{"nodes": {{"a": {{{AIR}, "manifest": {{"0.0": {{"path": "/d/a", "offset": 90, "length": 20}}}}}}}},
-            "sources": {{"/d/a": {{"size": 100, "etag": "\"x\""}}}}}}"#).as_bytes()).unwrap();
+        let d = parse_slice(
+            format!(
+                r#"{{"nodes": {{"a": {{{AIR}, "manifest": {{"0.0": {{"path": "/d/a", "offset": 90, "length": 20}}}}}}}},
+            "sources": {{"/d/a": {{"size": 100, "etag": "\"x\""}}}}}}"#
+            )
+            .as_bytes(),
+        )
+        .unwrap();
         let problems = validate(d, &|_| true).unwrap_err();
         assert!(problems[0].contains("beyond the end of file:///d/a (100 bytes)"), "{problems:?}");
     }

@@ -4,7 +4,7 @@
 //! PostgreSQL comes from `ZARRGATE_TEST_POSTGRES_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`). An unreachable server fails the test; the
 //! PostgreSQL variants are skipped only when `ZARRGATE_TEST_POSTGRES=skip` says so.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -66,7 +66,10 @@ impl PgTestDb {
         let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap_or_else(|e| {
             panic!("PostgreSQL at {admin} is unreachable ({e}); start it, or set ZARRGATE_TEST_POSTGRES=skip to skip PostgreSQL tests explicitly")
         });
-        sqlx::query(sqlx::AssertSqlSafe(format!("drop database if exists {name} with (force)"))).execute(&mut conn).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("drop database if exists {name} with (force)")))
+            .execute(&mut conn)
+            .await
+            .unwrap();
         sqlx::query(sqlx::AssertSqlSafe(format!("create database {name}"))).execute(&mut conn).await.unwrap();
         let mut url = url::Url::parse(&admin).unwrap();
         url.set_path(&format!("/{name}"));
@@ -81,7 +84,9 @@ impl Drop for PgTestDb {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async {
                 if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("drop database if exists {name} with (force)"))).execute(&mut conn).await;
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("drop database if exists {name} with (force)")))
+                        .execute(&mut conn)
+                        .await;
                 }
             });
         })
@@ -127,13 +132,12 @@ impl TestServer {
             Backend::Postgres => Some(PgTestDb::create().await),
             Backend::Sqlite => None,
         };
-        let mut config = Config::default();
-        config.listen = "127.0.0.1:0".into();
-        config.database_url = match &db {
+        let database_url = match &db {
             Some(db) => db.url.clone(),
             None => format!("sqlite://{}/catalog.db", dir.path().display()),
         };
-        config.database_max_connections = 4;
+        let mut config =
+            Config { listen: "127.0.0.1:0".into(), database_url, database_max_connections: 4, ..Config::default() };
         config.sources.timeout_seconds = 5;
         config.sources.retries = 1;
         adjust(&mut config);
@@ -141,7 +145,13 @@ impl TestServer {
     }
 
     /// Starts the server with `config` as is.
-    async fn launch(config: Config, backend: Backend, dir: tempfile::TempDir, data: PathBuf, db: Option<PgTestDb>) -> Self {
+    async fn launch(
+        config: Config,
+        backend: Backend,
+        dir: tempfile::TempDir,
+        data: PathBuf,
+        db: Option<PgTestDb>,
+    ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let state = App::start(config).await.unwrap();

@@ -1,0 +1,346 @@
+//! Kerchunk references as a document: version 1 (`{"version": 1, "refs", "templates", "gen"}`)
+//! and version 0 (a flat dict). Read as they arrive, then assembled into the same [`Document`]
+//! the native format gives, with v2 metadata converted to v3.
+
+pub mod convert;
+pub mod generate;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use base64::Engine;
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::{Map, Value};
+
+use super::document::{DocNode, Document, Problems, UrlTable};
+use super::key::ChunkKeyEncoding;
+use super::manifest::{RawManifest, RawRef, normalize_source_url};
+use super::metadata::array_layout;
+use super::native::{BASE64, SyntaxError};
+
+/// The length of a `[url]` reference until registration asks the object store for it.
+pub const WHOLE_OBJECT: u64 = u64::MAX;
+
+/// Reads kerchunk references from `reader` as they arrive.
+pub fn parse_reader(reader: impl std::io::Read) -> Result<Document, SyntaxError> {
+    let mut refs = Collected::default();
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    TopSeed(&mut refs).deserialize(&mut de)?;
+    de.end()?;
+    Ok(refs.assemble())
+}
+
+/// Reads kerchunk references held in memory.
+pub fn parse_slice(bytes: &[u8]) -> Result<Document, SyntaxError> {
+    parse_reader(bytes)
+}
+
+/// A reference as read, its URL not yet resolved against `templates`.
+#[derive(Debug, Clone, Copy)]
+enum Ref {
+    Inline { start: u64, len: u64 },
+    Range { url: u32, offset: u64, length: u64 },
+}
+
+/// The metadata keys of one node.
+#[derive(Debug, Default)]
+struct NodeKeys {
+    zarray: Option<Value>,
+    zattrs: Option<Value>,
+    zgroup: bool,
+    zarr_json: Option<Value>,
+}
+
+/// Everything read from the document, before assembly.
+#[derive(Debug, Default)]
+pub struct Collected {
+    meta: BTreeMap<String, NodeKeys>,
+    chunks: Vec<(String, Ref)>,
+    inline: Vec<u8>,
+    raw_urls: UrlTable,
+    templates: BTreeMap<String, String>,
+    generators: Vec<Value>,
+    problems: Problems,
+}
+
+const METADATA: &[&str] = &[".zarray", ".zattrs", ".zgroup", ".zmetadata", "zarr.json"];
+
+fn split_metadata_key(key: &str) -> Option<(&str, &str)> {
+    let (node, name) = key.rsplit_once('/').unwrap_or(("", key));
+    METADATA.contains(&name).then_some((node, name))
+}
+
+impl Collected {
+    /// Records one metadata document (a JSON string, as kerchunk embeds them, or an object).
+    fn add_metadata(&mut self, key: &str, node: &str, name: &str, value: Value) {
+        let value = match value {
+            Value::String(text) => match convert::lenient_json(&text) {
+                Ok(v) => v,
+                Err(e) => {
+                    self.problems.push(format!("{key}: not valid JSON ({e})"));
+                    return;
+                }
+            },
+            other => other,
+        };
+        if name == ".zmetadata" {
+            // Consolidated v2 metadata: every entry not given on its own.
+            if let Some(Value::Object(entries)) = value.get("metadata") {
+                for (k, v) in entries {
+                    if let Some((n, m)) = split_metadata_key(k).filter(|(_, m)| *m != ".zmetadata") {
+                        let slot = self.meta.entry(n.to_owned()).or_default();
+                        let missing = match m {
+                            ".zarray" => slot.zarray.is_none(),
+                            ".zattrs" => slot.zattrs.is_none(),
+                            ".zgroup" => !slot.zgroup,
+                            _ => slot.zarr_json.is_none(),
+                        };
+                        if missing {
+                            self.add_metadata(k, n, m, v.clone());
+                        }
+                    }
+                }
+            }
+            return;
+        }
+        let slot = self.meta.entry(node.to_owned()).or_default();
+        match name {
+            ".zarray" => slot.zarray = Some(value),
+            ".zattrs" => slot.zattrs = Some(value),
+            ".zgroup" => slot.zgroup = true,
+            _ => slot.zarr_json = Some(value),
+        }
+    }
+
+    fn add_chunk(&mut self, key: String, value: RefValue) {
+        let r = match value {
+            RefValue::Data(bytes) => {
+                let start = self.inline.len() as u64;
+                self.inline.extend_from_slice(&bytes);
+                Ref::Inline { start, len: bytes.len() as u64 }
+            }
+            RefValue::Url { url, range } => {
+                let url = self.raw_urls.intern(url);
+                let (offset, length) = range.unwrap_or((0, WHOLE_OBJECT));
+                Ref::Range { url, offset, length }
+            }
+            RefValue::Bad(why) => {
+                self.problems.push(format!("{key}: {why}"));
+                return;
+            }
+        };
+        self.chunks.push((key, r));
+    }
+
+    /// Expands generators, resolves templates and URLs, converts metadata, and files every
+    /// chunk under its array.
+    fn assemble(mut self) -> Document {
+        for entry in std::mem::take(&mut self.generators) {
+            match generate::expand(&entry, &self.templates) {
+                Ok(refs) => {
+                    for g in refs {
+                        self.add_chunk(g.key, RefValue::Url { url: g.url, range: g.range });
+                    }
+                }
+                Err(e) => self.problems.push(format!("gen: {e}")),
+            }
+        }
+        let mut doc = Document { problems: std::mem::take(&mut self.problems), ..Document::default() };
+        let urls: Vec<Option<u32>> = self
+            .raw_urls
+            .all()
+            .iter()
+            .map(|raw| match normalize_source_url(&generate::apply_templates(raw, &self.templates)) {
+                Ok(url) => Some(doc.urls.intern(url)),
+                Err(e) => {
+                    doc.problems.push(e.to_string());
+                    None
+                }
+            })
+            .collect();
+        let mut encodings: BTreeMap<String, (ChunkKeyEncoding, usize)> = BTreeMap::new();
+        for (path, keys) in std::mem::take(&mut self.meta) {
+            let attrs = match keys.zattrs {
+                Some(Value::Object(a)) => a,
+                Some(other) => {
+                    doc.problems.push(format!("{path}/.zattrs: expected an object, found {other}"));
+                    Map::new()
+                }
+                None => Map::new(),
+            };
+            let metadata = match (keys.zarr_json, keys.zarray) {
+                (Some(Value::Object(v3)), _) => Ok(v3),
+                (Some(other), _) => Err(format!("zarr.json: expected an object, found {other}")),
+                (None, Some(zarray)) => convert::array_to_v3(&zarray, attrs),
+                (None, None) => Ok(convert::group_to_v3(attrs)),
+            };
+            match metadata {
+                Ok(metadata) => {
+                    if metadata.get("node_type").and_then(Value::as_str) == Some("array")
+                        && let Ok(layout) = array_layout(&metadata)
+                    {
+                        encodings.insert(path.clone(), (layout.encoding, layout.grid.ndim()));
+                    }
+                    let manifest = encodings.contains_key(&path).then(RawManifest::default);
+                    doc.nodes.insert(path, DocNode { metadata, manifest });
+                }
+                Err(e) => doc.problems.push(format!("array {path:?}: {e}")),
+            }
+        }
+        for (key, r) in std::mem::take(&mut self.chunks) {
+            let Some((path, coords)) = locate(&key, &encodings) else {
+                doc.problems.push(format!("{key}: not a chunk of any array (no .zarray or zarr.json for it)"));
+                continue;
+            };
+            let Some(manifest) = doc.nodes.get_mut(path).and_then(|n| n.manifest.as_mut()) else { continue };
+            match r {
+                Ref::Inline { start, len } => {
+                    manifest.push_inline(&coords, &self.inline[start as usize..(start + len) as usize])
+                }
+                Ref::Range { url, offset, length } => {
+                    if let Some(url) = urls[url as usize] {
+                        manifest.push(&coords, RawRef::Virtual { url, offset, length });
+                    }
+                }
+            }
+        }
+        doc
+    }
+}
+
+/// The array a chunk key belongs to, and its grid coordinates.
+fn locate<'a>(key: &str, encodings: &'a BTreeMap<String, (ChunkKeyEncoding, usize)>) -> Option<(&'a str, Vec<u64>)> {
+    let splits = key.match_indices('/').map(|(i, _)| i).rev().chain(std::iter::once(usize::MAX));
+    for i in splits {
+        let (path, rest) = if i == usize::MAX { ("", key) } else { (&key[..i], &key[i + 1..]) };
+        if let Some((path, (encoding, ndim))) = encodings.get_key_value(path) {
+            // VirtualiZarr writes a 0-d array's chunk as `name/`.
+            if *ndim == 0 && rest.is_empty() {
+                return Some((path.as_str(), Vec::new()));
+            }
+            return encoding.parse(rest, *ndim).map(|c| (path.as_str(), c));
+        }
+    }
+    None
+}
+
+/// A chunk reference's value.
+enum RefValue {
+    Data(Vec<u8>),
+    Url { url: String, range: Option<(u64, u64)> },
+    Bad(String),
+}
+
+struct RefValueVisitor;
+
+impl<'de> Deserialize<'de> for RefValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(RefValueVisitor)
+    }
+}
+
+impl<'de> Visitor<'de> for RefValueVisitor {
+    type Value = RefValue;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a reference: inline data, [url] or [url, offset, length]")
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RefValue, E> {
+        Ok(match v.strip_prefix("base64:") {
+            Some(b64) => match BASE64.decode(b64) {
+                Ok(bytes) => RefValue::Data(bytes),
+                Err(e) => RefValue::Bad(format!("inline data is not valid base64 ({e})")),
+            },
+            None => RefValue::Data(v.as_bytes().to_vec()),
+        })
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RefValue, A::Error> {
+        let url: Option<String> = seq.next_element()?;
+        let offset: Option<Value> = seq.next_element()?;
+        let length: Option<Value> = seq.next_element()?;
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        let Some(url) = url else { return Ok(RefValue::Bad("an empty reference list".into())) };
+        Ok(match (offset, length) {
+            (None, None) => RefValue::Url { url, range: None },
+            (Some(o), Some(l)) => match (o.as_u64(), l.as_u64()) {
+                (Some(o), Some(l)) if o.checked_add(l).is_some() => RefValue::Url { url, range: Some((o, l)) },
+                _ => RefValue::Bad(format!("offset {o} and length {l} must be non-negative integers")),
+            },
+            _ => RefValue::Bad("a reference needs [url] or [url, offset, length]".into()),
+        })
+    }
+}
+
+struct TopSeed<'a>(&'a mut Collected);
+
+impl<'de> DeserializeSeed<'de> for TopSeed<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TopSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("kerchunk references: an object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let c = self.0;
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "version" => {
+                    let v: Value = map.next_value()?;
+                    if v != 1 {
+                        c.problems.push(format!("kerchunk version {v} is not supported (0 or 1)"));
+                    }
+                }
+                "refs" => map.next_value_seed(RefsSeed(c))?,
+                "templates" => c.templates = map.next_value()?,
+                "gen" => c.generators = map.next_value()?,
+                _ => add_ref(c, key, &mut map)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+fn add_ref<'de, A: MapAccess<'de>>(c: &mut Collected, key: String, map: &mut A) -> Result<(), A::Error> {
+    match split_metadata_key(&key) {
+        Some((node, name)) => {
+            let value: Value = map.next_value()?;
+            let (node, name) = (node.to_owned(), name.to_owned());
+            c.add_metadata(&key, &node, &name, value);
+        }
+        None => {
+            let value: RefValue = map.next_value()?;
+            c.add_chunk(key, value);
+        }
+    }
+    Ok(())
+}
+
+struct RefsSeed<'a>(&'a mut Collected);
+
+impl<'de> DeserializeSeed<'de> for RefsSeed<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for RefsSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("\"refs\": an object of references")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<String>()? {
+            add_ref(self.0, key, &mut map)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
