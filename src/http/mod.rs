@@ -3,6 +3,8 @@
 
 mod auth;
 pub mod data;
+mod export;
+mod ingest;
 mod names;
 mod object_stores;
 mod ops;

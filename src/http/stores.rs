@@ -1,7 +1,5 @@
 //! `/api/v1/stores`: register (PUT), list, describe, export and delete stores.
 
-use std::io;
-
 use axum::Json;
 use axum::Router;
 use axum::body::Body;
@@ -9,25 +7,22 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use bytes::Bytes;
-use futures::{SinkExt, StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::ingest::{self, Format};
 use super::names;
 use crate::app::AppState;
 use crate::catalog::{StoreRecord, VersionHead};
 use crate::error::ApiError;
-use crate::zarr::document::Document;
 use crate::zarr::validate::{Summary, validate};
-use crate::zarr::{self, ChunkLocation};
 
 /// The store routes, relative to `/api/v1`.
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/stores", get(list))
         .route("/stores/{store}", get(describe).put(register).delete(remove))
-        .route("/stores/{store}/manifest", get(export))
+        .route("/stores/{store}/manifest", get(super::export::export))
 }
 
 #[derive(Debug, Deserialize)]
@@ -50,11 +45,9 @@ async fn register(
     if declared.is_some_and(|n| n > limit) {
         return Err(ApiError::TooLarge(limit));
     }
-    match params.format.as_deref() {
-        None | Some("native") => {}
-        Some(other) => return Err(ApiError::BadRequest(format!("format {other:?} is not supported (native)"))),
-    }
-    let doc = read_native(body, limit).await?;
+    let format = params.format.as_deref().map(Format::parse).transpose()?;
+    let (mut doc, format) = ingest::read_document(body, limit, format).await?;
+    ingest::resolve_whole_objects(&app, &mut doc).await;
     let entries = app.sources.entries();
     let validated =
         tokio::task::spawn_blocking(move || validate(doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix))))
@@ -64,8 +57,11 @@ async fn register(
         Ok(store) => store,
         Err(problems) => {
             app.metrics.registrations_total.with_label_values(&["rejected"]).inc();
-            let title =
-                format!("the manifest for store {name:?} has {} problem(s); nothing was changed", problems.len());
+            let title = format!(
+                "the {} manifest for store {name:?} has {} problem(s); nothing was changed",
+                format.name(),
+                problems.len()
+            );
             tracing::info!(store = %name, problems = problems.len(), first = %problems[0], "registration rejected");
             return Err(ApiError::Invalid { title, problems });
         }
@@ -82,32 +78,6 @@ async fn register(
     let body = summary_json(&written.head, written.head.created_at_ms, &store.summary);
     let location = format!("/api/v1/stores/{name}");
     Ok((status, [(header::LOCATION, location)], Json(body)).into_response())
-}
-
-/// Parses a native document from the body as it arrives, refusing more than `limit` bytes.
-async fn read_native(body: Body, limit: u64) -> Result<Document, ApiError> {
-    let mut seen = 0u64;
-    let stream = body.into_data_stream().map_err(io::Error::other).map(move |chunk| {
-        let chunk = chunk?;
-        seen += chunk.len() as u64;
-        if seen > limit {
-            return Err(io::Error::new(io::ErrorKind::FileTooLarge, "body too large"));
-        }
-        Ok(chunk)
-    });
-    let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(stream));
-    let parsed =
-        tokio::task::spawn_blocking(move || zarr::native::parse_reader(io::BufReader::with_capacity(1 << 16, reader)))
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
-    parsed.map_err(|e| match e.0.io_error_kind() {
-        Some(io::ErrorKind::FileTooLarge) => ApiError::TooLarge(limit),
-        Some(_) => ApiError::BadRequest(format!("reading the request body failed: {e}")),
-        None => ApiError::Invalid {
-            title: format!("the manifest is not a valid native document: {e}; nothing was changed"),
-            problems: vec![e.to_string()],
-        },
-    })
 }
 
 fn rfc3339(ms: i64) -> String {
@@ -164,92 +134,6 @@ async fn remove(State(app): State<AppState>, Path(name): Path<String>) -> Result
     Ok(StatusCode::NO_CONTENT)
 }
 
-fn no_store(name: &str) -> ApiError {
+pub(super) fn no_store(name: &str) -> ApiError {
     ApiError::NotFound(format!("no store is named {name:?}"))
-}
-
-/// Streams the current version as a native document; registering it again gives the same store.
-async fn export(State(app): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
-    let head = app.catalog.current_version(&name).await?.ok_or_else(|| no_store(&name))?;
-    let view = app.view(&head).await?;
-    let tiles = app.catalog.tiles(head.id).await?;
-    let sources = app.catalog.sources(head.id).await?;
-    let (mut tx, rx) = futures::channel::mpsc::channel::<Result<Bytes, io::Error>>(4);
-    tokio::spawn(async move {
-        if let Err(e) = write_export(&app, &view, &tiles, sources, &mut tx).await {
-            tracing::error!(store = %head.store, version = head.id, error = %e, "export failed");
-            let _ = tx.send(Err(io::Error::other(e.to_string()))).await;
-        }
-    });
-    Ok(([(header::CONTENT_TYPE, "application/json")], Body::from_stream(rx)).into_response())
-}
-
-const FLUSH_AT: usize = 1 << 16;
-
-async fn write_export(
-    app: &AppState,
-    view: &crate::cache::VersionView,
-    tiles: &[(String, u64)],
-    sources: Vec<(String, crate::zarr::document::SourceFacts)>,
-    tx: &mut futures::channel::mpsc::Sender<Result<Bytes, io::Error>>,
-) -> Result<(), ApiError> {
-    let mut out = String::from("{\"nodes\": {");
-    for (i, node) in view.hierarchy.nodes().enumerate() {
-        let metadata = Value::Object(node.metadata.clone()).to_string();
-        out.push_str(if i == 0 { "\n" } else { ",\n" });
-        out.push_str(&Value::from(node.path.as_str()).to_string());
-        out.push_str(": ");
-        let zarr::metadata::NodeKind::Array(layout) = &node.kind else {
-            out.push_str(&metadata);
-            continue;
-        };
-        out.push_str(metadata.trim_end_matches('}'));
-        out.push_str(", \"manifest\": {");
-        let mut first = true;
-        for (_, tile) in tiles.iter().filter(|(n, _)| n == node.path.as_str()) {
-            let Some(data) = app.catalog.block(view.head.id, node.path.as_str(), *tile).await? else { continue };
-            let block = zarr::ManifestBlock::decode(&data).map_err(|e| ApiError::Internal(e.to_string()))?;
-            for (slot, chunk) in block.iter() {
-                let coords = layout.grid.coords_of(ChunkLocation { tile: *tile, slot }).unwrap_or_default();
-                let entry = match chunk {
-                    zarr::ChunkRef::Virtual { source, offset, length } => {
-                        json!({"path": &*source.url, "offset": offset, "length": length})
-                    }
-                    zarr::ChunkRef::Inline(bytes) => {
-                        use base64::Engine;
-                        json!({"data": base64::engine::general_purpose::STANDARD.encode(&bytes)})
-                    }
-                    zarr::ChunkRef::Missing => continue,
-                };
-                out.push_str(if first { "\n" } else { ",\n" });
-                first = false;
-                out.push_str(&Value::from(zarr::key::manifest_key(&coords)).to_string());
-                out.push_str(": ");
-                out.push_str(&entry.to_string());
-                if out.len() >= FLUSH_AT {
-                    flush(&mut out, tx).await?;
-                }
-            }
-        }
-        out.push_str("}}");
-    }
-    out.push_str("\n},\n\"sources\": {");
-    let mut first = true;
-    for (url, facts) in sources.iter().filter(|(_, f)| f != &Default::default()) {
-        out.push_str(if first { "\n" } else { ",\n" });
-        first = false;
-        out.push_str(&Value::from(url.as_str()).to_string());
-        out.push_str(": ");
-        out.push_str(&serde_json::to_string(facts).unwrap_or_else(|_| "{}".into()));
-    }
-    out.push_str("}}\n");
-    flush(&mut out, tx).await
-}
-
-async fn flush(
-    out: &mut String,
-    tx: &mut futures::channel::mpsc::Sender<Result<Bytes, io::Error>>,
-) -> Result<(), ApiError> {
-    let chunk = Bytes::from(std::mem::take(out));
-    tx.send(Ok(chunk)).await.map_err(|_| ApiError::Internal("the client went away".into()))
 }

@@ -246,7 +246,8 @@ fn cf_attributes(
         Some(other) => return Err(format!("_ARRAY_DIMENSIONS {other} does not name the array's {ndim} dimensions")),
         None => None,
     };
-    if !attrs.contains_key("_FillValue") && !v2_fill.is_null() && kind == Kind::Float {
+    // NaN needs no mask: only a numeric fill value is declared.
+    if !attrs.contains_key("_FillValue") && v2_fill.is_number() && kind == Kind::Float {
         attrs.insert("_FillValue".into(), v2_fill.clone());
     }
     if let Some(fill) = attrs.get("_FillValue").cloned() {

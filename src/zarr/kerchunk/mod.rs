@@ -3,6 +3,7 @@
 //! the native format gives, with v2 metadata converted to v3.
 
 pub mod convert;
+pub mod export;
 pub mod generate;
 
 use std::collections::BTreeMap;

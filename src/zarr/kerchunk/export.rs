@@ -1,0 +1,171 @@
+//! Zarr v3 metadata back to v2 (`.zarray`, `.zattrs`, `.zgroup`) for kerchunk export: the
+//! inverse of [`super::convert`], refusing what Zarr v2 cannot express.
+
+use serde_json::{Map, Value, json};
+
+/// `.zgroup` and `.zattrs` of a group.
+pub fn group_to_v2(metadata: &Map<String, Value>) -> (Value, Value) {
+    (json!({"zarr_format": 2}), metadata.get("attributes").cloned().unwrap_or_else(|| json!({})))
+}
+
+/// `.zarray` and `.zattrs` of an array, or why it has no v2 form.
+pub fn array_to_v2(map: &Map<String, Value>) -> Result<(Value, Value), String> {
+    let whole = Value::Object(map.clone());
+    let metadata = &whole;
+    let codecs = metadata.get("codecs").and_then(Value::as_array).ok_or("no codecs")?;
+    let mut order = "C";
+    let mut filters: Vec<Value> = Vec::new();
+    let mut after: Vec<Value> = Vec::new();
+    let mut endian = None;
+    let mut object = false;
+    let mut seen_bytes = false;
+    let ndim = metadata.get("shape").and_then(Value::as_array).map_or(0, Vec::len);
+    for codec in codecs {
+        let name = codec.get("name").and_then(Value::as_str).unwrap_or_default();
+        let config = codec.get("configuration").and_then(Value::as_object).cloned().unwrap_or_default();
+        match name {
+            "transpose" if !seen_bytes => {
+                let reversed: Vec<Value> = (0..ndim).rev().map(Value::from).collect();
+                if config.get("order") != Some(&Value::Array(reversed)) {
+                    return Err("a transpose other than reversing the axes has no Zarr v2 form".into());
+                }
+                order = "F";
+            }
+            "bytes" => {
+                seen_bytes = true;
+                endian = config.get("endian").and_then(Value::as_str).map(str::to_owned);
+            }
+            "vlen-utf8" | "vlen-bytes" => {
+                seen_bytes = true;
+                object = true;
+                filters.push(json!({"id": name}));
+            }
+            n if n.starts_with("numcodecs.") => {
+                let mut v2 = config.clone();
+                v2.insert("id".into(), json!(&n["numcodecs.".len()..]));
+                if seen_bytes { after.push(Value::Object(v2)) } else { filters.push(Value::Object(v2)) }
+            }
+            "blosc" if seen_bytes => {
+                let shuffle = match config.get("shuffle").and_then(Value::as_str) {
+                    Some("noshuffle") => 0,
+                    Some("bitshuffle") => 2,
+                    _ => 1,
+                };
+                let mut v2 = config.clone();
+                v2.remove("typesize");
+                v2.insert("id".into(), json!("blosc"));
+                v2.insert("shuffle".into(), json!(shuffle));
+                after.push(Value::Object(v2));
+            }
+            "zstd" | "gzip" if seen_bytes => {
+                let mut v2 = config.clone();
+                v2.insert("id".into(), json!(name));
+                after.push(Value::Object(v2));
+            }
+            other => return Err(format!("codec {other:?} has no Zarr v2 (kerchunk) form")),
+        }
+    }
+    let compressor = after.pop().unwrap_or(Value::Null);
+    filters.extend(after);
+    let dtype = dtype(metadata.get("data_type").ok_or("no data_type")?, endian.as_deref(), object)?;
+    let chunks =
+        metadata.pointer("/chunk_grid/configuration/chunk_shape").cloned().ok_or("only regular chunk grids")?;
+    let separator = metadata.pointer("/chunk_key_encoding/configuration/separator").and_then(Value::as_str).unwrap_or(
+        match metadata.pointer("/chunk_key_encoding/name").and_then(Value::as_str) {
+            Some("default") => "/",
+            _ => ".",
+        },
+    );
+    let zarray = json!({
+        "zarr_format": 2,
+        "shape": metadata.get("shape").cloned().unwrap_or(json!([])),
+        "chunks": chunks,
+        "dtype": dtype,
+        "fill_value": metadata.get("fill_value").cloned().unwrap_or(Value::Null),
+        "order": order,
+        "filters": if filters.is_empty() { Value::Null } else { Value::Array(filters) },
+        "compressor": compressor,
+        "dimension_separator": separator,
+    });
+    let mut attrs = map.get("attributes").and_then(Value::as_object).cloned().unwrap_or_default();
+    if let Some(names) = metadata.get("dimension_names").filter(|n| !n.is_null()) {
+        attrs.insert("_ARRAY_DIMENSIONS".into(), names.clone());
+    }
+    Ok((zarray, Value::Object(attrs)))
+}
+
+fn dtype(data_type: &Value, endian: Option<&str>, object: bool) -> Result<String, String> {
+    let e = match endian {
+        Some("big") => ">",
+        _ => "<",
+    };
+    if object {
+        return Ok("|O".into());
+    }
+    let name = data_type.as_str().or_else(|| data_type.get("name").and_then(Value::as_str)).unwrap_or_default();
+    let length = data_type.pointer("/configuration/length_bytes").and_then(Value::as_u64);
+    Ok(match (name, length) {
+        ("bool", _) => "|b1".into(),
+        ("int8", _) => "|i1".into(),
+        ("uint8", _) => "|u1".into(),
+        ("int16" | "int32" | "int64" | "uint16" | "uint32" | "uint64" | "float16" | "float32" | "float64", _) => {
+            let (kind, bits) = name.split_at(name.find(char::is_numeric).unwrap_or(name.len()));
+            let code = match kind {
+                "int" => 'i',
+                "uint" => 'u',
+                _ => 'f',
+            };
+            format!("{e}{code}{}", bits.parse::<u32>().unwrap_or(0) / 8)
+        }
+        ("complex64", _) => format!("{e}c8"),
+        ("complex128", _) => format!("{e}c16"),
+        ("string", _) => "|O".into(),
+        ("null_terminated_bytes", Some(n)) => format!("|S{n}"),
+        ("fixed_length_utf32", Some(n)) => format!("{e}U{}", n / 4),
+        ("numpy.datetime64" | "numpy.timedelta64", _) => {
+            let unit = data_type.pointer("/configuration/unit").and_then(Value::as_str).unwrap_or("s");
+            let scale = data_type.pointer("/configuration/scale_factor").and_then(Value::as_u64).unwrap_or(1);
+            let code = if name.ends_with("datetime64") { 'M' } else { 'm' };
+            let scale = if scale == 1 { String::new() } else { scale.to_string() };
+            format!("{e}{code}8[{scale}{unit}]")
+        }
+        _ => return Err(format!("data type {data_type} has no Zarr v2 form")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::convert::array_to_v3;
+    use super::*;
+
+    #[test]
+    fn v2_to_v3_to_v2_round_trips() {
+        let cases = [
+            json!({"zarr_format": 2, "shape": [4, 5], "chunks": [2, 5], "dtype": "<f4", "fill_value": -9999.0, "order": "C",
+                   "filters": [{"id": "shuffle", "elementsize": 4}], "compressor": {"id": "zlib", "level": 4}, "dimension_separator": "."}),
+            json!({"zarr_format": 2, "shape": [4, 3], "chunks": [4, 3], "dtype": ">f8", "fill_value": "NaN", "order": "F",
+                   "filters": [{"id": "delta", "dtype": ">f8"}], "compressor": {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 2, "blocksize": 0},
+                   "dimension_separator": "/"}),
+            json!({"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "|O", "fill_value": "", "order": "C",
+                   "filters": [{"id": "vlen-utf8"}], "compressor": null, "dimension_separator": "."}),
+            json!({"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "<M8[ns]", "fill_value": 0, "order": "C",
+                   "filters": null, "compressor": {"id": "zstd", "level": 3, "checksum": false}, "dimension_separator": "."}),
+        ];
+        for zarray in cases {
+            let attrs = json!({"units": "K", "_ARRAY_DIMENSIONS": (0..zarray["shape"].as_array().unwrap().len()).map(|i| format!("d{i}")).collect::<Vec<_>>()});
+            let v3 = array_to_v3(&zarray, attrs.as_object().unwrap().clone()).unwrap();
+            let (back, back_attrs) = array_to_v2(&v3).unwrap();
+            assert_eq!(back, zarray, "{v3:?}");
+            assert_eq!(back_attrs["_ARRAY_DIMENSIONS"], attrs["_ARRAY_DIMENSIONS"]);
+        }
+    }
+
+    #[test]
+    fn refuses_what_v2_cannot_say() {
+        let sharded = json!({"zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "uint8",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4]}}, "chunk_key_encoding": {"name": "default"},
+            "fill_value": 0, "codecs": [{"name": "sharding_indexed", "configuration": {}}]});
+        let err = array_to_v2(sharded.as_object().unwrap()).unwrap_err();
+        assert!(err.contains("sharding_indexed"), "{err}");
+    }
+}
