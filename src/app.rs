@@ -147,8 +147,8 @@ impl App {
                 .map(|n| NodePath::new(&n.path).map(|p| (p, n.metadata)))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| ApiError::Internal(format!("version {}: {e}", head.id)))?;
-            let hierarchy =
-                Hierarchy::build(stored).map_err(|e| ApiError::Internal(format!("version {}: {e}", head.id)))?;
+            let hierarchy = Hierarchy::build(stored, u64::from(head.tile_chunks))
+                .map_err(|e| ApiError::Internal(format!("version {}: {e}", head.id)))?;
             Ok(Arc::new(VersionView::new(head.clone(), hierarchy)))
         };
         self.caches.view(head.id, &self.metrics, load).await

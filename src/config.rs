@@ -18,6 +18,8 @@ pub struct Config {
     pub database_url: String,
     /// Connections in the catalog's pool.
     pub database_max_connections: u32,
+    /// The largest number of chunk references in one stored manifest block (new versions).
+    pub block_chunks: u32,
     /// Bearer tokens accepted on `/api/v1`; empty means the control plane is open.
     pub admin_tokens: Vec<String>,
     /// Allow listening on a non-loopback address with no admin token.
@@ -95,6 +97,7 @@ impl Default for Config {
             listen: "127.0.0.1:8080".into(),
             database_url: "sqlite://./data/zarrgate.db".into(),
             database_max_connections: 16,
+            block_chunks: 65_536,
             admin_tokens: Vec::new(),
             insecure: false,
             allow_file_object_stores: true,
@@ -173,6 +176,9 @@ impl Config {
         self.listen_addr()?;
         if !matches!(self.log_format.as_str(), "text" | "json") {
             bail!("log_format must be \"text\" or \"json\", not {:?}", self.log_format);
+        }
+        if !(1..=1 << 20).contains(&self.block_chunks) {
+            bail!("block_chunks must be between 1 and 1048576, not {}", self.block_chunks);
         }
         if self.admin_tokens.iter().any(|t| t.len() < 16) {
             bail!("admin tokens must be at least 16 characters long");

@@ -24,6 +24,9 @@ create table versions (
     id bigint generated always as identity primary key,
     store text not null references stores (name) on delete cascade,
     created_at timestamptz not null default now(),
+    -- the largest number of chunk references per block when this version was written: it
+    -- fixes the tile shape of every array, so it is part of the version
+    tile_chunks integer not null,
     summary jsonb not null
 );
 create index versions_store_idx on versions (store, id);

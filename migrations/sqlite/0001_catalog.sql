@@ -23,6 +23,8 @@ create table versions (
     id integer primary key autoincrement,
     store text not null references stores (name) on delete cascade,
     created_at integer not null,
+    -- the largest number of chunk references per block: it fixes every array's tile shape
+    tile_chunks integer not null,
     summary text not null
 );
 create index versions_store_idx on versions (store, id);

@@ -44,6 +44,8 @@ pub struct VersionHead {
     pub id: i64,
     /// When the version was registered, unix milliseconds.
     pub created_at_ms: i64,
+    /// The block size its arrays are tiled with.
+    pub tile_chunks: u32,
 }
 
 /// A store with its current version's summary.

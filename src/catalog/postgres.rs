@@ -16,7 +16,7 @@ use crate::zarr::validate::ValidatedStore;
 /// Rows per multi-row insert (PostgreSQL allows 65,535 bind parameters per statement).
 const ROWS_PER_INSERT: usize = 5_000;
 
-const HEAD: &str = "v.store, v.id, (extract(epoch from v.created_at) * 1000)::bigint as created_at_ms";
+const HEAD: &str = "v.store, v.id, v.tile_chunks, (extract(epoch from v.created_at) * 1000)::bigint as created_at_ms";
 
 /// A catalog in PostgreSQL.
 #[derive(Debug, Clone)]
@@ -47,6 +47,7 @@ fn head(row: &sqlx::postgres::PgRow) -> Result<VersionHead, sqlx::Error> {
         store: row.try_get("store")?,
         id: row.try_get("id")?,
         created_at_ms: row.try_get("created_at_ms")?,
+        tile_chunks: row.try_get::<i32, _>("tile_chunks")? as u32,
     })
 }
 
@@ -163,9 +164,15 @@ impl Catalog for PostgresCatalog {
         // Serialises concurrent registrations of the same store.
         sqlx::query("select name from stores where name = $1 for update").bind(name).execute(&mut *tx).await?;
         let summary = serde_json::to_value(&store.summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
-        let sql =
-            sqlx::AssertSqlSafe(format!("insert into versions as v (store, summary) values ($1, $2) returning {HEAD}"));
-        let row = sqlx::query(sql).bind(name).bind(sqlx::types::Json(summary)).fetch_one(&mut *tx).await?;
+        let sql = sqlx::AssertSqlSafe(format!(
+            "insert into versions as v (store, summary, tile_chunks) values ($1, $2, $3) returning {HEAD}"
+        ));
+        let row = sqlx::query(sql)
+            .bind(name)
+            .bind(sqlx::types::Json(summary))
+            .bind(store.tile_chunks as i32)
+            .fetch_one(&mut *tx)
+            .await?;
         let head = head(&row)?;
         for chunk in store.nodes.chunks(ROWS_PER_INSERT) {
             let mut q = QueryBuilder::<Postgres>::new("insert into nodes (version_id, path, metadata) ");

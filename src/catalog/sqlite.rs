@@ -47,7 +47,12 @@ impl SqliteCatalog {
 }
 
 fn head(row: &sqlx::sqlite::SqliteRow) -> Result<VersionHead, sqlx::Error> {
-    Ok(VersionHead { store: row.try_get("store")?, id: row.try_get("id")?, created_at_ms: row.try_get("created_at")? })
+    Ok(VersionHead {
+        store: row.try_get("store")?,
+        id: row.try_get("id")?,
+        created_at_ms: row.try_get("created_at")?,
+        tile_chunks: row.try_get::<i64, _>("tile_chunks")? as u32,
+    })
 }
 
 fn store_record(row: &sqlx::sqlite::SqliteRow) -> Result<StoreRecord, CatalogError> {
@@ -94,7 +99,7 @@ impl Catalog for SqliteCatalog {
 
     async fn current_version(&self, store: &str) -> Result<Option<VersionHead>, CatalogError> {
         let row = sqlx::query(
-            "select v.store, v.id, v.created_at from stores s join versions v on v.id = s.current_version where s.name = ?",
+            "select v.store, v.id, v.created_at, v.tile_chunks from stores s join versions v on v.id = s.current_version where s.name = ?",
         )
         .bind(store)
         .fetch_optional(&self.pool)
@@ -103,11 +108,13 @@ impl Catalog for SqliteCatalog {
     }
 
     async fn version(&self, store: &str, id: i64) -> Result<Option<VersionHead>, CatalogError> {
-        let row = sqlx::query("select v.store, v.id, v.created_at from versions v where v.id = ? and v.store = ?")
-            .bind(id)
-            .bind(store)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(
+            "select v.store, v.id, v.created_at, v.tile_chunks from versions v where v.id = ? and v.store = ?",
+        )
+        .bind(id)
+        .bind(store)
+        .fetch_optional(&self.pool)
+        .await?;
         Ok(row.as_ref().map(head).transpose()?)
     }
 
@@ -170,11 +177,12 @@ impl Catalog for SqliteCatalog {
             == 1;
         let summary = serde_json::to_string(&store.summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
         let row = sqlx::query(
-            "insert into versions (store, created_at, summary) values (?, ?, ?) returning store, id, created_at",
+            "insert into versions (store, created_at, summary, tile_chunks) values (?, ?, ?, ?) returning store, id, created_at, tile_chunks",
         )
         .bind(name)
         .bind(now)
         .bind(summary)
+        .bind(i64::from(store.tile_chunks))
         .fetch_one(&mut *tx)
         .await?;
         let head = head(&row)?;
@@ -213,7 +221,7 @@ impl Catalog for SqliteCatalog {
 
     async fn list_stores(&self, after: Option<&str>, limit: u32) -> Result<Vec<StoreRecord>, CatalogError> {
         let rows = sqlx::query(
-            "select v.store, v.id, v.created_at, v.summary, s.created_at as store_created_at \
+            "select v.store, v.id, v.created_at, v.tile_chunks, v.summary, s.created_at as store_created_at \
              from stores s join versions v on v.id = s.current_version where s.name > ? order by s.name limit ?",
         )
         .bind(after.unwrap_or(""))
@@ -225,7 +233,7 @@ impl Catalog for SqliteCatalog {
 
     async fn store(&self, name: &str) -> Result<Option<StoreRecord>, CatalogError> {
         let row = sqlx::query(
-            "select v.store, v.id, v.created_at, v.summary, s.created_at as store_created_at \
+            "select v.store, v.id, v.created_at, v.tile_chunks, v.summary, s.created_at as store_created_at \
              from stores s join versions v on v.id = s.current_version where s.name = ?",
         )
         .bind(name)

@@ -15,7 +15,7 @@ use super::names;
 use crate::app::AppState;
 use crate::catalog::{StoreRecord, VersionHead};
 use crate::error::ApiError;
-use crate::zarr::validate::{Summary, validate};
+use crate::zarr::validate::{Summary, validate_tiled};
 
 /// The store routes, relative to `/api/v1`.
 pub fn router() -> Router<AppState> {
@@ -49,10 +49,12 @@ async fn register(
     let (mut doc, format) = ingest::read_document(body, limit, format).await?;
     ingest::resolve_whole_objects(&app, &mut doc).await;
     let entries = app.sources.entries();
-    let validated =
-        tokio::task::spawn_blocking(move || validate(doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix))))
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let tile_chunks = u64::from(app.config.block_chunks);
+    let validated = tokio::task::spawn_blocking(move || {
+        validate_tiled(doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix)), tile_chunks)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.to_string()))?;
     let store = match validated {
         Ok(store) => store,
         Err(problems) => {

@@ -53,11 +53,12 @@ pub struct Hierarchy {
 }
 
 impl Hierarchy {
-    /// Builds the view from stored node metadata (already validated at registration).
-    pub fn build(stored: Vec<(NodePath, Map<String, Value>)>) -> Result<Self, String> {
+    /// Builds the view from stored node metadata (validated at registration), with arrays tiled
+    /// in blocks of at most `tile_chunks` references as they were when written.
+    pub fn build(stored: Vec<(NodePath, Map<String, Value>)>, tile_chunks: u64) -> Result<Self, String> {
         let mut nodes = HashMap::with_capacity(stored.len());
         for (path, metadata) in stored {
-            let kind = node_kind(&metadata).map_err(|e| format!("node {path}: {e}"))?;
+            let kind = node_kind(&metadata, tile_chunks).map_err(|e| format!("node {path}: {e}"))?;
             nodes.insert(path.as_str().to_owned(), Node { index: 0, path, metadata, kind, zarr_json: Bytes::new() });
         }
         let mut sorted: Vec<String> = nodes.keys().cloned().collect();
@@ -190,17 +191,20 @@ mod tests {
     }
 
     fn sample() -> Hierarchy {
-        Hierarchy::build(vec![
-            (NodePath::root(), group()),
-            (NodePath::new("temp").unwrap(), array(json!([4, 4]), json!([2, 2]), json!({"name": "default"}))),
-            (NodePath::new("sub").unwrap(), group()),
-            (NodePath::new("sub/inner").unwrap(), array(json!([4]), json!([2]), json!({"name": "v2"}))),
-            (
-                NodePath::new("sub/dots").unwrap(),
-                array(json!([4]), json!([2]), json!({"name": "default", "configuration": {"separator": "."}})),
-            ),
-            (NodePath::new("scalar").unwrap(), array(json!([]), json!([]), json!({"name": "default"}))),
-        ])
+        Hierarchy::build(
+            vec![
+                (NodePath::root(), group()),
+                (NodePath::new("temp").unwrap(), array(json!([4, 4]), json!([2, 2]), json!({"name": "default"}))),
+                (NodePath::new("sub").unwrap(), group()),
+                (NodePath::new("sub/inner").unwrap(), array(json!([4]), json!([2]), json!({"name": "v2"}))),
+                (
+                    NodePath::new("sub/dots").unwrap(),
+                    array(json!([4]), json!([2]), json!({"name": "default", "configuration": {"separator": "."}})),
+                ),
+                (NodePath::new("scalar").unwrap(), array(json!([]), json!([]), json!({"name": "default"}))),
+            ],
+            65_536,
+        )
         .unwrap()
     }
 
@@ -244,8 +248,11 @@ mod tests {
 
     #[test]
     fn a_root_array_is_a_store_of_one_array() {
-        let h = Hierarchy::build(vec![(NodePath::root(), array(json!([4]), json!([2]), json!({"name": "default"})))])
-            .unwrap();
+        let h = Hierarchy::build(
+            vec![(NodePath::root(), array(json!([4]), json!([2]), json!({"name": "default"})))],
+            65_536,
+        )
+        .unwrap();
         assert!(matches!(h.resolve("c/1"), Resolved::Chunk { .. }));
         assert!(matches!(h.resolve("zarr.json"), Resolved::Metadata(_)));
     }

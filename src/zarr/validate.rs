@@ -9,9 +9,10 @@ use serde_json::{Map, Value, json};
 use super::block::{BlockBuilder, ManifestBlock};
 use super::document::{Document, Problems, SourceFacts};
 use super::grid::ChunkLocation;
+use super::grid::MAX_TILE_CHUNKS;
 use super::key::manifest_key;
 use super::manifest::RawRef;
-use super::metadata::{ArrayLayout, NodeKind, validate_node};
+use super::metadata::{ArrayLayout, NodeKind, validate_node_tiled};
 use super::path::NodePath;
 
 /// A validated node.
@@ -75,10 +76,22 @@ pub struct ValidatedStore {
     pub sources: BTreeMap<String, SourceFacts>,
     /// Counts.
     pub summary: Summary,
+    /// The block size the arrays are tiled with.
+    pub tile_chunks: u32,
 }
 
-/// Validates `doc`. `registered` says whether a source URL falls under a registered object store.
+/// Validates `doc` with the default block size. `registered` says whether a source URL falls
+/// under a registered object store.
 pub fn validate(doc: Document, registered: &dyn Fn(&str) -> bool) -> Result<ValidatedStore, Vec<String>> {
+    validate_tiled(doc, registered, MAX_TILE_CHUNKS)
+}
+
+/// Validates `doc`, tiling arrays in blocks of at most `tile_chunks` references.
+pub fn validate_tiled(
+    doc: Document,
+    registered: &dyn Fn(&str) -> bool,
+    tile_chunks: u64,
+) -> Result<ValidatedStore, Vec<String>> {
     let Document { nodes: doc_nodes, urls, sources, mut problems } = doc;
     for url in urls.all() {
         if !registered(url) {
@@ -97,7 +110,7 @@ pub fn validate(doc: Document, registered: &dyn Fn(&str) -> bool) -> Result<Vali
                 continue;
             }
         };
-        match validate_node(&mut node.metadata) {
+        match validate_node_tiled(&mut node.metadata, tile_chunks) {
             Ok(kind) => {
                 if let Some(manifest) = node.manifest.take() {
                     match kind {
@@ -151,7 +164,7 @@ pub fn validate(doc: Document, registered: &dyn Fn(&str) -> bool) -> Result<Vali
     let sources: BTreeMap<String, SourceFacts> = sources.into_iter().filter(|(u, _)| urls.contains(u)).collect();
     let etags = urls.iter().map(|u| sources.get(u).and_then(|f| f.etag.clone())).collect();
     let summary = summarise(&nodes, &arrays, urls.len());
-    Ok(ValidatedStore { nodes, arrays, urls, etags, sources, summary })
+    Ok(ValidatedStore { nodes, arrays, urls, etags, sources, summary, tile_chunks: tile_chunks as u32 })
 }
 
 fn display_key(indices: &[u64]) -> String {
