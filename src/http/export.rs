@@ -52,7 +52,7 @@ pub(super) async fn export(
             .hierarchy
             .nodes()
             .filter(|n| matches!(n.kind, NodeKind::Array(_)))
-            .filter_map(|n| array_to_v2(&n.metadata).err().map(|e| format!("array {}: {e}", n.path)))
+            .filter_map(|n| array_to_v2(&n.metadata, false).err().map(|e| format!("array {}: {e}", n.path)))
             .collect();
         if !problems.is_empty() {
             return Err(ApiError::Invalid {
@@ -119,7 +119,7 @@ impl Writer<'_> {
                 self.member(node.path.as_str(), &metadata);
                 continue;
             };
-            self.member(node.path.as_str(), metadata.trim_end_matches('}'));
+            self.member(node.path.as_str(), metadata.strip_suffix('}').unwrap_or(&metadata));
             self.out.push_str(", \"manifest\": {");
             self.first = true;
             for block in blocks(app, view, tiles, node.path.as_str()) {
@@ -162,11 +162,11 @@ impl Writer<'_> {
                 self.member(&format!("{prefix}.zattrs"), &Value::from(zattrs.to_string()).to_string());
                 continue;
             };
-            let (zarray, zattrs) = array_to_v2(&node.metadata).map_err(ApiError::Internal)?;
-            self.member(&format!("{prefix}.zarray"), &Value::from(zarray.to_string()).to_string());
-            self.member(&format!("{prefix}.zattrs"), &Value::from(zattrs.to_string()).to_string());
-            let separator = zarray["dimension_separator"].as_str().and_then(|s| s.chars().next()).unwrap_or('.');
+            // Chunks first: whether any is missing decides the v2 fill value (key order is free).
+            let (zarray, _) = array_to_v2(&node.metadata, false).map_err(ApiError::Internal)?;
+            let separator = if zarray["dimension_separator"] == "/" { '/' } else { '.' };
             let keys = ChunkKeyEncoding::V2 { separator };
+            let mut stored = 0u64;
             for block in blocks(app, view, tiles, node.path.as_str()) {
                 let (tile, block) = block.await?;
                 for (slot, chunk) in block.iter() {
@@ -178,10 +178,15 @@ impl Writer<'_> {
                         }
                         ChunkRef::Missing => continue,
                     };
+                    stored += 1;
                     self.member(&format!("{prefix}{}", keys.encode(&coords)), &value.to_string());
                     self.flush_if_full().await?;
                 }
             }
+            let has_missing = stored < layout.grid.chunk_count();
+            let (zarray, zattrs) = array_to_v2(&node.metadata, has_missing).map_err(ApiError::Internal)?;
+            self.member(&format!("{prefix}.zarray"), &Value::from(zarray.to_string()).to_string());
+            self.member(&format!("{prefix}.zattrs"), &Value::from(zattrs.to_string()).to_string());
         }
         self.out.push_str("\n}}\n");
         self.flush().await

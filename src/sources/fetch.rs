@@ -20,7 +20,7 @@ pub enum SourceError {
     #[error("{url} is not under any registered object store")]
     Unregistered { url: String },
     /// The object is gone.
-    #[error("source object {url} does not exist in object store {store}: it was deleted or moved after registration")]
+    #[error("source object {url} does not exist in object store {store} (deleted or moved?)")]
     NotFound { url: String, store: String },
     /// The object store refused access.
     #[error("object store {store} refused access to {url}: {detail}")]

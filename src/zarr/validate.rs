@@ -177,6 +177,10 @@ fn check_ref(
     sources: &BTreeMap<String, SourceFacts>,
 ) -> Result<(), String> {
     let RawRef::Virtual { url, offset, length } = r else { return Ok(()) };
+    if length == super::kerchunk::WHOLE_OBJECT {
+        // A [url] reference whose object could not be asked: that problem is already listed.
+        return Err("its object's length is unknown".into());
+    }
     if length > u64::from(u32::MAX) {
         return Err(format!("length {length} is above the 4 GiB a chunk may have"));
     }

@@ -230,11 +230,16 @@ fn fill_value(v2: &Value, kind: Kind, data_type: &Value) -> Result<Value, String
 }
 
 /// `_ARRAY_DIMENSIONS` becomes `dimension_names`; a float `_FillValue` becomes xarray's
-/// encoding (base64 of a little-endian float64). When a float array had a v2 fill value but no
-/// `_FillValue` (kerchunk moves it there), `_FillValue` is added so xarray masks as it did with
-/// v2. Integer arrays get none: kerchunk writes default fills (0, -2147483647) the file never
-/// declared, and masking them would turn real zeros into NaN. `missing_value` stays a plain
-/// number: xarray's v3 reader decodes only `_FillValue`.
+/// encoding (base64 of a little-endian float64).
+///
+/// kerchunk's translators move `_FillValue` into the v2 `fill_value` and drop the attribute, and
+/// the references cannot tell it from a storage default the file never declared. So a missing
+/// `_FillValue` is declared from a numeric fill value only where that is nearly always right:
+/// floats (a default fill is never a real value), and packed integers (`scale_factor` or
+/// `add_offset`: ERA5-style int16 with -32767 must read NaN). Never 0, the storage default of
+/// zarr and HDF5 (masking it turns real zeros into NaN), nor plain integers (HDF5's default
+/// -2147483647 would turn an int32 variable into float64). NaN needs no mask. `missing_value`
+/// stays a plain number: xarray's v3 reader decodes only `_FillValue`.
 fn cf_attributes(
     mut attrs: Map<String, Value>,
     v2_fill: &Value,
@@ -246,8 +251,10 @@ fn cf_attributes(
         Some(other) => return Err(format!("_ARRAY_DIMENSIONS {other} does not name the array's {ndim} dimensions")),
         None => None,
     };
-    // NaN needs no mask: only a numeric fill value is declared.
-    if !attrs.contains_key("_FillValue") && v2_fill.is_number() && kind == Kind::Float {
+    let nonzero = v2_fill.as_f64().is_some_and(|f| f != 0.0);
+    let packed = attrs.contains_key("scale_factor") || attrs.contains_key("add_offset");
+    let declared = nonzero && (kind == Kind::Float || (kind == Kind::Int && packed));
+    if !attrs.contains_key("_FillValue") && declared {
         attrs.insert("_FillValue".into(), v2_fill.clone());
     }
     if let Some(fill) = attrs.get("_FillValue").cloned() {
@@ -398,10 +405,17 @@ mod tests {
     fn integer_fill_values_and_unknown_codecs() {
         let v3 = convert(
             json!({"shape": [2], "chunks": [2], "dtype": "<i2", "fill_value": -32768.0, "compressor": {"id": "zlib", "level": 1}}),
-            json!({}),
+            json!({"scale_factor": 0.01}),
         );
         assert_eq!(v3["fill_value"], -32768);
-        assert!(v3["attributes"].get("_FillValue").is_none(), "integer fills are not declared for xarray");
+        assert_eq!(v3["attributes"]["_FillValue"], -32768, "packed: kerchunk moved it there, declared again");
+        let plain = convert(json!({"shape": [2], "chunks": [2], "dtype": "<i4", "fill_value": -2147483647}), json!({}));
+        assert!(plain["attributes"].get("_FillValue").is_none(), "a plain integer's fill may be HDF5's default");
+        let zero = convert(
+            json!({"shape": [2], "chunks": [2], "dtype": "<i4", "fill_value": 0, "compressor": null}),
+            json!({}),
+        );
+        assert!(zero["attributes"].get("_FillValue").is_none(), "0 is a storage default, not a declared fill");
         let err = array_to_v3(
             &json!({"shape": [2], "chunks": [2], "dtype": "<i2", "fill_value": 0, "compressor": {"id": "snappy"}}),
             Map::new(),

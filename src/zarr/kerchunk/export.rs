@@ -9,7 +9,11 @@ pub fn group_to_v2(metadata: &Map<String, Value>) -> (Value, Value) {
 }
 
 /// `.zarray` and `.zattrs` of an array, or why it has no v2 form.
-pub fn array_to_v2(map: &Map<String, Value>) -> Result<(Value, Value), String> {
+///
+/// Zarr v2 readers (xarray) mask the v2 `fill_value`, so it carries the decoded `_FillValue`
+/// when the array declares one, null when not; but when some chunks are missing
+/// (`has_missing`) it must be the v3 fill value they read as.
+pub fn array_to_v2(map: &Map<String, Value>, has_missing: bool) -> Result<(Value, Value), String> {
     let whole = Value::Object(map.clone());
     let metadata = &whole;
     let codecs = metadata.get("codecs").and_then(Value::as_array).ok_or("no codecs")?;
@@ -81,17 +85,50 @@ pub fn array_to_v2(map: &Map<String, Value>) -> Result<(Value, Value), String> {
         "shape": metadata.get("shape").cloned().unwrap_or(json!([])),
         "chunks": chunks,
         "dtype": dtype,
-        "fill_value": metadata.get("fill_value").cloned().unwrap_or(Value::Null),
+        "fill_value": Value::Null,
         "order": order,
         "filters": if filters.is_empty() { Value::Null } else { Value::Array(filters) },
         "compressor": compressor,
         "dimension_separator": separator,
     });
+    let mut zarray = zarray;
     let mut attrs = map.get("attributes").and_then(Value::as_object).cloned().unwrap_or_default();
-    if let Some(names) = metadata.get("dimension_names").filter(|n| !n.is_null()) {
-        attrs.insert("_ARRAY_DIMENSIONS".into(), names.clone());
+    // The attribute stays too: v2 readers override it with fill_value, and it makes the
+    // v3 -> v2 -> v3 round trip exact.
+    zarray["fill_value"] = match attrs.get("_FillValue").cloned() {
+        _ if has_missing => metadata.get("fill_value").cloned().unwrap_or(Value::Null),
+        Some(declared) => decode_fill(declared),
+        None => Value::Null,
+    };
+    match metadata.get("dimension_names").filter(|n| !n.is_null()) {
+        Some(names) => {
+            attrs.insert("_ARRAY_DIMENSIONS".into(), names.clone());
+        }
+        // xarray cannot open a v2 array without them; a scalar's are known.
+        None if ndim == 0 => {
+            attrs.insert("_ARRAY_DIMENSIONS".into(), json!([]));
+        }
+        None => {}
     }
     Ok((zarray, Value::Object(attrs)))
+}
+
+/// xarray's encoded `_FillValue` (base64 of a little-endian float64) as a v2 fill value.
+fn decode_fill(declared: Value) -> Value {
+    use base64::Engine;
+    let Value::String(text) = &declared else { return declared };
+    match base64::engine::general_purpose::STANDARD.decode(text).ok().and_then(|b| <[u8; 8]>::try_from(b).ok()) {
+        Some(bytes) => {
+            let f = f64::from_le_bytes(bytes);
+            match f {
+                f if f.is_nan() => json!("NaN"),
+                f if f == f64::INFINITY => json!("Infinity"),
+                f if f == f64::NEG_INFINITY => json!("-Infinity"),
+                f => json!(f),
+            }
+        }
+        None => declared,
+    }
 }
 
 fn dtype(data_type: &Value, endian: Option<&str>, object: bool) -> Result<String, String> {
@@ -154,7 +191,7 @@ mod tests {
         for zarray in cases {
             let attrs = json!({"units": "K", "_ARRAY_DIMENSIONS": (0..zarray["shape"].as_array().unwrap().len()).map(|i| format!("d{i}")).collect::<Vec<_>>()});
             let v3 = array_to_v3(&zarray, attrs.as_object().unwrap().clone()).unwrap();
-            let (back, back_attrs) = array_to_v2(&v3).unwrap();
+            let (back, back_attrs) = array_to_v2(&v3, true).unwrap();
             assert_eq!(back, zarray, "{v3:?}");
             assert_eq!(back_attrs["_ARRAY_DIMENSIONS"], attrs["_ARRAY_DIMENSIONS"]);
         }
@@ -165,7 +202,7 @@ mod tests {
         let sharded = json!({"zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "uint8",
             "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4]}}, "chunk_key_encoding": {"name": "default"},
             "fill_value": 0, "codecs": [{"name": "sharding_indexed", "configuration": {}}]});
-        let err = array_to_v2(sharded.as_object().unwrap()).unwrap_err();
+        let err = array_to_v2(sharded.as_object().unwrap(), false).unwrap_err();
         assert!(err.contains("sharding_indexed"), "{err}");
     }
 }

@@ -161,6 +161,7 @@ impl Collected {
             })
             .collect();
         let mut encodings: BTreeMap<String, (ChunkKeyEncoding, usize)> = BTreeMap::new();
+        let mut failed: Vec<String> = Vec::new();
         for (path, keys) in std::mem::take(&mut self.meta) {
             let attrs = match keys.zattrs {
                 Some(Value::Object(a)) => a,
@@ -186,11 +187,17 @@ impl Collected {
                     let manifest = encodings.contains_key(&path).then(RawManifest::default);
                     doc.nodes.insert(path, DocNode { metadata, manifest });
                 }
-                Err(e) => doc.problems.push(format!("array {path:?}: {e}")),
+                Err(e) => {
+                    doc.problems.push(format!("array {path:?}: {e}"));
+                    failed.push(format!("{path}/"));
+                }
             }
         }
         for (key, r) in std::mem::take(&mut self.chunks) {
             let Some((path, coords)) = locate(&key, &encodings) else {
+                if failed.iter().any(|f| key.starts_with(f.as_str()) || f == "/") {
+                    continue; // its array's metadata was already reported
+                }
                 doc.problems.push(format!("{key}: not a chunk of any array (no .zarray or zarr.json for it)"));
                 continue;
             };
