@@ -13,7 +13,7 @@ use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
 use crate::cache::{Caches, VersionView};
-use crate::catalog::{self, Catalog, ObjectStoreRecord, VersionHead};
+use crate::catalog::{self, Catalog, Change, ObjectStoreRecord, VersionHead};
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -76,7 +76,11 @@ impl App {
             loaded_object_stores: tokio::sync::Mutex::new(Vec::new()),
         };
         app.load_object_stores(true).await?;
-        Ok(AppState(Arc::new(app)))
+        let state = AppState(Arc::new(app));
+        if let Some(changes) = state.catalog.changes().await {
+            tokio::spawn(follow_changes(Arc::downgrade(&state.0), changes));
+        }
+        Ok(state)
     }
 
     /// True if `token` is one of the admin tokens. Every digest is compared, in constant time.
@@ -176,12 +180,53 @@ impl App {
         self.caches.block((version, node.index, tile), &self.metrics, load).await
     }
 
+    /// The chunk of fill values of array `node` in version `head`, encoded with its codecs, or
+    /// `None` when zarrs cannot encode them (missing chunks then answer 404).
+    pub async fn fill_chunk(&self, head: &VersionHead, node: &Node) -> Result<Option<bytes::Bytes>, ApiError> {
+        let load = async {
+            let metadata = node.metadata.clone();
+            let encoded = tokio::task::spawn_blocking(move || crate::zarr::fill::fill_chunk(&metadata))
+                .await
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
+            Ok(match encoded {
+                Ok(bytes) => Some(bytes::Bytes::from(bytes)),
+                Err(e) => {
+                    tracing::warn!(store = %head.store, version = head.id, array = %node.path, error = %e,
+                        "cannot encode a fill-value chunk; missing chunks of this array answer 404");
+                    None
+                }
+            })
+        };
+        self.caches.fill((head.id, node.index), &self.metrics, load).await
+    }
+
     /// Records the latency of a catalog operation.
     pub fn observe_catalog(&self, operation: &str, started: Instant) {
         self.metrics
             .catalog_query_duration_seconds
             .with_label_values(&[operation])
             .observe(started.elapsed().as_secs_f64());
+    }
+}
+
+/// Applies changes made through other replicas until the app is gone.
+async fn follow_changes(app: std::sync::Weak<App>, mut changes: tokio::sync::mpsc::Receiver<Change>) {
+    while let Some(change) = changes.recv().await {
+        let Some(app) = app.upgrade() else { return };
+        match change {
+            Change::Store(store) => app.caches.forget_store(&store).await,
+            Change::ObjectStores => {
+                if let Err(e) = app.load_object_stores(false).await {
+                    tracing::error!(error = %e, "cannot reload object stores after a change");
+                }
+            }
+            Change::Lost => {
+                app.caches.forget_all();
+                if let Err(e) = app.load_object_stores(false).await {
+                    tracing::error!(error = %e, "cannot reload object stores after losing the change feed");
+                }
+            }
+        }
     }
 }
 

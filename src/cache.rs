@@ -80,6 +80,7 @@ pub struct Caches {
     heads: Cache<HeadKey, Option<VersionHead>>,
     views: Cache<i64, Arc<VersionView>>,
     blocks: Cache<BlockKey, Arc<ManifestBlock>>,
+    fills: Cache<(i64, u32), Option<Bytes>>,
 }
 
 impl Caches {
@@ -98,6 +99,12 @@ impl Caches {
             blocks: Cache::builder()
                 .max_capacity(config.blocks_bytes)
                 .weigher(|_, b: &Arc<ManifestBlock>| u32::try_from(b.weight()).unwrap_or(u32::MAX))
+                .build(),
+            fills: Cache::builder()
+                .max_capacity(config.metadata_bytes)
+                .weigher(|_, f: &Option<Bytes>| {
+                    u32::try_from(f.as_ref().map_or(0, Bytes::len) + 64).unwrap_or(u32::MAX)
+                })
                 .build(),
         }
     }
@@ -132,6 +139,16 @@ impl Caches {
         get(&self.blocks, "blocks", key, metrics, load).await
     }
 
+    /// The fill-value chunk of array `node` of version `id` (`None`: it cannot be encoded).
+    pub async fn fill(
+        &self,
+        key: (i64, u32),
+        metrics: &Metrics,
+        load: impl Future<Output = Result<Option<Bytes>, ApiError>>,
+    ) -> Result<Option<Bytes>, ApiError> {
+        get(&self.fills, "fills", key, metrics, load).await
+    }
+
     /// Forgets what this replica believes about `store`'s versions.
     pub async fn forget_store(&self, store: &str) {
         self.heads.invalidate(&(store.to_owned(), None)).await;
@@ -153,6 +170,7 @@ impl Caches {
             ("heads", self.heads.entry_count(), self.heads.entry_count()),
             ("metadata", self.views.weighted_size(), self.views.entry_count()),
             ("blocks", self.blocks.weighted_size(), self.blocks.entry_count()),
+            ("fills", self.fills.weighted_size(), self.fills.entry_count()),
         ] {
             metrics.cache_size.with_label_values(&[name]).set(size as i64);
             metrics.cache_entries.with_label_values(&[name]).set(entries as i64);

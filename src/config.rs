@@ -36,6 +36,8 @@ pub struct Config {
     pub cache: CacheConfig,
     /// Upstream (object store) behaviour.
     pub sources: SourcesConfig,
+    /// Which old versions are kept.
+    pub retention: RetentionConfig,
     /// Object stores declared here (credentials from the environment or the options).
     pub object_stores: Vec<ObjectStoreConfig>,
 }
@@ -52,6 +54,24 @@ pub struct HttpConfig {
     pub cors: bool,
     /// Seconds in-flight requests get to finish after SIGTERM.
     pub drain_seconds: u64,
+    /// `"404"` or `"fill"`: how stores registered without `?missing_chunks=` answer missing chunks.
+    pub missing_chunks: String,
+}
+
+/// Which old versions are kept (the current version always is).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// The newest versions of each store kept whatever their age.
+    pub keep_versions: u32,
+    /// Versions younger than this are kept whatever their number, in seconds.
+    pub keep_seconds: u64,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self { keep_versions: 10, keep_seconds: 7 * 86_400 }
+    }
 }
 
 /// Cache sizes.
@@ -76,6 +96,8 @@ pub struct SourcesConfig {
     pub connect_timeout_seconds: u64,
     /// Retries of transient upstream failures.
     pub retries: usize,
+    /// Source objects asked for their ETag and size at once when a store is registered.
+    pub verify_concurrency: usize,
 }
 
 /// An object store declared in the configuration file.
@@ -106,6 +128,7 @@ impl Default for Config {
             http: HttpConfig::default(),
             cache: CacheConfig::default(),
             sources: SourcesConfig::default(),
+            retention: RetentionConfig::default(),
             object_stores: Vec::new(),
         }
     }
@@ -113,7 +136,13 @@ impl Default for Config {
 
 impl Default for HttpConfig {
     fn default() -> Self {
-        Self { max_body_bytes: 4 << 30, max_age_seconds: 60, cors: true, drain_seconds: 30 }
+        Self {
+            max_body_bytes: 4 << 30,
+            max_age_seconds: 60,
+            cors: true,
+            drain_seconds: 30,
+            missing_chunks: "404".into(),
+        }
     }
 }
 
@@ -125,7 +154,7 @@ impl Default for CacheConfig {
 
 impl Default for SourcesConfig {
     fn default() -> Self {
-        Self { timeout_seconds: 30, connect_timeout_seconds: 5, retries: 3 }
+        Self { timeout_seconds: 30, connect_timeout_seconds: 5, retries: 3, verify_concurrency: 32 }
     }
 }
 
@@ -140,6 +169,7 @@ impl std::fmt::Debug for Config {
             .field("http", &self.http)
             .field("cache", &self.cache)
             .field("sources", &self.sources)
+            .field("retention", &self.retention)
             .field("object_stores", &self.object_stores.iter().map(|o| (&o.name, &o.url)).collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
@@ -176,6 +206,9 @@ impl Config {
         self.listen_addr()?;
         if !matches!(self.log_format.as_str(), "text" | "json") {
             bail!("log_format must be \"text\" or \"json\", not {:?}", self.log_format);
+        }
+        if !matches!(self.http.missing_chunks.as_str(), "404" | "fill") {
+            bail!("http.missing_chunks must be \"404\" or \"fill\", not {:?}", self.http.missing_chunks);
         }
         if !(1..=1 << 20).contains(&self.block_chunks) {
             bail!("block_chunks must be between 1 and 1048576, not {}", self.block_chunks);

@@ -27,6 +27,8 @@ create table versions (
     -- the largest number of chunk references per block when this version was written: it
     -- fixes the tile shape of every array, so it is part of the version
     tile_chunks integer not null,
+    -- answer missing chunks with a fill-value chunk instead of 404 (for caches that mishandle 404)
+    fill_missing boolean not null default false,
     summary jsonb not null
 );
 create index versions_store_idx on versions (store, id);

@@ -25,6 +25,8 @@ create table versions (
     created_at integer not null,
     -- the largest number of chunk references per block: it fixes every array's tile shape
     tile_chunks integer not null,
+    -- answer missing chunks with a fill-value chunk instead of 404
+    fill_missing integer not null default 0,
     summary text not null
 );
 create index versions_store_idx on versions (store, id);

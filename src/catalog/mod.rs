@@ -46,6 +46,35 @@ pub struct VersionHead {
     pub created_at_ms: i64,
     /// The block size its arrays are tiled with.
     pub tile_chunks: u32,
+    /// Missing chunks are answered with a fill-value chunk, not 404.
+    pub fill_missing: bool,
+}
+
+/// How a new version is to be served.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VersionOptions {
+    /// Answer missing chunks with a fill-value chunk instead of 404.
+    pub fill_missing: bool,
+}
+
+/// What retention keeps of a store's versions (the current one always stays).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// The newest versions kept whatever their age.
+    pub keep_versions: u32,
+    /// Versions younger than this (milliseconds) are kept whatever their number.
+    pub keep_ms: i64,
+}
+
+/// A change made through any replica, as the catalog's change feed reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A store was registered, replaced, pruned or deleted.
+    Store(String),
+    /// The object stores changed.
+    ObjectStores,
+    /// The feed was interrupted: changes may have been missed.
+    Lost,
 }
 
 /// A store with its current version's summary.
@@ -108,7 +137,15 @@ pub trait Catalog: Send + Sync + 'static {
     /// The sources a version references, with their recorded facts.
     async fn sources(&self, version: i64) -> Result<Vec<(String, SourceFacts)>, CatalogError>;
     /// Writes `store` as a new version of `name` and makes it current, atomically.
-    async fn write_version(&self, name: &str, store: &ValidatedStore) -> Result<Written, CatalogError>;
+    async fn write_version(
+        &self,
+        name: &str,
+        store: &ValidatedStore,
+        options: VersionOptions,
+    ) -> Result<Written, CatalogError>;
+    /// Deletes the versions of `name` that `retention` does not keep (never the current one) and
+    /// the blocks no remaining version uses; the ids of the versions deleted.
+    async fn prune(&self, name: &str, retention: Retention) -> Result<Vec<i64>, CatalogError>;
     /// Stores in name order after `after`, at most `limit`.
     async fn list_stores(&self, after: Option<&str>, limit: u32) -> Result<Vec<StoreRecord>, CatalogError>;
     /// One store with its current summary.
@@ -123,6 +160,11 @@ pub trait Catalog: Send + Sync + 'static {
     async fn object_stores(&self) -> Result<Vec<ObjectStoreRecord>, CatalogError>;
     /// Removes an object store; false if there was none.
     async fn delete_object_store(&self, name: &str) -> Result<bool, CatalogError>;
+    /// Changes made through other replicas, when the backend can tell (PostgreSQL
+    /// `LISTEN/NOTIFY`); `None` when it cannot, and replicas rely on cache expiry.
+    async fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<Change>> {
+        None
+    }
 }
 
 /// Opens the catalog named by `url` (`postgres://...` or `sqlite://...`) and migrates it.

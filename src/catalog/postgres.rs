@@ -7,8 +7,8 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{Postgres, QueryBuilder, Row, Transaction};
 
 use super::{
-    Catalog, CatalogError, EncodedBlock, ObjectStoreRecord, StoreRecord, StoredNode, VersionHead, Written,
-    block_batches, node_json, parse_node, parse_options, parse_summary, unique_violation,
+    Catalog, CatalogError, Change, EncodedBlock, ObjectStoreRecord, Retention, StoreRecord, StoredNode, VersionHead,
+    VersionOptions, Written, block_batches, node_json, parse_node, parse_options, parse_summary, unique_violation,
 };
 use crate::zarr::document::SourceFacts;
 use crate::zarr::validate::ValidatedStore;
@@ -16,7 +16,8 @@ use crate::zarr::validate::ValidatedStore;
 /// Rows per multi-row insert (PostgreSQL allows 65,535 bind parameters per statement).
 const ROWS_PER_INSERT: usize = 5_000;
 
-const HEAD: &str = "v.store, v.id, v.tile_chunks, (extract(epoch from v.created_at) * 1000)::bigint as created_at_ms";
+const HEAD: &str =
+    "v.store, v.id, v.tile_chunks, v.fill_missing, (extract(epoch from v.created_at) * 1000)::bigint as created_at_ms";
 
 /// A catalog in PostgreSQL.
 #[derive(Debug, Clone)]
@@ -42,12 +43,52 @@ impl PostgresCatalog {
     }
 }
 
+/// Follows `LISTEN zarrgate_versions, zarrgate_object_stores` until the receiver is dropped,
+/// reconnecting after failures; every (re)connection and lost connection reports `Lost`.
+async fn listen(pool: PgPool, tx: tokio::sync::mpsc::Sender<Change>) {
+    while !tx.is_closed() {
+        match sqlx::postgres::PgListener::connect_with(&pool).await {
+            Ok(mut listener) => {
+                if let Err(e) = listener.listen_all(["zarrgate_versions", "zarrgate_object_stores"]).await {
+                    tracing::warn!(error = %e, "cannot LISTEN for catalog changes; retrying");
+                } else {
+                    tracing::info!("following catalog changes (LISTEN/NOTIFY)");
+                    if tx.send(Change::Lost).await.is_err() {
+                        return;
+                    }
+                    loop {
+                        let change = match listener.try_recv().await {
+                            Ok(Some(n)) if n.channel() == "zarrgate_versions" => Change::Store(n.payload().to_owned()),
+                            Ok(Some(_)) => Change::ObjectStores,
+                            Ok(None) => {
+                                tracing::warn!("lost the catalog change feed; reconnecting");
+                                Change::Lost
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, "catalog change feed failed; reconnecting");
+                                break;
+                            }
+                        };
+                        if tx.send(change).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot connect to follow catalog changes; retrying"),
+        }
+        let _ = tx.send(Change::Lost).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 fn head(row: &sqlx::postgres::PgRow) -> Result<VersionHead, sqlx::Error> {
     Ok(VersionHead {
         store: row.try_get("store")?,
         id: row.try_get("id")?,
         created_at_ms: row.try_get("created_at_ms")?,
         tile_chunks: row.try_get::<i32, _>("tile_chunks")? as u32,
+        fill_missing: row.try_get("fill_missing")?,
     })
 }
 
@@ -153,7 +194,12 @@ impl Catalog for PostgresCatalog {
             .collect())
     }
 
-    async fn write_version(&self, name: &str, store: &ValidatedStore) -> Result<Written, CatalogError> {
+    async fn write_version(
+        &self,
+        name: &str,
+        store: &ValidatedStore,
+        options: VersionOptions,
+    ) -> Result<Written, CatalogError> {
         let mut tx = self.pool.begin().await?;
         let created = sqlx::query("insert into stores (name) values ($1) on conflict (name) do nothing")
             .bind(name)
@@ -165,12 +211,13 @@ impl Catalog for PostgresCatalog {
         sqlx::query("select name from stores where name = $1 for update").bind(name).execute(&mut *tx).await?;
         let summary = serde_json::to_value(&store.summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
         let sql = sqlx::AssertSqlSafe(format!(
-            "insert into versions as v (store, summary, tile_chunks) values ($1, $2, $3) returning {HEAD}"
+            "insert into versions as v (store, summary, tile_chunks, fill_missing) values ($1, $2, $3, $4) returning {HEAD}"
         ));
         let row = sqlx::query(sql)
             .bind(name)
             .bind(sqlx::types::Json(summary))
             .bind(store.tile_chunks as i32)
+            .bind(options.fill_missing)
             .fetch_one(&mut *tx)
             .await?;
         let head = head(&row)?;
@@ -205,6 +252,39 @@ impl Catalog for PostgresCatalog {
         sqlx::query("select pg_notify('zarrgate_versions', $1)").bind(name).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(Written { head, created })
+    }
+
+    async fn prune(&self, name: &str, retention: Retention) -> Result<Vec<i64>, CatalogError> {
+        let mut tx = self.pool.begin().await?;
+        // Serialises with registrations of the same store.
+        sqlx::query("select name from stores where name = $1 for update").bind(name).execute(&mut *tx).await?;
+        let pruned: Vec<i64> = sqlx::query_scalar(
+            "delete from versions v \
+             using (select id, created_at, row_number() over (order by id desc) as rank from versions where store = $1) r \
+             where v.id = r.id and r.rank > $2 and r.created_at < now() - $3 * interval '1 millisecond' \
+               and v.id is distinct from (select current_version from stores where name = $1) \
+             returning v.id",
+        )
+        .bind(name)
+        .bind(i64::from(retention.keep_versions))
+        .bind(retention.keep_ms as f64)
+        .fetch_all(&mut *tx)
+        .await?;
+        if !pruned.is_empty() {
+            sqlx::query("delete from blocks b where b.store = $1 and not exists (select 1 from tiles t where t.block_id = b.id)")
+                .bind(name)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("select pg_notify('zarrgate_versions', $1)").bind(name).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(pruned)
+    }
+
+    async fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<Change>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(1024);
+        tokio::spawn(listen(self.pool.clone(), tx));
+        Some(rx)
     }
 
     async fn list_stores(&self, after: Option<&str>, limit: u32) -> Result<Vec<StoreRecord>, CatalogError> {

@@ -8,8 +8,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
 
 use super::{
-    Catalog, CatalogError, EncodedBlock, ObjectStoreRecord, StoreRecord, StoredNode, VersionHead, Written,
-    block_batches, node_json, parse_node, parse_options, parse_summary, unique_violation,
+    Catalog, CatalogError, EncodedBlock, ObjectStoreRecord, Retention, StoreRecord, StoredNode, VersionHead,
+    VersionOptions, Written, block_batches, node_json, parse_node, parse_options, parse_summary, unique_violation,
 };
 use crate::zarr::document::SourceFacts;
 use crate::zarr::validate::ValidatedStore;
@@ -52,6 +52,7 @@ fn head(row: &sqlx::sqlite::SqliteRow) -> Result<VersionHead, sqlx::Error> {
         id: row.try_get("id")?,
         created_at_ms: row.try_get("created_at")?,
         tile_chunks: row.try_get::<i64, _>("tile_chunks")? as u32,
+        fill_missing: row.try_get("fill_missing")?,
     })
 }
 
@@ -99,7 +100,7 @@ impl Catalog for SqliteCatalog {
 
     async fn current_version(&self, store: &str) -> Result<Option<VersionHead>, CatalogError> {
         let row = sqlx::query(
-            "select v.store, v.id, v.created_at, v.tile_chunks from stores s join versions v on v.id = s.current_version where s.name = ?",
+            "select v.store, v.id, v.created_at, v.tile_chunks, v.fill_missing from stores s join versions v on v.id = s.current_version where s.name = ?",
         )
         .bind(store)
         .fetch_optional(&self.pool)
@@ -109,7 +110,7 @@ impl Catalog for SqliteCatalog {
 
     async fn version(&self, store: &str, id: i64) -> Result<Option<VersionHead>, CatalogError> {
         let row = sqlx::query(
-            "select v.store, v.id, v.created_at, v.tile_chunks from versions v where v.id = ? and v.store = ?",
+            "select v.store, v.id, v.created_at, v.tile_chunks, v.fill_missing from versions v where v.id = ? and v.store = ?",
         )
         .bind(id)
         .bind(store)
@@ -162,7 +163,12 @@ impl Catalog for SqliteCatalog {
             .collect())
     }
 
-    async fn write_version(&self, name: &str, store: &ValidatedStore) -> Result<Written, CatalogError> {
+    async fn write_version(
+        &self,
+        name: &str,
+        store: &ValidatedStore,
+        options: VersionOptions,
+    ) -> Result<Written, CatalogError> {
         let now = now_ms();
         let mut tx = self.pool.begin_with("begin immediate").await?;
         let created = sqlx::query(
@@ -177,12 +183,14 @@ impl Catalog for SqliteCatalog {
             == 1;
         let summary = serde_json::to_string(&store.summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
         let row = sqlx::query(
-            "insert into versions (store, created_at, summary, tile_chunks) values (?, ?, ?, ?) returning store, id, created_at, tile_chunks",
+            "insert into versions (store, created_at, summary, tile_chunks, fill_missing) values (?, ?, ?, ?, ?) \
+             returning store, id, created_at, tile_chunks, fill_missing",
         )
         .bind(name)
         .bind(now)
         .bind(summary)
         .bind(i64::from(store.tile_chunks))
+        .bind(options.fill_missing)
         .fetch_one(&mut *tx)
         .await?;
         let head = head(&row)?;
@@ -219,9 +227,34 @@ impl Catalog for SqliteCatalog {
         Ok(Written { head, created })
     }
 
+    async fn prune(&self, name: &str, retention: Retention) -> Result<Vec<i64>, CatalogError> {
+        let mut tx = self.pool.begin_with("begin immediate").await?;
+        let pruned: Vec<i64> = sqlx::query_scalar(
+            "delete from versions \
+             where id in (select id from (select id, created_at, row_number() over (order by id desc) as rank \
+                                          from versions where store = ?1) \
+                          where rank > ?2 and created_at < ?3) \
+               and id is not (select current_version from stores where name = ?1) \
+             returning id",
+        )
+        .bind(name)
+        .bind(i64::from(retention.keep_versions))
+        .bind(now_ms() - retention.keep_ms)
+        .fetch_all(&mut *tx)
+        .await?;
+        if !pruned.is_empty() {
+            sqlx::query("delete from blocks where store = ? and not exists (select 1 from tiles t where t.block_id = blocks.id)")
+                .bind(name)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(pruned)
+    }
+
     async fn list_stores(&self, after: Option<&str>, limit: u32) -> Result<Vec<StoreRecord>, CatalogError> {
         let rows = sqlx::query(
-            "select v.store, v.id, v.created_at, v.tile_chunks, v.summary, s.created_at as store_created_at \
+            "select v.store, v.id, v.created_at, v.tile_chunks, v.fill_missing, v.summary, s.created_at as store_created_at \
              from stores s join versions v on v.id = s.current_version where s.name > ? order by s.name limit ?",
         )
         .bind(after.unwrap_or(""))
@@ -233,7 +266,7 @@ impl Catalog for SqliteCatalog {
 
     async fn store(&self, name: &str) -> Result<Option<StoreRecord>, CatalogError> {
         let row = sqlx::query(
-            "select v.store, v.id, v.created_at, v.tile_chunks, v.summary, s.created_at as store_created_at \
+            "select v.store, v.id, v.created_at, v.tile_chunks, v.fill_missing, v.summary, s.created_at as store_created_at \
              from stores s join versions v on v.id = s.current_version where s.name = ?",
         )
         .bind(name)

@@ -126,6 +126,16 @@ async fn chunk(
     };
     let block = app.block(view.head.id, node, at.tile, layout.grid.tile_len()).await?;
     match block.get(at.slot) {
+        ChunkRef::Missing if view.head.fill_missing => match app.fill_chunk(&view.head, node).await? {
+            Some(fill) => {
+                let tag = etag('f', &fill);
+                Ok(bytes_response(fill, &tag, "application/octet-stream", headers, served))
+            }
+            None => Err(ApiError::NotFound(format!(
+                "chunk {key:?} of array {} has no data: readers use its fill value",
+                node.path
+            ))),
+        },
         ChunkRef::Missing => Err(ApiError::NotFound(format!(
             "chunk {key:?} of array {} has no data: readers use its fill value",
             node.path

@@ -10,6 +10,7 @@ mod object_stores;
 mod ops;
 pub mod range;
 mod stores;
+mod verify;
 
 use std::time::Instant;
 

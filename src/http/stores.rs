@@ -6,14 +6,14 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::ingest::{self, Format};
 use super::names;
 use crate::app::AppState;
-use crate::catalog::{StoreRecord, VersionHead};
+use crate::catalog::{Retention, StoreRecord, VersionHead, VersionOptions};
 use crate::error::ApiError;
 use crate::zarr::validate::{Summary, validate_tiled};
 
@@ -23,12 +23,17 @@ pub fn router() -> Router<AppState> {
         .route("/stores", get(list))
         .route("/stores/{store}", get(describe).put(register).delete(remove))
         .route("/stores/{store}/manifest", get(super::export::export))
+        .route("/stores/{store}/verify", post(super::verify::verify))
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RegisterParams {
     format: Option<String>,
+    /// `404` or `fill`: how this version answers missing chunks (default: `http.missing_chunks`).
+    missing_chunks: Option<String>,
+    /// Ask every source for its facts at registration (default true).
+    verify: Option<bool>,
 }
 
 async fn register(
@@ -46,8 +51,17 @@ async fn register(
         return Err(ApiError::TooLarge(limit));
     }
     let format = params.format.as_deref().map(Format::parse).transpose()?;
+    let missing = params.missing_chunks.as_deref().unwrap_or(&app.config.http.missing_chunks);
+    let options = match missing {
+        "404" => VersionOptions { fill_missing: false },
+        "fill" => VersionOptions { fill_missing: true },
+        other => return Err(ApiError::BadRequest(format!("missing_chunks {other:?} must be \"404\" or \"fill\""))),
+    };
     let (mut doc, format) = ingest::read_document(body, limit, format).await?;
     ingest::resolve_whole_objects(&app, &mut doc).await;
+    if params.verify.unwrap_or(true) {
+        super::verify::record_facts(&app, &mut doc).await;
+    }
     let entries = app.sources.entries();
     let tile_chunks = u64::from(app.config.block_chunks);
     let validated = tokio::task::spawn_blocking(move || {
@@ -69,8 +83,19 @@ async fn register(
         }
     };
     let started = std::time::Instant::now();
-    let written = app.catalog.write_version(&name, &store).await?;
+    let written = app.catalog.write_version(&name, &store, options).await?;
     app.observe_catalog("write_version", started);
+    let retention = Retention {
+        keep_versions: app.config.retention.keep_versions.max(1),
+        keep_ms: i64::try_from(app.config.retention.keep_seconds.saturating_mul(1000)).unwrap_or(i64::MAX),
+    };
+    match app.catalog.prune(&name, retention).await {
+        Ok(pruned) if !pruned.is_empty() => tracing::info!(store = %name, ?pruned, "old versions deleted by retention"),
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(store = %name, error = %e, "retention failed; old versions kept until the next registration")
+        }
+    }
     app.caches.forget_store(&name).await;
     let outcome = if written.created { "created" } else { "replaced" };
     app.metrics.registrations_total.with_label_values(&[outcome]).inc();

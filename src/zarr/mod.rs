@@ -3,6 +3,7 @@
 
 pub mod block;
 pub mod document;
+pub mod fill;
 pub mod grid;
 pub mod hierarchy;
 pub mod kerchunk;

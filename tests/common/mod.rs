@@ -144,6 +144,13 @@ impl TestServer {
         Self::launch(config, backend, dir, data, db).await
     }
 
+    /// A fresh server on this one's backend with another configuration (this one is stopped).
+    pub async fn restart_with(self, adjust: impl FnOnce(&mut Config)) -> Self {
+        let backend = self.backend;
+        drop(self);
+        Self::start_with(backend, adjust).await
+    }
+
     /// Starts the server with `config` as is.
     async fn launch(
         config: Config,

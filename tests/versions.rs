@@ -1,0 +1,156 @@
+//! Versions over time: retention, missing chunks as fill values, source facts recorded at
+//! registration and checked on every read, and replicas sharing one catalog.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Backend, TestServer, f32_array, f32_bytes};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+/// `x`: 8 floats in chunks of 4 from `name.bin` (chunk 1 missing unless `both`).
+fn doc(server: &TestServer, name: &str, base: f32, both: bool) -> Value {
+    let path = server.write(&format!("{name}.bin"), &f32_bytes((0..8).map(|i| base + i as f32)));
+    let mut manifest = json!({"0": {"path": path, "offset": 0, "length": 16}});
+    if both {
+        manifest["1"] = json!({"path": path, "offset": 16, "length": 16});
+    }
+    json!({"nodes": {"x": f32_array(&[8], &[4], json!({"manifest": manifest}))}})
+}
+
+async fn version(server: &TestServer, path: &str, body: &Value) -> i64 {
+    let (status, answer) = server.put(path, body).await;
+    assert!(status.is_success(), "{status} {answer}");
+    answer["version"].as_i64().unwrap()
+}
+
+both_backends! {
+    async fn retention_keeps_the_newest_versions(server) {
+        let server = server
+            .restart_with(|c| {
+                c.retention.keep_versions = 2;
+                c.retention.keep_seconds = 0;
+            })
+            .await;
+        server.local_store().await;
+        let mut ids = Vec::new();
+        for i in 0..4 {
+            ids.push(version(&server, "/api/v1/stores/r", &doc(&server, &format!("v{i}"), i as f32 * 10.0, true)).await);
+        }
+        for old in &ids[..2] {
+            let r = server.get(&format!("/r@{old}/x/c/0"), &[]).await;
+            assert_eq!(r.status(), StatusCode::NOT_FOUND);
+            let body: Value = r.json().await.unwrap();
+            assert!(body["detail"].as_str().unwrap().contains("retention"), "{body}");
+        }
+        assert_eq!(server.bytes(&format!("/r@{}/x/c/0", ids[2])).await, f32_bytes([20.0, 21.0, 22.0, 23.0]));
+        assert_eq!(server.bytes("/r/x/c/0").await, f32_bytes([30.0, 31.0, 32.0, 33.0]));
+    }
+
+    async fn missing_chunks_can_be_fill_values(server) {
+        server.local_store().await;
+        version(&server, "/api/v1/stores/holes", &doc(&server, "h", 0.0, false)).await;
+        version(&server, "/api/v1/stores/filled?missing_chunks=fill", &doc(&server, "f", 0.0, false)).await;
+        assert_eq!(server.get("/holes/x/c/1", &[]).await.status(), StatusCode::NOT_FOUND);
+        let r = server.get("/filled/x/c/1", &[]).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        let etag = r.headers()["etag"].clone();
+        assert_eq!(r.bytes().await.unwrap().to_vec(), f32_bytes([-1.0; 4]), "the fill value, encoded");
+        assert_eq!(server.head("/filled/x/c/1").await.headers()["content-length"], "16");
+        let r = server.get("/filled/x/c/1", &[("if-none-match", etag.to_str().unwrap())]).await;
+        assert_eq!(r.status(), StatusCode::NOT_MODIFIED);
+        assert_eq!(server.get("/filled/x/c/2", &[]).await.status(), StatusCode::NOT_FOUND, "outside the grid stays 404");
+        let (status, body) = server.put("/api/v1/stores/bad?missing_chunks=zero", &doc(&server, "b", 0.0, false)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    }
+
+    async fn sources_are_checked_at_registration_and_on_every_read(server) {
+        server.local_store().await;
+        let body = doc(&server, "s", 0.0, true);
+        let path = server.data.join("s.bin");
+        // A manifest made from another copy of the file than the one served.
+        let mut declared = body.clone();
+        declared["sources"] = json!({path.display().to_string(): {"etag": "\"not-this-file\"", "size": 32}});
+        let (status, answer) = server.put("/api/v1/stores/s", &declared).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+        assert!(answer["problems"][0].as_str().unwrap().contains("changed since the manifest was made"), "{answer}");
+        let (status, answer) = server.put("/api/v1/stores/s?verify=false", &declared).await;
+        assert_eq!(status, StatusCode::CREATED, "{answer}");
+        assert_eq!(server.get("/s/x/c/0", &[]).await.status(), StatusCode::BAD_GATEWAY, "the declared ETag does not match");
+
+        // Registered with the facts the server records itself.
+        version(&server, "/api/v1/stores/s", &body).await;
+        assert_eq!(server.bytes("/s/x/c/0").await, f32_bytes([0.0, 1.0, 2.0, 3.0]));
+        let report: Value = server.client.post(format!("{}/api/v1/stores/s/verify", server.url)).send().await.unwrap().json().await.unwrap();
+        assert_eq!((report["ok"].as_u64(), report["modified"].as_u64()), (Some(1), Some(0)), "{report}");
+
+        // Rewritten in place with other values of the same length.
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(&path, f32_bytes((0..8).map(|i| 100.0 + i as f32))).unwrap();
+        let r = server.get("/s/x/c/0", &[]).await;
+        assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
+        let problem: Value = r.json().await.unwrap();
+        assert_eq!(problem["type"], "urn:zarrgate:problem:source-modified");
+        let report: Value = server.client.post(format!("{}/api/v1/stores/s/verify", server.url)).send().await.unwrap().json().await.unwrap();
+        assert_eq!(report["modified"], 1, "{report}");
+        assert_eq!(report["sources"][0]["status"], "modified");
+        std::fs::remove_file(&path).unwrap();
+        let report: Value = server.client.post(format!("{}/api/v1/stores/s/verify", server.url)).send().await.unwrap().json().await.unwrap();
+        assert_eq!(report["missing"], 1, "{report}");
+
+        let (status, answer) = server.put("/api/v1/stores/gone", &json!({"nodes": {"x": f32_array(&[4], &[4],
+            json!({"manifest": {"0": {"path": path.display().to_string(), "offset": 0, "length": 16}}}))}})).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+        assert!(answer["problems"][0].as_str().unwrap().contains("cannot be read"), "{answer}");
+    }
+}
+
+/// A registration through one replica is served by another within a second: with a minute of
+/// cache TTL, only PostgreSQL's NOTIFY can explain it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_learn_of_new_versions_through_notify() {
+    let Some(a) = TestServer::start_postgres().await else { return };
+    let a = a.restart_with(|c| c.cache.current_version_ttl_ms = 60_000).await;
+    a.local_store().await;
+    let b = a.replica(|c| c.cache.current_version_ttl_ms = 60_000).await;
+    version(&a, "/api/v1/stores/n", &doc(&a, "one", 1.0, true)).await;
+    // b must see n (object store and store) and cache its current version.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while b.get("/n/x/c/0", &[]).await.status() != StatusCode::OK {
+        assert!(Instant::now() < deadline, "replica b never served the store");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(b.bytes("/n/x/c/0").await, f32_bytes([1.0, 2.0, 3.0, 4.0]));
+    let second = version(&a, "/api/v1/stores/n", &doc(&a, "two", 50.0, true)).await;
+    let started = Instant::now();
+    loop {
+        let r = b.get("/n/x/c/0", &[]).await;
+        if r.headers()["zarrgate-version"] == second.to_string().as_str() {
+            assert_eq!(r.bytes().await.unwrap().to_vec(), f32_bytes([50.0, 51.0, 52.0, 53.0]));
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(1), "replica b still serves the old version after 1 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(a.delete("/api/v1/stores/n").await, StatusCode::NO_CONTENT);
+    let started = Instant::now();
+    while b.get("/n/x/c/0", &[]).await.status() != StatusCode::NOT_FOUND {
+        assert!(started.elapsed() < Duration::from_secs(1), "replica b still serves a deleted store after 1 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Without NOTIFY (SQLite), replicas agree once the current-version TTL has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_replicas_agree_after_the_ttl() {
+    let a = TestServer::start_with(Backend::Sqlite, |c| c.cache.current_version_ttl_ms = 300).await;
+    a.local_store().await;
+    let b = a.replica(|_| {}).await;
+    version(&a, "/api/v1/stores/n", &doc(&a, "one", 1.0, true)).await;
+    assert_eq!(b.bytes("/n/x/c/0").await, f32_bytes([1.0, 2.0, 3.0, 4.0]));
+    version(&a, "/api/v1/stores/n", &doc(&a, "two", 50.0, true)).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(b.bytes("/n/x/c/0").await, f32_bytes([50.0, 51.0, 52.0, 53.0]));
+}
