@@ -148,11 +148,11 @@ impl App {
             self.observe_catalog("nodes", started);
             let stored = nodes
                 .into_iter()
-                .map(|n| NodePath::new(&n.path).map(|p| (p, n.metadata)))
+                .map(|n| NodePath::new(&n.path).map(|p| (p, n.metadata, n.tile_shape)))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| ApiError::Internal(format!("version {}: {e}", head.id)))?;
-            let hierarchy = Hierarchy::build(stored, u64::from(head.tile_chunks))
-                .map_err(|e| ApiError::Internal(format!("version {}: {e}", head.id)))?;
+            let hierarchy =
+                Hierarchy::build(stored).map_err(|e| ApiError::Internal(format!("version {}: {e}", head.id)))?;
             Ok(Arc::new(VersionView::new(head.clone(), hierarchy)))
         };
         self.caches.view(head.id, &self.metrics, load).await

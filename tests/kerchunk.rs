@@ -95,10 +95,11 @@ async fn version_zero_whole_objects_and_forced_formats() {
 async fn bad_kerchunk_changes_nothing() {
     let server = TestServer::start(common::Backend::Sqlite).await;
     server.local_store().await;
-    assert_eq!(server.put("/api/v1/stores/k", &refs(&server)).await.0, StatusCode::CREATED);
+    let good = refs(&server);
+    assert_eq!(server.put("/api/v1/stores/k", &good).await.0, StatusCode::CREATED);
     let before = server.bytes("/k/t/0").await;
 
-    let mut snappy = refs(&server);
+    let mut snappy = good.clone();
     snappy["refs"]["t/.zarray"] = json!(zarray(json!([8]), json!([4]), json!({"compressor": {"id": "snappy"}})));
     snappy["refs"]["t/9"] = json!(["/elsewhere/x.nc", 0, 4]);
     snappy["refs"]["lat/0"] = json!(["/no/such/whole.nc"]);

@@ -24,9 +24,6 @@ create table versions (
     id bigint generated always as identity primary key,
     store text not null references stores (name) on delete cascade,
     created_at timestamptz not null default now(),
-    -- the largest number of chunk references per block when this version was written: it
-    -- fixes the tile shape of every array, so it is part of the version
-    tile_chunks integer not null,
     -- answer missing chunks with a fill-value chunk instead of 404 (for caches that mishandle 404)
     fill_missing boolean not null default false,
     summary jsonb not null
@@ -41,6 +38,9 @@ create table nodes (
     path text not null,
     -- the node's zarr.json as registered, without manifest or consolidated metadata
     metadata text not null,
+    -- arrays: the shape of their tiles in chunks (JSON list), fixed when the array first
+    -- appeared so that growing it keeps its blocks
+    tile_shape text,
     primary key (version_id, path)
 );
 

@@ -23,8 +23,6 @@ create table versions (
     id integer primary key autoincrement,
     store text not null references stores (name) on delete cascade,
     created_at integer not null,
-    -- the largest number of chunk references per block: it fixes every array's tile shape
-    tile_chunks integer not null,
     -- answer missing chunks with a fill-value chunk instead of 404
     fill_missing integer not null default 0,
     summary text not null
@@ -35,6 +33,8 @@ create table nodes (
     version_id integer not null references versions (id) on delete cascade,
     path text not null,
     metadata text not null,
+    -- arrays: their tile shape in chunks (JSON list), fixed when the array first appeared
+    tile_shape text,
     primary key (version_id, path)
 ) without rowid;
 

@@ -44,8 +44,6 @@ pub struct VersionHead {
     pub id: i64,
     /// When the version was registered, unix milliseconds.
     pub created_at_ms: i64,
-    /// The block size its arrays are tiled with.
-    pub tile_chunks: u32,
     /// Missing chunks are answered with a fill-value chunk, not 404.
     pub fill_missing: bool,
 }
@@ -95,6 +93,8 @@ pub struct StoredNode {
     pub path: String,
     /// Its metadata.
     pub metadata: Map<String, Value>,
+    /// For arrays, the shape of their tiles in chunks.
+    pub tile_shape: Option<Vec<u64>>,
 }
 
 /// An object store registered over the API.
@@ -225,9 +225,21 @@ fn node_json(metadata: &Map<String, Value>) -> String {
     Value::Object(metadata.clone()).to_string()
 }
 
-fn parse_node(path: String, metadata: &str) -> Result<StoredNode, CatalogError> {
+/// The stored tile shape of a node (arrays only), as JSON.
+fn tile_json(kind: &crate::zarr::metadata::NodeKind) -> Option<String> {
+    match kind {
+        crate::zarr::metadata::NodeKind::Array(layout) => serde_json::to_string(layout.grid.tile_shape()).ok(),
+        crate::zarr::metadata::NodeKind::Group => None,
+    }
+}
+
+fn parse_node(path: String, metadata: &str, tile: Option<&str>) -> Result<StoredNode, CatalogError> {
+    let tile_shape = tile
+        .map(serde_json::from_str::<Vec<u64>>)
+        .transpose()
+        .map_err(|e| CatalogError::Corrupt(format!("tile shape of node {path:?}: {e}")))?;
     match serde_json::from_str(metadata) {
-        Ok(Value::Object(metadata)) => Ok(StoredNode { path, metadata }),
+        Ok(Value::Object(metadata)) => Ok(StoredNode { path, metadata, tile_shape }),
         _ => Err(CatalogError::Corrupt(format!("metadata of node {path:?}"))),
     }
 }

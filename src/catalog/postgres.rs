@@ -8,7 +8,8 @@ use sqlx::{Postgres, QueryBuilder, Row, Transaction};
 
 use super::{
     Catalog, CatalogError, Change, EncodedBlock, ObjectStoreRecord, Retention, StoreRecord, StoredNode, VersionHead,
-    VersionOptions, Written, block_batches, node_json, parse_node, parse_options, parse_summary, unique_violation,
+    VersionOptions, Written, block_batches, node_json, parse_node, parse_options, parse_summary, tile_json,
+    unique_violation,
 };
 use crate::zarr::document::SourceFacts;
 use crate::zarr::validate::ValidatedStore;
@@ -16,8 +17,7 @@ use crate::zarr::validate::ValidatedStore;
 /// Rows per multi-row insert (PostgreSQL allows 65,535 bind parameters per statement).
 const ROWS_PER_INSERT: usize = 5_000;
 
-const HEAD: &str =
-    "v.store, v.id, v.tile_chunks, v.fill_missing, (extract(epoch from v.created_at) * 1000)::bigint as created_at_ms";
+const HEAD: &str = "v.store, v.id, v.fill_missing, (extract(epoch from v.created_at) * 1000)::bigint as created_at_ms";
 
 /// A catalog in PostgreSQL.
 #[derive(Debug, Clone)]
@@ -87,7 +87,6 @@ fn head(row: &sqlx::postgres::PgRow) -> Result<VersionHead, sqlx::Error> {
         store: row.try_get("store")?,
         id: row.try_get("id")?,
         created_at_ms: row.try_get("created_at_ms")?,
-        tile_chunks: row.try_get::<i32, _>("tile_chunks")? as u32,
         fill_missing: row.try_get("fill_missing")?,
     })
 }
@@ -150,12 +149,12 @@ impl Catalog for PostgresCatalog {
     }
 
     async fn nodes(&self, version: i64) -> Result<Vec<StoredNode>, CatalogError> {
-        let rows: Vec<(String, String)> =
-            sqlx::query_as("select path, metadata from nodes where version_id = $1 order by path")
+        let rows: Vec<(String, String, Option<String>)> =
+            sqlx::query_as("select path, metadata, tile_shape from nodes where version_id = $1 order by path")
                 .bind(version)
                 .fetch_all(&self.pool)
                 .await?;
-        rows.into_iter().map(|(path, metadata)| parse_node(path, &metadata)).collect()
+        rows.into_iter().map(|(path, metadata, tile)| parse_node(path, &metadata, tile.as_deref())).collect()
     }
 
     async fn block(&self, version: i64, node: &str, tile: u64) -> Result<Option<Vec<u8>>, CatalogError> {
@@ -211,20 +210,22 @@ impl Catalog for PostgresCatalog {
         sqlx::query("select name from stores where name = $1 for update").bind(name).execute(&mut *tx).await?;
         let summary = serde_json::to_value(&store.summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
         let sql = sqlx::AssertSqlSafe(format!(
-            "insert into versions as v (store, summary, tile_chunks, fill_missing) values ($1, $2, $3, $4) returning {HEAD}"
+            "insert into versions as v (store, summary, fill_missing) values ($1, $2, $3) returning {HEAD}"
         ));
         let row = sqlx::query(sql)
             .bind(name)
             .bind(sqlx::types::Json(summary))
-            .bind(store.tile_chunks as i32)
             .bind(options.fill_missing)
             .fetch_one(&mut *tx)
             .await?;
         let head = head(&row)?;
         for chunk in store.nodes.chunks(ROWS_PER_INSERT) {
-            let mut q = QueryBuilder::<Postgres>::new("insert into nodes (version_id, path, metadata) ");
+            let mut q = QueryBuilder::<Postgres>::new("insert into nodes (version_id, path, metadata, tile_shape) ");
             q.push_values(chunk, |mut b, n| {
-                b.push_bind(head.id).push_bind(n.path.as_str()).push_bind(node_json(&n.metadata));
+                b.push_bind(head.id)
+                    .push_bind(n.path.as_str())
+                    .push_bind(node_json(&n.metadata))
+                    .push_bind(tile_json(&n.kind));
             });
             q.build().execute(&mut *tx).await?;
         }

@@ -9,7 +9,8 @@ use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
 
 use super::{
     Catalog, CatalogError, EncodedBlock, ObjectStoreRecord, Retention, StoreRecord, StoredNode, VersionHead,
-    VersionOptions, Written, block_batches, node_json, parse_node, parse_options, parse_summary, unique_violation,
+    VersionOptions, Written, block_batches, node_json, parse_node, parse_options, parse_summary, tile_json,
+    unique_violation,
 };
 use crate::zarr::document::SourceFacts;
 use crate::zarr::validate::ValidatedStore;
@@ -51,7 +52,6 @@ fn head(row: &sqlx::sqlite::SqliteRow) -> Result<VersionHead, sqlx::Error> {
         store: row.try_get("store")?,
         id: row.try_get("id")?,
         created_at_ms: row.try_get("created_at")?,
-        tile_chunks: row.try_get::<i64, _>("tile_chunks")? as u32,
         fill_missing: row.try_get("fill_missing")?,
     })
 }
@@ -100,7 +100,7 @@ impl Catalog for SqliteCatalog {
 
     async fn current_version(&self, store: &str) -> Result<Option<VersionHead>, CatalogError> {
         let row = sqlx::query(
-            "select v.store, v.id, v.created_at, v.tile_chunks, v.fill_missing from stores s join versions v on v.id = s.current_version where s.name = ?",
+            "select v.store, v.id, v.created_at, v.fill_missing from stores s join versions v on v.id = s.current_version where s.name = ?",
         )
         .bind(store)
         .fetch_optional(&self.pool)
@@ -110,7 +110,7 @@ impl Catalog for SqliteCatalog {
 
     async fn version(&self, store: &str, id: i64) -> Result<Option<VersionHead>, CatalogError> {
         let row = sqlx::query(
-            "select v.store, v.id, v.created_at, v.tile_chunks, v.fill_missing from versions v where v.id = ? and v.store = ?",
+            "select v.store, v.id, v.created_at, v.fill_missing from versions v where v.id = ? and v.store = ?",
         )
         .bind(id)
         .bind(store)
@@ -120,12 +120,12 @@ impl Catalog for SqliteCatalog {
     }
 
     async fn nodes(&self, version: i64) -> Result<Vec<StoredNode>, CatalogError> {
-        let rows: Vec<(String, String)> =
-            sqlx::query_as("select path, metadata from nodes where version_id = ? order by path")
+        let rows: Vec<(String, String, Option<String>)> =
+            sqlx::query_as("select path, metadata, tile_shape from nodes where version_id = ? order by path")
                 .bind(version)
                 .fetch_all(&self.pool)
                 .await?;
-        rows.into_iter().map(|(path, metadata)| parse_node(path, &metadata)).collect()
+        rows.into_iter().map(|(path, metadata, tile)| parse_node(path, &metadata, tile.as_deref())).collect()
     }
 
     async fn block(&self, version: i64, node: &str, tile: u64) -> Result<Option<Vec<u8>>, CatalogError> {
@@ -183,21 +183,23 @@ impl Catalog for SqliteCatalog {
             == 1;
         let summary = serde_json::to_string(&store.summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
         let row = sqlx::query(
-            "insert into versions (store, created_at, summary, tile_chunks, fill_missing) values (?, ?, ?, ?, ?) \
-             returning store, id, created_at, tile_chunks, fill_missing",
+            "insert into versions (store, created_at, summary, fill_missing) values (?, ?, ?, ?) \
+             returning store, id, created_at, fill_missing",
         )
         .bind(name)
         .bind(now)
         .bind(summary)
-        .bind(i64::from(store.tile_chunks))
         .bind(options.fill_missing)
         .fetch_one(&mut *tx)
         .await?;
         let head = head(&row)?;
         for chunk in store.nodes.chunks(ROWS_PER_INSERT) {
-            let mut q = QueryBuilder::<Sqlite>::new("insert into nodes (version_id, path, metadata) ");
+            let mut q = QueryBuilder::<Sqlite>::new("insert into nodes (version_id, path, metadata, tile_shape) ");
             q.push_values(chunk, |mut b, n| {
-                b.push_bind(head.id).push_bind(n.path.as_str().to_owned()).push_bind(node_json(&n.metadata));
+                b.push_bind(head.id)
+                    .push_bind(n.path.as_str().to_owned())
+                    .push_bind(node_json(&n.metadata))
+                    .push_bind(tile_json(&n.kind));
             });
             q.build().execute(&mut *tx).await?;
         }
@@ -254,7 +256,7 @@ impl Catalog for SqliteCatalog {
 
     async fn list_stores(&self, after: Option<&str>, limit: u32) -> Result<Vec<StoreRecord>, CatalogError> {
         let rows = sqlx::query(
-            "select v.store, v.id, v.created_at, v.tile_chunks, v.fill_missing, v.summary, s.created_at as store_created_at \
+            "select v.store, v.id, v.created_at, v.fill_missing, v.summary, s.created_at as store_created_at \
              from stores s join versions v on v.id = s.current_version where s.name > ? order by s.name limit ?",
         )
         .bind(after.unwrap_or(""))
@@ -266,7 +268,7 @@ impl Catalog for SqliteCatalog {
 
     async fn store(&self, name: &str) -> Result<Option<StoreRecord>, CatalogError> {
         let row = sqlx::query(
-            "select v.store, v.id, v.created_at, v.tile_chunks, v.fill_missing, v.summary, s.created_at as store_created_at \
+            "select v.store, v.id, v.created_at, v.fill_missing, v.summary, s.created_at as store_created_at \
              from stores s join versions v on v.id = s.current_version where s.name = ?",
         )
         .bind(name)

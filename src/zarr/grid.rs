@@ -21,6 +21,9 @@ pub enum GridError {
     /// A chunk extent of zero.
     #[error("chunk_shape {0:?} has a zero extent")]
     ZeroChunk(Vec<u64>),
+    /// A stored tile shape that does not fit the array.
+    #[error("tile shape {0:?} does not fit the array (wrong dimensionality, a zero, or too many chunks)")]
+    Tile(Vec<u64>),
     /// The grid has more chunks than can be addressed.
     #[error("the chunk grid {0:?} has more than 2^64 chunks")]
     TooManyChunks(Vec<u64>),
@@ -42,21 +45,36 @@ impl ChunkGrid {
         Self::with_max_tile(shape, chunk_shape, MAX_TILE_CHUNKS)
     }
 
-    /// As [`ChunkGrid::new`], with tiles of at most `max_tile` chunks.
+    /// As [`ChunkGrid::new`], with the default tiles of at most `max_tile` chunks.
     pub fn with_max_tile(shape: &[u64], chunk_shape: &[u64], max_tile: u64) -> Result<Self, GridError> {
-        if shape.len() != chunk_shape.len() {
-            return Err(GridError::Dimensionality { shape: shape.len(), chunk: chunk_shape.len() });
+        let grid = grid_shape(shape, chunk_shape)?;
+        Self::with_tile(shape, chunk_shape, default_tile(&grid, max_tile.max(1)))
+    }
+
+    /// The grid of an array of `shape` cut in chunks of `chunk_shape`, with tiles of `tile`
+    /// chunks (a shape stored with the array: tiles never change once chosen).
+    pub fn with_tile(shape: &[u64], chunk_shape: &[u64], tile: Vec<u64>) -> Result<Self, GridError> {
+        let grid = grid_shape(shape, chunk_shape)?;
+        let slots = tile.iter().try_fold(1u64, |acc, t| acc.checked_mul(*t));
+        if tile.len() != grid.len() || tile.contains(&0) || slots.is_none_or(|n| n > u64::from(u32::MAX)) {
+            return Err(GridError::Tile(tile));
         }
-        if chunk_shape.contains(&0) {
-            return Err(GridError::ZeroChunk(chunk_shape.to_vec()));
-        }
-        let grid: Vec<u64> = shape.iter().zip(chunk_shape).map(|(s, c)| s.div_ceil(*c)).collect();
-        if grid.iter().try_fold(1u64, |acc, g| acc.checked_mul(*g)).is_none() {
-            return Err(GridError::TooManyChunks(grid));
-        }
-        let tile = tile_shape(&grid, max_tile.max(1));
         let tiles_per_dim = grid.iter().zip(&tile).map(|(g, t)| g.div_ceil(*t)).collect();
         Ok(Self { shape: shape.to_vec(), chunk_shape: chunk_shape.to_vec(), grid, tile, tiles_per_dim })
+    }
+
+    /// The shape of the tiles, in chunks.
+    pub fn tile_shape(&self) -> &[u64] {
+        &self.tile
+    }
+
+    /// True when `other`'s chunks have the same tiles and tile numbers as this grid's:
+    /// same chunk and tile shapes and, beyond the first dimension, the same number of tiles.
+    /// Growing along the first dimension keeps every tile.
+    pub fn same_tiles(&self, other: &ChunkGrid) -> bool {
+        self.chunk_shape == other.chunk_shape
+            && self.tile == other.tile
+            && self.tiles_per_dim.get(1..) == other.tiles_per_dim.get(1..)
     }
 
     /// The array shape.
@@ -124,15 +142,33 @@ impl ChunkGrid {
     }
 }
 
-/// Halves the largest extent until the tile holds at most `max_tile` chunks: near-cubic tiles,
-/// so that reading along any axis touches few blocks.
-fn tile_shape(grid: &[u64], max_tile: u64) -> Vec<u64> {
-    let mut tile: Vec<u64> = grid.iter().map(|g| (*g).max(1)).collect();
-    while tile.iter().try_fold(1u64, |acc, t| acc.checked_mul(*t)).is_none_or(|n| n > max_tile) {
-        let Some(largest) = (0..tile.len()).max_by_key(|&i| tile[i]) else { break };
-        tile[largest] = tile[largest].div_ceil(2);
+fn grid_shape(shape: &[u64], chunk_shape: &[u64]) -> Result<Vec<u64>, GridError> {
+    if shape.len() != chunk_shape.len() {
+        return Err(GridError::Dimensionality { shape: shape.len(), chunk: chunk_shape.len() });
     }
-    tile
+    if chunk_shape.contains(&0) {
+        return Err(GridError::ZeroChunk(chunk_shape.to_vec()));
+    }
+    let grid: Vec<u64> = shape.iter().zip(chunk_shape).map(|(s, c)| s.div_ceil(*c)).collect();
+    if grid.iter().try_fold(1u64, |acc, g| acc.checked_mul(*g)).is_none() {
+        return Err(GridError::TooManyChunks(grid));
+    }
+    Ok(grid)
+}
+
+/// The tiles of a new array: beyond the first dimension, the grid's extents halved (largest
+/// first) until they hold at most `max_tile` chunks, so that reading along any axis touches few
+/// blocks; along the first dimension, whatever room is left, whatever the array's current
+/// length: appending along it (new time steps) never reshapes or renumbers a tile.
+pub fn default_tile(grid: &[u64], max_tile: u64) -> Vec<u64> {
+    let Some((_, rest)) = grid.split_first() else { return Vec::new() };
+    let mut rest: Vec<u64> = rest.iter().map(|g| (*g).max(1)).collect();
+    while rest.iter().try_fold(1u64, |acc, t| acc.checked_mul(*t)).is_none_or(|n| n > max_tile) {
+        let Some(largest) = (0..rest.len()).max_by_key(|&i| rest[i]) else { break };
+        rest[largest] = rest[largest].div_ceil(2);
+    }
+    let first = (max_tile / rest.iter().product::<u64>().max(1)).max(1);
+    std::iter::once(first).chain(rest).collect()
 }
 
 #[cfg(test)]
@@ -159,6 +195,21 @@ mod tests {
         let e = ChunkGrid::new(&[0, 5], &[2, 5]).unwrap();
         assert_eq!(e.chunk_count(), 0);
         assert_eq!(e.locate(&[0, 0]), None);
+    }
+
+    #[test]
+    fn appending_along_the_first_dimension_keeps_every_tile() {
+        let small = ChunkGrid::new(&[3, 73, 144], &[1, 73, 72]).unwrap();
+        assert_eq!(small.tile_shape(), &[32_768, 1, 2]);
+        let grown = ChunkGrid::with_tile(&[50_000, 73, 144], &[1, 73, 72], small.tile_shape().to_vec()).unwrap();
+        assert!(small.same_tiles(&grown));
+        for coords in [[0, 0, 1], [2, 0, 0]] {
+            assert_eq!(small.locate(&coords), grown.locate(&coords));
+        }
+        let wider = ChunkGrid::with_tile(&[3, 73, 288], &[1, 73, 72], small.tile_shape().to_vec()).unwrap();
+        assert!(!small.same_tiles(&wider), "more tiles across: renumbered");
+        assert!(ChunkGrid::with_tile(&[3], &[1], vec![0]).is_err());
+        assert!(ChunkGrid::with_tile(&[3], &[1], vec![1, 1]).is_err());
     }
 
     #[test]

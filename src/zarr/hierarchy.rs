@@ -10,6 +10,9 @@ use super::grid::ChunkLocation;
 use super::metadata::{ArrayLayout, NodeKind, node_kind};
 use super::path::NodePath;
 
+/// A node as stored: path, metadata, and for arrays the tile shape they were stored with.
+pub type StoredNode = (NodePath, Map<String, Value>, Option<Vec<u64>>);
+
 /// One node of a version.
 #[derive(Debug)]
 pub struct Node {
@@ -53,12 +56,12 @@ pub struct Hierarchy {
 }
 
 impl Hierarchy {
-    /// Builds the view from stored node metadata (validated at registration), with arrays tiled
-    /// in blocks of at most `tile_chunks` references as they were when written.
-    pub fn build(stored: Vec<(NodePath, Map<String, Value>)>, tile_chunks: u64) -> Result<Self, String> {
+    /// Builds the view from stored nodes (validated at registration): path, metadata, and for
+    /// arrays the tile shape they were stored with.
+    pub fn build(stored: Vec<StoredNode>) -> Result<Self, String> {
         let mut nodes = HashMap::with_capacity(stored.len());
-        for (path, metadata) in stored {
-            let kind = node_kind(&metadata, tile_chunks).map_err(|e| format!("node {path}: {e}"))?;
+        for (path, metadata, tile) in stored {
+            let kind = node_kind(&metadata, tile.as_deref()).map_err(|e| format!("node {path}: {e}"))?;
             nodes.insert(path.as_str().to_owned(), Node { index: 0, path, metadata, kind, zarr_json: Bytes::new() });
         }
         let mut sorted: Vec<String> = nodes.keys().cloned().collect();
@@ -191,20 +194,18 @@ mod tests {
     }
 
     fn sample() -> Hierarchy {
-        Hierarchy::build(
-            vec![
-                (NodePath::root(), group()),
-                (NodePath::new("temp").unwrap(), array(json!([4, 4]), json!([2, 2]), json!({"name": "default"}))),
-                (NodePath::new("sub").unwrap(), group()),
-                (NodePath::new("sub/inner").unwrap(), array(json!([4]), json!([2]), json!({"name": "v2"}))),
-                (
-                    NodePath::new("sub/dots").unwrap(),
-                    array(json!([4]), json!([2]), json!({"name": "default", "configuration": {"separator": "."}})),
-                ),
-                (NodePath::new("scalar").unwrap(), array(json!([]), json!([]), json!({"name": "default"}))),
-            ],
-            65_536,
-        )
+        let arr = |path: &str, shape: Value, chunks: Value, encoding: Value| {
+            let ndim = shape.as_array().unwrap().len();
+            (NodePath::new(path).unwrap(), array(shape, chunks, encoding), Some(vec![4; ndim]))
+        };
+        Hierarchy::build(vec![
+            (NodePath::root(), group(), None),
+            arr("temp", json!([4, 4]), json!([2, 2]), json!({"name": "default"})),
+            (NodePath::new("sub").unwrap(), group(), None),
+            arr("sub/inner", json!([4]), json!([2]), json!({"name": "v2"})),
+            arr("sub/dots", json!([4]), json!([2]), json!({"name": "default", "configuration": {"separator": "."}})),
+            arr("scalar", json!([]), json!([]), json!({"name": "default"})),
+        ])
         .unwrap()
     }
 
@@ -248,11 +249,12 @@ mod tests {
 
     #[test]
     fn a_root_array_is_a_store_of_one_array() {
-        let h = Hierarchy::build(
-            vec![(NodePath::root(), array(json!([4]), json!([2]), json!({"name": "default"})))],
-            65_536,
-        )
-        .unwrap();
+        let root = array(json!([4]), json!([2]), json!({"name": "default"}));
+        let h = Hierarchy::build(vec![(NodePath::root(), root, Some(vec![8]))]).unwrap();
+        assert!(
+            Hierarchy::build(vec![(NodePath::root(), array(json!([4]), json!([2]), json!({"name": "default"})), None)])
+                .is_err()
+        );
         assert!(matches!(h.resolve("c/1"), Resolved::Chunk { .. }));
         assert!(matches!(h.resolve("zarr.json"), Resolved::Metadata(_)));
     }

@@ -32,11 +32,20 @@ pub struct ArrayLayout {
 /// Validates a node's `zarr.json` (with `manifest` already removed). `consolidated_metadata` on
 /// groups is dropped: the server writes its own. Returns every problem found.
 pub fn validate_node(metadata: &mut Map<String, Value>) -> Result<NodeKind, Vec<String>> {
-    validate_node_tiled(metadata, MAX_TILE_CHUNKS)
+    validate_node_tiled(metadata, Tiling::New(MAX_TILE_CHUNKS))
 }
 
-/// As [`validate_node`], with arrays tiled in blocks of at most `tile_chunks` references.
-pub fn validate_node_tiled(metadata: &mut Map<String, Value>, tile_chunks: u64) -> Result<NodeKind, Vec<String>> {
+/// How an array's tiles (its manifest blocks) are shaped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tiling<'a> {
+    /// A new array: the default tiles of at most this many chunks.
+    New(u64),
+    /// An array as stored: the tile shape it was given when it first appeared.
+    Stored(&'a [u64]),
+}
+
+/// As [`validate_node`], with arrays tiled as `tiling` says.
+pub fn validate_node_tiled(metadata: &mut Map<String, Value>, tiling: Tiling<'_>) -> Result<NodeKind, Vec<String>> {
     if metadata.get("zarr_format") != Some(&Value::from(3)) {
         return Err(vec![format!(
             "zarr_format must be 3, found {}",
@@ -48,7 +57,7 @@ pub fn validate_node_tiled(metadata: &mut Map<String, Value>, tile_chunks: u64) 
             metadata.remove("consolidated_metadata");
             validate_group(metadata).map(|()| NodeKind::Group)
         }
-        Some("array") => validate_array(metadata, tile_chunks).map(NodeKind::Array),
+        Some("array") => validate_array(metadata, tiling).map(NodeKind::Array),
         _ => Err(vec![r#"node_type must be "group" or "array""#.to_owned()]),
     }
 }
@@ -65,7 +74,7 @@ fn validate_group(metadata: &Map<String, Value>) -> Result<(), Vec<String>> {
     if unknown.is_empty() { Ok(()) } else { Err(unknown) }
 }
 
-fn validate_array(metadata: &Map<String, Value>, tile_chunks: u64) -> Result<ArrayLayout, Vec<String>> {
+fn validate_array(metadata: &Map<String, Value>, tiling: Tiling<'_>) -> Result<ArrayLayout, Vec<String>> {
     let v3: ArrayMetadataV3 = serde_json::from_value(Value::Object(metadata.clone()))
         .map_err(|e| vec![format!("invalid array metadata: {e}")])?;
     let mut problems: Vec<String> = v3
@@ -77,7 +86,7 @@ fn validate_array(metadata: &Map<String, Value>, tile_chunks: u64) -> Result<Arr
     if let Err(e) = Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", ArrayMetadata::V3(v3)) {
         problems.push(e.to_string());
     }
-    match array_layout_tiled(metadata, tile_chunks) {
+    match array_layout_tiled(metadata, tiling) {
         Ok(layout) if problems.is_empty() => Ok(layout),
         Ok(_) => Err(problems),
         Err(e) => {
@@ -89,27 +98,34 @@ fn validate_array(metadata: &Map<String, Value>, tile_chunks: u64) -> Result<Arr
 
 /// Reads the chunk grid and key encoding of an array's metadata, tiled with the default block size.
 pub fn array_layout(metadata: &Map<String, Value>) -> Result<ArrayLayout, String> {
-    array_layout_tiled(metadata, MAX_TILE_CHUNKS)
+    array_layout_tiled(metadata, Tiling::New(MAX_TILE_CHUNKS))
 }
 
-/// Reads the chunk grid and key encoding of an array's metadata, with tiles of at most `tile_chunks`.
-pub fn array_layout_tiled(metadata: &Map<String, Value>, tile_chunks: u64) -> Result<ArrayLayout, String> {
+/// Reads the chunk grid and key encoding of an array's metadata, tiled as `tiling` says.
+pub fn array_layout_tiled(metadata: &Map<String, Value>, tiling: Tiling<'_>) -> Result<ArrayLayout, String> {
     let shape = u64_list(metadata.get("shape")).ok_or("shape must be a list of non-negative integers")?;
     let grid = metadata.get("chunk_grid").ok_or("chunk_grid is missing")?;
     let regular = grid.get("name").and_then(Value::as_str) == Some("regular");
     let chunk_shape = u64_list(grid.get("configuration").and_then(|c| c.get("chunk_shape")))
         .filter(|_| regular)
         .ok_or_else(|| format!("chunk_grid {grid} is not supported: only \"regular\" grids are"))?;
-    let grid = ChunkGrid::with_max_tile(&shape, &chunk_shape, tile_chunks).map_err(|e| e.to_string())?;
+    let grid = match tiling {
+        Tiling::New(max_tile) => ChunkGrid::with_max_tile(&shape, &chunk_shape, max_tile),
+        Tiling::Stored(tile) => ChunkGrid::with_tile(&shape, &chunk_shape, tile.to_vec()),
+    }
+    .map_err(|e| e.to_string())?;
     let encoding = metadata.get("chunk_key_encoding").ok_or("chunk_key_encoding is missing")?;
     let encoding = ChunkKeyEncoding::from_metadata(encoding).map_err(|e| e.to_string())?;
     Ok(ArrayLayout { grid, encoding })
 }
 
-/// Reads the kind of an already validated node, as stored in the catalog.
-pub fn node_kind(metadata: &Map<String, Value>, tile_chunks: u64) -> Result<NodeKind, String> {
+/// Reads the kind of an already validated node, as stored in the catalog with its tile shape.
+pub fn node_kind(metadata: &Map<String, Value>, tile: Option<&[u64]>) -> Result<NodeKind, String> {
     match metadata.get("node_type").and_then(Value::as_str) {
-        Some("array") => array_layout_tiled(metadata, tile_chunks).map(NodeKind::Array),
+        Some("array") => {
+            let tile = tile.ok_or("an array stored without its tile shape")?;
+            array_layout_tiled(metadata, Tiling::Stored(tile)).map(NodeKind::Array)
+        }
         _ => Ok(NodeKind::Group),
     }
 }

@@ -12,7 +12,7 @@ use super::grid::ChunkLocation;
 use super::grid::MAX_TILE_CHUNKS;
 use super::key::manifest_key;
 use super::manifest::RawRef;
-use super::metadata::{ArrayLayout, NodeKind, validate_node_tiled};
+use super::metadata::{ArrayLayout, NodeKind, Tiling, validate_node_tiled};
 use super::path::NodePath;
 
 /// A validated node.
@@ -76,8 +76,6 @@ pub struct ValidatedStore {
     pub sources: BTreeMap<String, SourceFacts>,
     /// Counts.
     pub summary: Summary,
-    /// The block size the arrays are tiled with.
-    pub tile_chunks: u32,
 }
 
 /// Validates `doc` with the default block size. `registered` says whether a source URL falls
@@ -110,7 +108,7 @@ pub fn validate_tiled(
                 continue;
             }
         };
-        match validate_node_tiled(&mut node.metadata, tile_chunks) {
+        match validate_node_tiled(&mut node.metadata, Tiling::New(tile_chunks)) {
             Ok(kind) => {
                 if let Some(manifest) = node.manifest.take() {
                     match kind {
@@ -164,7 +162,7 @@ pub fn validate_tiled(
     let sources: BTreeMap<String, SourceFacts> = sources.into_iter().filter(|(u, _)| urls.contains(u)).collect();
     let etags = urls.iter().map(|u| sources.get(u).and_then(|f| f.etag.clone())).collect();
     let summary = summarise(&nodes, &arrays, urls.len());
-    Ok(ValidatedStore { nodes, arrays, urls, etags, sources, summary, tile_chunks: tile_chunks as u32 })
+    Ok(ValidatedStore { nodes, arrays, urls, etags, sources, summary })
 }
 
 fn display_key(indices: &[u64]) -> String {
