@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use crate::zarr::document::SourceFacts;
-use crate::zarr::validate::{Summary, ValidatedStore};
+use crate::zarr::validate::{Summary, ValidNode, ValidatedStore};
 
 pub use postgres::PostgresCatalog;
 pub use sqlite::SqliteCatalog;
@@ -108,6 +108,25 @@ pub struct ObjectStoreRecord {
     pub options: Map<String, Value>,
 }
 
+/// A version derived from the current one by an incremental update (PATCH).
+#[derive(Debug)]
+pub struct DerivedVersion<'a> {
+    /// The version it derives from; writing fails with a conflict if it is no longer current.
+    pub base: i64,
+    /// Every node of the new version.
+    pub nodes: &'a [ValidNode],
+    /// Arrays whose base tiles are not carried over (removed, or rebuilt).
+    pub dropped_nodes: Vec<String>,
+    /// Base tiles not carried over (replaced by new blocks, or emptied).
+    pub dropped_tiles: Vec<(String, u64)>,
+    /// New blocks: array, tile, encoded block.
+    pub blocks: Vec<(String, u64, Vec<u8>)>,
+    /// Facts of sources new to this version (the base version's are carried over).
+    pub sources: &'a std::collections::BTreeMap<String, SourceFacts>,
+    /// Counts of the new version.
+    pub summary: Summary,
+}
+
 /// The result of writing a version.
 #[derive(Debug, Clone)]
 pub struct Written {
@@ -141,6 +160,14 @@ pub trait Catalog: Send + Sync + 'static {
         &self,
         name: &str,
         store: &ValidatedStore,
+        options: VersionOptions,
+    ) -> Result<Written, CatalogError>;
+    /// Writes a version derived from `version.base` (which must still be current), sharing the
+    /// base's blocks but for the tiles dropped.
+    async fn write_derived(
+        &self,
+        name: &str,
+        version: &DerivedVersion<'_>,
         options: VersionOptions,
     ) -> Result<Written, CatalogError>;
     /// Deletes the versions of `name` that `retention` does not keep (never the current one) and
@@ -200,11 +227,15 @@ struct EncodedBlock {
 
 /// The store's blocks, encoded and grouped into batches of at most [`BLOCK_BATCH_BYTES`].
 fn block_batches(store: &ValidatedStore) -> impl Iterator<Item = Vec<EncodedBlock>> + '_ {
-    let mut blocks = store.blocks().map(|b| EncodedBlock {
+    batches(store.blocks().map(|b| EncodedBlock {
         node: b.node.as_str().to_owned(),
         tile: b.tile as i64,
         data: b.block.encode(),
-    });
+    }))
+}
+
+/// Encoded blocks grouped into batches of at most [`BLOCK_BATCH_BYTES`].
+fn batches(mut blocks: impl Iterator<Item = EncodedBlock>) -> impl Iterator<Item = Vec<EncodedBlock>> {
     let mut pending: Option<EncodedBlock> = None;
     std::iter::from_fn(move || {
         let mut batch = Vec::new();

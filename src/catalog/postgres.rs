@@ -7,12 +7,12 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{Postgres, QueryBuilder, Row, Transaction};
 
 use super::{
-    Catalog, CatalogError, Change, EncodedBlock, ObjectStoreRecord, Retention, StoreRecord, StoredNode, VersionHead,
-    VersionOptions, Written, block_batches, node_json, parse_node, parse_options, parse_summary, tile_json,
-    unique_violation,
+    Catalog, CatalogError, Change, DerivedVersion, EncodedBlock, ObjectStoreRecord, Retention, StoreRecord, StoredNode,
+    VersionHead, VersionOptions, Written, batches, block_batches, node_json, parse_node, parse_options, parse_summary,
+    tile_json, unique_violation,
 };
 use crate::zarr::document::SourceFacts;
-use crate::zarr::validate::ValidatedStore;
+use crate::zarr::validate::{ValidNode, ValidatedStore};
 
 /// Rows per multi-row insert (PostgreSQL allows 65,535 bind parameters per statement).
 const ROWS_PER_INSERT: usize = 5_000;
@@ -98,6 +98,58 @@ fn store_record(row: &sqlx::postgres::PgRow) -> Result<StoreRecord, CatalogError
         store_created_at_ms: row.try_get("store_created_at_ms")?,
         summary: parse_summary(&summary.0.to_string())?,
     })
+}
+
+async fn insert_nodes(
+    tx: &mut Transaction<'_, Postgres>,
+    version: i64,
+    nodes: &[ValidNode],
+) -> Result<(), CatalogError> {
+    for chunk in nodes.chunks(ROWS_PER_INSERT) {
+        let mut q = QueryBuilder::<Postgres>::new("insert into nodes (version_id, path, metadata, tile_shape) ");
+        q.push_values(chunk, |mut b, n| {
+            b.push_bind(version)
+                .push_bind(n.path.as_str())
+                .push_bind(node_json(&n.metadata))
+                .push_bind(tile_json(&n.kind));
+        });
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// Records source facts; a URL already recorded for the version gets the newer facts.
+async fn insert_sources(
+    tx: &mut Transaction<'_, Postgres>,
+    version: i64,
+    facts: &[(&String, SourceFacts)],
+) -> Result<(), CatalogError> {
+    for chunk in facts.chunks(ROWS_PER_INSERT) {
+        let mut q = QueryBuilder::<Postgres>::new("insert into sources (version_id, url, etag, last_modified, size) ");
+        q.push_values(chunk, |mut b, (url, f)| {
+            b.push_bind(version)
+                .push_bind(*url)
+                .push_bind(f.etag.clone())
+                .push_bind(f.last_modified.clone())
+                .push_bind(f.size.map(|s| s as i64));
+        });
+        q.push(
+            " on conflict (version_id, url) do update set etag = excluded.etag, \
+              last_modified = excluded.last_modified, size = excluded.size",
+        );
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+async fn make_current(tx: &mut Transaction<'_, Postgres>, name: &str, version: i64) -> Result<(), CatalogError> {
+    sqlx::query("update stores set current_version = $1, updated_at = now() where name = $2")
+        .bind(version)
+        .bind(name)
+        .execute(&mut **tx)
+        .await?;
+    sqlx::query("select pg_notify('zarrgate_versions', $1)").bind(name).execute(&mut **tx).await?;
+    Ok(())
 }
 
 async fn insert_blocks(
@@ -219,40 +271,82 @@ impl Catalog for PostgresCatalog {
             .fetch_one(&mut *tx)
             .await?;
         let head = head(&row)?;
-        for chunk in store.nodes.chunks(ROWS_PER_INSERT) {
-            let mut q = QueryBuilder::<Postgres>::new("insert into nodes (version_id, path, metadata, tile_shape) ");
-            q.push_values(chunk, |mut b, n| {
-                b.push_bind(head.id)
-                    .push_bind(n.path.as_str())
-                    .push_bind(node_json(&n.metadata))
-                    .push_bind(tile_json(&n.kind));
-            });
-            q.build().execute(&mut *tx).await?;
-        }
+        insert_nodes(&mut tx, head.id, &store.nodes).await?;
         for batch in block_batches(store) {
             insert_blocks(&mut tx, name, head.id, batch).await?;
         }
-        for chunk in store.urls().chunks(ROWS_PER_INSERT) {
-            let mut q =
-                QueryBuilder::<Postgres>::new("insert into sources (version_id, url, etag, last_modified, size) ");
-            q.push_values(chunk, |mut b, url| {
-                let facts = store.sources.get(url).cloned().unwrap_or_default();
-                b.push_bind(head.id)
-                    .push_bind(url)
-                    .push_bind(facts.etag)
-                    .push_bind(facts.last_modified)
-                    .push_bind(facts.size.map(|s| s as i64));
-            });
-            q.build().execute(&mut *tx).await?;
-        }
-        sqlx::query("update stores set current_version = $1, updated_at = now() where name = $2")
-            .bind(head.id)
-            .bind(name)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("select pg_notify('zarrgate_versions', $1)").bind(name).execute(&mut *tx).await?;
+        let facts: Vec<(&String, SourceFacts)> =
+            store.urls().iter().map(|u| (u, store.sources.get(u).cloned().unwrap_or_default())).collect();
+        insert_sources(&mut tx, head.id, &facts).await?;
+        make_current(&mut tx, name, head.id).await?;
         tx.commit().await?;
         Ok(Written { head, created })
+    }
+
+    async fn write_derived(
+        &self,
+        name: &str,
+        version: &DerivedVersion<'_>,
+        options: VersionOptions,
+    ) -> Result<Written, CatalogError> {
+        let mut tx = self.pool.begin().await?;
+        let current: Option<Option<i64>> =
+            sqlx::query_scalar("select current_version from stores where name = $1 for update")
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if current != Some(Some(version.base)) {
+            return Err(CatalogError::Conflict(format!(
+                "the current version of store {name:?}, which changed during this update"
+            )));
+        }
+        let summary = serde_json::to_value(&version.summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
+        let sql = sqlx::AssertSqlSafe(format!(
+            "insert into versions as v (store, summary, fill_missing) values ($1, $2, $3) returning {HEAD}"
+        ));
+        let row = sqlx::query(sql)
+            .bind(name)
+            .bind(sqlx::types::Json(summary))
+            .bind(options.fill_missing)
+            .fetch_one(&mut *tx)
+            .await?;
+        let head = head(&row)?;
+        insert_nodes(&mut tx, head.id, version.nodes).await?;
+        // Every base tile is shared, but for the arrays and tiles dropped.
+        sqlx::query(
+            "insert into tiles (version_id, node, tile, block_id) \
+             select $1, node, tile, block_id from tiles \
+             where version_id = $2 and not (node = any($3)) \
+               and (node, tile) not in (select * from unnest($4::text[], $5::bigint[]))",
+        )
+        .bind(head.id)
+        .bind(version.base)
+        .bind(&version.dropped_nodes)
+        .bind(version.dropped_tiles.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>())
+        .bind(version.dropped_tiles.iter().map(|(_, t)| *t as i64).collect::<Vec<_>>())
+        .execute(&mut *tx)
+        .await?;
+        let encoded = version.blocks.iter().map(|(node, tile, data)| EncodedBlock {
+            node: node.clone(),
+            tile: *tile as i64,
+            data: data.clone(),
+        });
+        for batch in batches(encoded) {
+            insert_blocks(&mut tx, name, head.id, batch).await?;
+        }
+        sqlx::query(
+            "insert into sources (version_id, url, etag, last_modified, size) \
+             select $1, url, etag, last_modified, size from sources where version_id = $2",
+        )
+        .bind(head.id)
+        .bind(version.base)
+        .execute(&mut *tx)
+        .await?;
+        let facts: Vec<(&String, SourceFacts)> = version.sources.iter().map(|(u, f)| (u, f.clone())).collect();
+        insert_sources(&mut tx, head.id, &facts).await?;
+        make_current(&mut tx, name, head.id).await?;
+        tx.commit().await?;
+        Ok(Written { head, created: false })
     }
 
     async fn prune(&self, name: &str, retention: Retention) -> Result<Vec<i64>, CatalogError> {

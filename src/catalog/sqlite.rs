@@ -8,12 +8,12 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
 
 use super::{
-    Catalog, CatalogError, EncodedBlock, ObjectStoreRecord, Retention, StoreRecord, StoredNode, VersionHead,
-    VersionOptions, Written, block_batches, node_json, parse_node, parse_options, parse_summary, tile_json,
-    unique_violation,
+    Catalog, CatalogError, DerivedVersion, EncodedBlock, ObjectStoreRecord, Retention, StoreRecord, StoredNode,
+    VersionHead, VersionOptions, Written, batches, block_batches, node_json, parse_node, parse_options, parse_summary,
+    tile_json, unique_violation,
 };
 use crate::zarr::document::SourceFacts;
-use crate::zarr::validate::ValidatedStore;
+use crate::zarr::validate::{ValidNode, ValidatedStore};
 
 /// Rows per multi-row insert (SQLite allows 32,766 bind parameters per statement).
 const ROWS_PER_INSERT: usize = 4_000;
@@ -63,6 +63,59 @@ fn store_record(row: &sqlx::sqlite::SqliteRow) -> Result<StoreRecord, CatalogErr
         store_created_at_ms: row.try_get("store_created_at")?,
         summary: parse_summary(&summary)?,
     })
+}
+
+async fn insert_nodes(tx: &mut Transaction<'_, Sqlite>, version: i64, nodes: &[ValidNode]) -> Result<(), CatalogError> {
+    for chunk in nodes.chunks(ROWS_PER_INSERT) {
+        let mut q = QueryBuilder::<Sqlite>::new("insert into nodes (version_id, path, metadata, tile_shape) ");
+        q.push_values(chunk, |mut b, n| {
+            b.push_bind(version)
+                .push_bind(n.path.as_str().to_owned())
+                .push_bind(node_json(&n.metadata))
+                .push_bind(tile_json(&n.kind));
+        });
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// Records source facts; a URL already recorded for the version gets the newer facts.
+async fn insert_sources(
+    tx: &mut Transaction<'_, Sqlite>,
+    version: i64,
+    facts: &[(&String, SourceFacts)],
+) -> Result<(), CatalogError> {
+    for chunk in facts.chunks(ROWS_PER_INSERT) {
+        let mut q = QueryBuilder::<Sqlite>::new("insert into sources (version_id, url, etag, last_modified, size) ");
+        q.push_values(chunk, |mut b, (url, f)| {
+            b.push_bind(version)
+                .push_bind((*url).clone())
+                .push_bind(f.etag.clone())
+                .push_bind(f.last_modified.clone())
+                .push_bind(f.size.map(|s| s as i64));
+        });
+        q.push(
+            " on conflict (version_id, url) do update set etag = excluded.etag, \
+              last_modified = excluded.last_modified, size = excluded.size",
+        );
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+async fn make_current(
+    tx: &mut Transaction<'_, Sqlite>,
+    name: &str,
+    version: i64,
+    now: i64,
+) -> Result<(), CatalogError> {
+    sqlx::query("update stores set current_version = ?, updated_at = ? where name = ?")
+        .bind(version)
+        .bind(now)
+        .bind(name)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
 async fn insert_blocks(
@@ -193,40 +246,90 @@ impl Catalog for SqliteCatalog {
         .fetch_one(&mut *tx)
         .await?;
         let head = head(&row)?;
-        for chunk in store.nodes.chunks(ROWS_PER_INSERT) {
-            let mut q = QueryBuilder::<Sqlite>::new("insert into nodes (version_id, path, metadata, tile_shape) ");
-            q.push_values(chunk, |mut b, n| {
-                b.push_bind(head.id)
-                    .push_bind(n.path.as_str().to_owned())
-                    .push_bind(node_json(&n.metadata))
-                    .push_bind(tile_json(&n.kind));
-            });
-            q.build().execute(&mut *tx).await?;
-        }
+        insert_nodes(&mut tx, head.id, &store.nodes).await?;
         for batch in block_batches(store) {
             insert_blocks(&mut tx, name, head.id, batch).await?;
         }
-        for chunk in store.urls().chunks(ROWS_PER_INSERT) {
-            let mut q =
-                QueryBuilder::<Sqlite>::new("insert into sources (version_id, url, etag, last_modified, size) ");
-            q.push_values(chunk, |mut b, url| {
-                let facts = store.sources.get(url).cloned().unwrap_or_default();
-                b.push_bind(head.id)
-                    .push_bind(url.clone())
-                    .push_bind(facts.etag)
-                    .push_bind(facts.last_modified)
-                    .push_bind(facts.size.map(|s| s as i64));
-            });
-            q.build().execute(&mut *tx).await?;
-        }
-        sqlx::query("update stores set current_version = ?, updated_at = ? where name = ?")
-            .bind(head.id)
-            .bind(now)
-            .bind(name)
-            .execute(&mut *tx)
-            .await?;
+        let facts: Vec<(&String, SourceFacts)> =
+            store.urls().iter().map(|u| (u, store.sources.get(u).cloned().unwrap_or_default())).collect();
+        insert_sources(&mut tx, head.id, &facts).await?;
+        make_current(&mut tx, name, head.id, now).await?;
         tx.commit().await?;
         Ok(Written { head, created })
+    }
+
+    async fn write_derived(
+        &self,
+        name: &str,
+        version: &DerivedVersion<'_>,
+        options: VersionOptions,
+    ) -> Result<Written, CatalogError> {
+        let now = now_ms();
+        let mut tx = self.pool.begin_with("begin immediate").await?;
+        let current: Option<Option<i64>> = sqlx::query_scalar("select current_version from stores where name = ?")
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if current != Some(Some(version.base)) {
+            return Err(CatalogError::Conflict(format!(
+                "the current version of store {name:?}, which changed during this update"
+            )));
+        }
+        let summary = serde_json::to_string(&version.summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
+        let row = sqlx::query(
+            "insert into versions (store, created_at, summary, fill_missing) values (?, ?, ?, ?) \
+             returning store, id, created_at, fill_missing",
+        )
+        .bind(name)
+        .bind(now)
+        .bind(summary)
+        .bind(options.fill_missing)
+        .fetch_one(&mut *tx)
+        .await?;
+        let head = head(&row)?;
+        insert_nodes(&mut tx, head.id, version.nodes).await?;
+        // Every base tile is shared, but for the arrays and tiles dropped.
+        sqlx::query("insert into tiles (version_id, node, tile, block_id) select ?, node, tile, block_id from tiles where version_id = ?")
+            .bind(head.id)
+            .bind(version.base)
+            .execute(&mut *tx)
+            .await?;
+        for node in &version.dropped_nodes {
+            sqlx::query("delete from tiles where version_id = ? and node = ?")
+                .bind(head.id)
+                .bind(node)
+                .execute(&mut *tx)
+                .await?;
+        }
+        for (node, tile) in &version.dropped_tiles {
+            sqlx::query("delete from tiles where version_id = ? and node = ? and tile = ?")
+                .bind(head.id)
+                .bind(node)
+                .bind(*tile as i64)
+                .execute(&mut *tx)
+                .await?;
+        }
+        let encoded = version.blocks.iter().map(|(node, tile, data)| EncodedBlock {
+            node: node.clone(),
+            tile: *tile as i64,
+            data: data.clone(),
+        });
+        for batch in batches(encoded) {
+            insert_blocks(&mut tx, name, head.id, batch).await?;
+        }
+        sqlx::query(
+            "insert into sources (version_id, url, etag, last_modified, size) \
+             select ?, url, etag, last_modified, size from sources where version_id = ?",
+        )
+        .bind(head.id)
+        .bind(version.base)
+        .execute(&mut *tx)
+        .await?;
+        let facts: Vec<(&String, SourceFacts)> = version.sources.iter().map(|(u, f)| (u, f.clone())).collect();
+        insert_sources(&mut tx, head.id, &facts).await?;
+        make_current(&mut tx, name, head.id, now).await?;
+        tx.commit().await?;
+        Ok(Written { head, created: false })
     }
 
     async fn prune(&self, name: &str, retention: Retention) -> Result<Vec<i64>, CatalogError> {

@@ -8,6 +8,7 @@ mod ingest;
 mod names;
 mod object_stores;
 mod ops;
+mod patch;
 pub mod range;
 mod stores;
 mod verify;

@@ -21,7 +21,7 @@ use crate::zarr::validate::{Summary, validate_tiled};
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/stores", get(list))
-        .route("/stores/{store}", get(describe).put(register).delete(remove))
+        .route("/stores/{store}", get(describe).put(register).patch(super::patch::patch).delete(remove))
         .route("/stores/{store}/manifest", get(super::export::export))
         .route("/stores/{store}/verify", post(super::verify::verify))
 }
@@ -111,7 +111,7 @@ fn rfc3339(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-fn summary_json(head: &VersionHead, store_created_at_ms: i64, summary: &Summary) -> Value {
+pub(super) fn summary_json(head: &VersionHead, store_created_at_ms: i64, summary: &Summary) -> Value {
     json!({
         "name": head.store,
         "version": head.id,

@@ -92,6 +92,15 @@ impl ManifestBlock {
         self.records.iter().filter(|r| r.source != MISSING).count()
     }
 
+    /// Counts of the stored references: (virtual, inline, virtual bytes, inline bytes).
+    pub fn counts(&self) -> (u64, u64, u64, u64) {
+        self.records.iter().fold((0, 0, 0, 0), |(v, i, vb, ib), r| match r.source {
+            MISSING => (v, i, vb, ib),
+            INLINE => (v, i + 1, vb, ib + u64::from(r.length)),
+            _ => (v + 1, i, vb + u64::from(r.length), ib),
+        })
+    }
+
     /// True when the block holds no reference.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

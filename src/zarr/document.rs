@@ -22,6 +22,8 @@ pub struct Document {
     pub sources: BTreeMap<String, SourceFacts>,
     /// What is wrong with the document so far.
     pub problems: Problems,
+    /// Nodes to remove (PATCH only).
+    pub delete: Vec<String>,
 }
 
 /// One node: its `zarr.json` (without `manifest`) and, for arrays, its references.

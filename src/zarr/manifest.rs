@@ -58,6 +58,8 @@ pub enum RawRef {
     Virtual { url: u32, offset: u64, length: u64 },
     /// `len` bytes at `start` of the manifest's inline buffer.
     Inline { start: u64, len: u64 },
+    /// `{"path": ""}`: no chunk. Nothing to store when registering; clears a reference in a PATCH.
+    Clear,
 }
 
 /// The chunk references of one array, as parsed: keys not yet checked against the grid.

@@ -11,6 +11,7 @@ pub mod key;
 pub mod manifest;
 pub mod metadata;
 pub mod native;
+pub mod patch;
 pub mod path;
 pub mod validate;
 

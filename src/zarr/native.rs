@@ -65,6 +65,7 @@ impl<'de> Visitor<'de> for DocumentSeed<'_> {
                     saw_nodes = true;
                     map.next_value_seed(NodesSeed(doc))?;
                 }
+                "delete" => doc.delete = map.next_value()?,
                 "sources" => {
                     let sources: BTreeMap<String, SourceFacts> = map.next_value()?;
                     for (url, facts) in sources {
@@ -77,7 +78,9 @@ impl<'de> Visitor<'de> for DocumentSeed<'_> {
                     }
                 }
                 other => {
-                    doc.problems.push(format!("unknown top-level key {other:?} (expected \"nodes\" and \"sources\")"));
+                    doc.problems.push(format!(
+                        "unknown top-level key {other:?} (expected \"nodes\", \"sources\" or, to PATCH, \"delete\")"
+                    ));
                     map.next_value::<IgnoredAny>()?;
                 }
             }
@@ -189,7 +192,7 @@ impl<'de> Visitor<'de> for ManifestSeed<'_> {
             };
             let at = || format!("array {:?}, chunk {key:?}", self.path);
             match read_entry(entry) {
-                Ok(EntryValue::Missing) => {}
+                Ok(EntryValue::Missing) => manifest.push(&indices, RawRef::Clear),
                 Ok(EntryValue::Inline(bytes)) => manifest.push_inline(&indices, &bytes),
                 Ok(EntryValue::Virtual { url, offset, length }) => {
                     let url = self.urls.intern(url);
@@ -254,7 +257,8 @@ mod tests {
         assert!(!air.metadata.contains_key("manifest"));
         let m = air.manifest.as_ref().unwrap();
         let entries: Vec<_> = m.entries().collect();
-        assert_eq!(entries.len(), 2, "the missing chunk is not stored");
+        assert_eq!(entries.len(), 3);
+        assert_eq!(entries[2].1, RawRef::Clear, "an explicit missing chunk");
         assert_eq!(entries[0], (&[0u64][..], RawRef::Virtual { url: 0, offset: 10, length: 20 }));
         assert_eq!(m.inline_bytes(0, 5), b"hello");
         assert_eq!(doc.urls.get(0), "file:///data/a.nc");

@@ -90,7 +90,10 @@ pub fn validate_tiled(
     registered: &dyn Fn(&str) -> bool,
     tile_chunks: u64,
 ) -> Result<ValidatedStore, Vec<String>> {
-    let Document { nodes: doc_nodes, urls, sources, mut problems } = doc;
+    let Document { nodes: doc_nodes, urls, sources, mut problems, delete } = doc;
+    if !delete.is_empty() {
+        problems.push("\"delete\" removes nodes from a stored version: send it with PATCH, not PUT");
+    }
     for url in urls.all() {
         if !registered(url) {
             problems.push(format!(
@@ -130,7 +133,7 @@ pub fn validate_tiled(
         let NodeKind::Array(layout) = &nodes[node].kind else { continue };
         let grid = &layout.grid;
         let mut located = Vec::with_capacity(manifest.len());
-        for (indices, r) in manifest.entries() {
+        for (indices, r) in manifest.entries().filter(|(_, r)| *r != RawRef::Clear) {
             let coords: &[u64] = if grid.ndim() == 0 && indices == [0] { &[] } else { indices };
             let Some(location) = grid.locate(coords) else {
                 problems.push(format!(
@@ -165,11 +168,11 @@ pub fn validate_tiled(
     Ok(ValidatedStore { nodes, arrays, urls, etags, sources, summary })
 }
 
-fn display_key(indices: &[u64]) -> String {
+pub(super) fn display_key(indices: &[u64]) -> String {
     format!("{:?}", manifest_key(indices))
 }
 
-fn check_ref(
+pub(super) fn check_ref(
     r: RawRef,
     urls: &super::document::UrlTable,
     sources: &BTreeMap<String, SourceFacts>,
@@ -191,7 +194,7 @@ fn check_ref(
     Ok(())
 }
 
-fn add_implicit_groups(nodes: &mut BTreeMap<NodePath, ValidNode>, problems: &mut Problems) {
+pub(super) fn add_implicit_groups(nodes: &mut BTreeMap<NodePath, ValidNode>, problems: &mut Problems) {
     let paths: Vec<NodePath> = nodes.keys().cloned().collect();
     for path in paths {
         let mut parent = path.parent();
@@ -243,6 +246,7 @@ fn summarise(nodes: &[ValidNode], arrays: &[ArrayRefs], sources: usize) -> Summa
                     s.chunks.inline += 1;
                     s.inline_bytes += len;
                 }
+                RawRef::Clear => {}
             }
         }
         s.chunks.missing = s.chunks.missing.saturating_sub(a.located.len() as u64);
@@ -278,6 +282,7 @@ impl ValidatedStore {
                         RawRef::Inline { start, len } => {
                             builder.push_inline(loc.slot, &a.inline[start as usize..(start + len) as usize]);
                         }
+                        RawRef::Clear => {}
                     }
                 }
                 NewBlock { node, tile: run[0].0.tile, block: builder.finish() }

@@ -1,0 +1,222 @@
+//! `PATCH /api/v1/stores/{store}`: an incremental update (the daily new file of a growing
+//! dataset). A partial native document is merged into the current version; only the blocks it
+//! touches are rewritten, every other block is shared with the previous version.
+
+use std::collections::BTreeSet;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::ingest::{self, Format};
+use super::names;
+use super::stores::{no_store, summary_json};
+use crate::app::AppState;
+use crate::catalog::{CatalogError, DerivedVersion, Retention, VersionOptions};
+use crate::error::ApiError;
+use crate::zarr::metadata::NodeKind;
+use crate::zarr::patch::{OwnedRef, PatchPlan, plan};
+use crate::zarr::validate::Summary;
+use crate::zarr::{ChunkLocation, ManifestBlock};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PatchParams {
+    /// Ask the new sources for their facts (default true).
+    verify: Option<bool>,
+    /// `404` or `fill` for the new version (default: the current version's).
+    missing_chunks: Option<String>,
+}
+
+/// Signed changes to the chunk counts.
+#[derive(Debug, Default)]
+struct Delta {
+    virtual_: i64,
+    inline: i64,
+    virtual_bytes: i64,
+    inline_bytes: i64,
+}
+
+impl Delta {
+    fn add(&mut self, block: &ManifestBlock, sign: i64) {
+        let (v, i, vb, ib) = block.counts();
+        self.virtual_ += sign * v as i64;
+        self.inline += sign * i as i64;
+        self.virtual_bytes += sign * vb as i64;
+        self.inline_bytes += sign * ib as i64;
+    }
+}
+
+pub(super) async fn patch(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    Query(params): Query<PatchParams>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    names::check("store", &name)?;
+    let limit = app.config.http.max_body_bytes;
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::TooLarge(limit));
+    }
+    let record = app.catalog.store(&name).await?.ok_or_else(|| no_store(&name))?;
+    let head = record.head.clone();
+    let options = match params.missing_chunks.as_deref() {
+        None => VersionOptions { fill_missing: head.fill_missing },
+        Some("404") => VersionOptions { fill_missing: false },
+        Some("fill") => VersionOptions { fill_missing: true },
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!("missing_chunks {other:?} must be \"404\" or \"fill\"")));
+        }
+    };
+    let view = app.view(&head).await?;
+    let (mut doc, _) = ingest::read_document(body, limit, Some(Format::Native)).await?;
+    if params.verify.unwrap_or(true) {
+        super::verify::record_facts(&app, &mut doc).await;
+    }
+    let entries = app.sources.entries();
+    let max_tile = u64::from(app.config.block_chunks);
+    let base = view.clone();
+    let planned = tokio::task::spawn_blocking(move || {
+        plan(&base.hierarchy, doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix)), max_tile)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let plan = planned.map_err(|problems| invalid(&name, problems))?;
+
+    let base_tiles = app.catalog.tiles(head.id).await?;
+    let tiles_of =
+        |node: &str| base_tiles.iter().filter(move |(n, _)| n == node).map(|(_, t)| *t).collect::<Vec<u64>>();
+    let load = |node: String, tile: u64| {
+        let app = app.clone();
+        async move {
+            let data = app.catalog.block(head.id, &node, tile).await?.unwrap_or_default();
+            ManifestBlock::decode(&data).map_err(|e| ApiError::Internal(format!("node {node} tile {tile}: {e}")))
+        }
+    };
+    let mut delta = Delta::default();
+    let mut blocks = Vec::new();
+    let mut dropped_nodes = Vec::new();
+    let mut dropped_tiles = Vec::new();
+    for path in &plan.removed {
+        for tile in tiles_of(path.as_str()) {
+            delta.add(&load(path.as_str().to_owned(), tile).await?, -1);
+        }
+        dropped_nodes.push(path.as_str().to_owned());
+    }
+    let mut problems = Vec::new();
+    for array in &plan.arrays {
+        let node = array.path.as_str();
+        if array.rebuild {
+            let mut old = Vec::new();
+            if let Some(base_layout) = &array.base {
+                for tile in tiles_of(node) {
+                    let block = load(node.to_owned(), tile).await?;
+                    delta.add(&block, -1);
+                    for (slot, chunk) in block.iter() {
+                        let coords = base_layout.grid.coords_of(ChunkLocation { tile, slot }).unwrap_or_default();
+                        old.extend(OwnedRef::from_chunk(chunk).map(|r| (coords, r)));
+                    }
+                }
+                dropped_nodes.push(node.to_owned());
+            }
+            match plan.rebuild_blocks(array, old) {
+                Ok(rebuilt) => {
+                    for (tile, block) in rebuilt {
+                        delta.add(&block, 1);
+                        blocks.push((node.to_owned(), tile, block.encode()));
+                    }
+                }
+                Err(list) => problems.extend(list),
+            }
+        } else {
+            let stored: BTreeSet<u64> = tiles_of(node).into_iter().collect();
+            let touched: BTreeSet<u64> = array.changes.iter().map(|(loc, _)| loc.tile).collect();
+            for tile in touched {
+                let base_block = match stored.contains(&tile) {
+                    true => Some(load(node.to_owned(), tile).await?),
+                    false => None,
+                };
+                let block = plan.patch_block(array, tile, base_block.as_ref());
+                if let Some(b) = &base_block {
+                    delta.add(b, -1);
+                    dropped_tiles.push((node.to_owned(), tile));
+                }
+                delta.add(&block, 1);
+                if !block.is_empty() {
+                    blocks.push((node.to_owned(), tile, block.encode()));
+                }
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return Err(invalid(&name, problems));
+    }
+    let base_urls: BTreeSet<String> = app.catalog.sources(head.id).await?.into_iter().map(|(u, _)| u).collect();
+    let summary = summarise(&record.summary, &plan, &delta, &base_urls);
+    let derived = DerivedVersion {
+        base: head.id,
+        nodes: &plan.nodes,
+        dropped_nodes,
+        dropped_tiles,
+        blocks,
+        sources: &plan.sources,
+        summary: summary.clone(),
+    };
+    let started = std::time::Instant::now();
+    let written = match app.catalog.write_derived(&name, &derived, options).await {
+        Err(CatalogError::Conflict(what)) => {
+            return Err(ApiError::Conflict(format!("{what}: nothing was changed; send the PATCH again")));
+        }
+        other => other?,
+    };
+    app.observe_catalog("write_derived", started);
+    let retention = Retention {
+        keep_versions: app.config.retention.keep_versions.max(1),
+        keep_ms: i64::try_from(app.config.retention.keep_seconds.saturating_mul(1000)).unwrap_or(i64::MAX),
+    };
+    if let Err(e) = app.catalog.prune(&name, retention).await {
+        tracing::warn!(store = %name, error = %e, "retention failed; old versions kept until the next registration");
+    }
+    app.caches.forget_store(&name).await;
+    app.metrics.registrations_total.with_label_values(&["patched"]).inc();
+    tracing::info!(store = %name, version = written.head.id, base = head.id, blocks_written = derived.blocks.len(),
+        "store patched");
+    Ok(Json(summary_json(&written.head, record.store_created_at_ms, &summary)).into_response())
+}
+
+fn invalid(name: &str, problems: Vec<String>) -> ApiError {
+    ApiError::Invalid {
+        title: format!("the PATCH of store {name:?} has {} problem(s); nothing was changed", problems.len()),
+        problems,
+    }
+}
+
+fn summarise(base: &Summary, plan: &PatchPlan, delta: &Delta, base_urls: &BTreeSet<String>) -> Summary {
+    let apply = |n: u64, d: i64| (n as i64 + d).max(0) as u64;
+    let mut s = Summary {
+        sources: (base_urls.len() + plan.sources.keys().filter(|u| !base_urls.contains(*u)).count()) as u64,
+        referenced_bytes: apply(base.referenced_bytes, delta.virtual_bytes),
+        inline_bytes: apply(base.inline_bytes, delta.inline_bytes),
+        ..Summary::default()
+    };
+    s.chunks.virtual_ = apply(base.chunks.virtual_, delta.virtual_);
+    s.chunks.inline = apply(base.chunks.inline, delta.inline);
+    let mut grid_chunks = 0u64;
+    for node in &plan.nodes {
+        match &node.kind {
+            NodeKind::Group => s.groups += 1,
+            NodeKind::Array(layout) => {
+                s.arrays += 1;
+                grid_chunks = grid_chunks.saturating_add(layout.grid.chunk_count());
+            }
+        }
+    }
+    s.chunks.missing = grid_chunks.saturating_sub(s.chunks.virtual_ + s.chunks.inline);
+    s
+}

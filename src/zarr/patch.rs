@@ -1,0 +1,327 @@
+//! Incremental updates: a partial native document (PATCH) merged into a stored version. Nodes
+//! given override the stored metadata key by key; manifest entries are set or cleared; untouched
+//! blocks are left to be shared with the new version.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::block::{BlockBuilder, ChunkRef, ManifestBlock};
+use super::document::{Document, SourceFacts};
+use super::grid::ChunkLocation;
+use super::hierarchy::Hierarchy;
+use super::key::manifest_key;
+use super::manifest::RawRef;
+use super::metadata::{ArrayLayout, NodeKind, Tiling, validate_node_tiled};
+use super::path::NodePath;
+use super::validate::{ValidNode, add_implicit_groups, check_ref, display_key};
+
+/// What a PATCH does to one array.
+#[derive(Debug)]
+pub struct ArrayChanges {
+    /// The array.
+    pub path: NodePath,
+    /// Its layout after the patch.
+    pub layout: ArrayLayout,
+    /// Its layout before, if it existed.
+    pub base: Option<ArrayLayout>,
+    /// Its tiles are renumbered, or it shrank: every block is rewritten from the old references.
+    pub rebuild: bool,
+    /// Entries set (`Some`) or cleared (`None`), by location in the new layout, sorted.
+    pub changes: Vec<(ChunkLocation, Option<RawRef>)>,
+    /// Inline bytes of the set entries.
+    pub inline: Vec<u8>,
+    /// Old references cleared beyond the new grid (shrinking), by grid coordinates.
+    pub cleared_beyond: BTreeSet<Vec<u64>>,
+}
+
+/// A validated PATCH, ready for the blocks it touches to be rewritten.
+#[derive(Debug)]
+pub struct PatchPlan {
+    /// Every node of the new version, sorted by path.
+    pub nodes: Vec<ValidNode>,
+    /// Arrays with changes (or rebuilt).
+    pub arrays: Vec<ArrayChanges>,
+    /// Arrays of the base version whose blocks are not carried over (removed).
+    pub removed: Vec<NodePath>,
+    /// URLs the set entries use, by number, with their recorded ETags.
+    pub urls: Vec<String>,
+    etags: Vec<Option<String>>,
+    /// Facts of the new sources.
+    pub sources: BTreeMap<String, SourceFacts>,
+}
+
+/// Merges `doc` into `base`. New arrays get tiles of at most `max_tile` chunks; existing arrays
+/// keep theirs. Every problem is listed.
+pub fn plan(
+    base: &Hierarchy,
+    doc: Document,
+    registered: &dyn Fn(&str) -> bool,
+    max_tile: u64,
+) -> Result<PatchPlan, Vec<String>> {
+    let Document { nodes: doc_nodes, urls, sources, mut problems, delete } = doc;
+    for url in urls.all() {
+        if !registered(url) {
+            problems.push(format!(
+                "{url} is not under any registered object store: register one whose URL is a prefix of it"
+            ));
+        }
+    }
+    let mut deleted: Vec<NodePath> = Vec::new();
+    for path in delete {
+        match NodePath::new(&path) {
+            Ok(p) if p.is_root() => problems.push("the root cannot be deleted: DELETE the store instead"),
+            Ok(p) if base.node(p.as_str()).is_some() => deleted.push(p),
+            Ok(p) => problems.push(format!("cannot delete node {p}: the store has no such node")),
+            Err(e) => problems.push(e.to_string()),
+        }
+    }
+    let is_deleted = |p: &NodePath| deleted.iter().any(|d| p == d || p.relative_to(d).is_some());
+    let mut nodes: BTreeMap<NodePath, ValidNode> = BTreeMap::new();
+    let mut removed = Vec::new();
+    for node in base.nodes() {
+        if is_deleted(&node.path) {
+            if matches!(node.kind, NodeKind::Array(_)) {
+                removed.push(node.path.clone());
+            }
+            continue;
+        }
+        nodes.insert(
+            node.path.clone(),
+            ValidNode { path: node.path.clone(), metadata: node.metadata.clone(), kind: node.kind.clone() },
+        );
+    }
+    let mut arrays = Vec::new();
+    for (path_text, doc_node) in doc_nodes {
+        let path = match NodePath::new(&path_text) {
+            Ok(p) => p,
+            Err(e) => {
+                problems.push(e.to_string());
+                continue;
+            }
+        };
+        let existing = nodes.get(&path);
+        let (mut metadata, tiling, old) = match existing {
+            Some(old) => {
+                let mut merged = old.metadata.clone();
+                for (k, v) in doc_node.metadata {
+                    merged.insert(k, v);
+                }
+                if merged.get("node_type") != old.metadata.get("node_type") {
+                    problems.push(format!("node {path}: node_type cannot change (delete the node and add it again)"));
+                    continue;
+                }
+                let layout = match &old.kind {
+                    NodeKind::Array(l) => Some(l.clone()),
+                    NodeKind::Group => None,
+                };
+                (merged, layout.as_ref().map(|l| l.grid.tile_shape().to_vec()), layout)
+            }
+            None => (doc_node.metadata, None, None),
+        };
+        let kind =
+            match validate_node_tiled(&mut metadata, tiling.as_deref().map_or(Tiling::New(max_tile), Tiling::Stored)) {
+                Ok(kind) => kind,
+                Err(list) => {
+                    list.into_iter().for_each(|p| problems.push(format!("node {path}: {p}")));
+                    continue;
+                }
+            };
+        if let Some(manifest) = doc_node.manifest {
+            let NodeKind::Array(layout) = &kind else {
+                problems.push(format!("node {path}: a group cannot have a manifest"));
+                continue;
+            };
+            let mut changes = Vec::with_capacity(manifest.len());
+            let mut cleared_beyond = BTreeSet::new();
+            for (indices, r) in manifest.entries() {
+                let coords: &[u64] = if layout.grid.ndim() == 0 && indices == [0] { &[] } else { indices };
+                let Some(location) = layout.grid.locate(coords) else {
+                    if r == RawRef::Clear {
+                        cleared_beyond.insert(coords.to_vec());
+                        continue;
+                    }
+                    problems.push(format!(
+                        "array {path}: chunk key {} is outside the chunk grid {:?}",
+                        display_key(indices),
+                        layout.grid.grid_shape()
+                    ));
+                    continue;
+                };
+                if let Err(p) = check_ref(r, &urls, &sources) {
+                    problems.push(format!("array {path}, chunk {}: {p}", display_key(indices)));
+                    continue;
+                }
+                changes.push((location, (r != RawRef::Clear).then_some(r)));
+            }
+            changes.sort_unstable_by_key(|(loc, _)| *loc);
+            if changes.windows(2).any(|w| w[0].0 == w[1].0) {
+                problems.push(format!("array {path}: a chunk key appears more than once"));
+            }
+            arrays.push(ArrayChanges {
+                path: path.clone(),
+                layout: layout.clone(),
+                base: old.clone(),
+                rebuild: false,
+                changes,
+                inline: manifest.inline,
+                cleared_beyond,
+            });
+        } else if let NodeKind::Array(layout) = &kind
+            && old.as_ref() != Some(layout)
+        {
+            arrays.push(ArrayChanges {
+                path: path.clone(),
+                layout: layout.clone(),
+                base: old.clone(),
+                rebuild: false,
+                changes: Vec::new(),
+                inline: Vec::new(),
+                cleared_beyond: BTreeSet::new(),
+            });
+        }
+        nodes.insert(path.clone(), ValidNode { path, metadata, kind });
+    }
+    for a in &mut arrays {
+        a.rebuild = match &a.base {
+            None => true,
+            Some(old) => {
+                let shrank = old.grid.grid_shape().iter().zip(a.layout.grid.grid_shape()).any(|(o, n)| n < o);
+                shrank || !old.grid.same_tiles(&a.layout.grid)
+            }
+        };
+    }
+    let mut problem_list = super::document::Problems::default();
+    add_implicit_groups(&mut nodes, &mut problem_list);
+    for p in problem_list.into_vec() {
+        problems.push(p);
+    }
+    if !problems.is_empty() {
+        return Err(problems.into_vec());
+    }
+    let urls = urls.all().to_vec();
+    let etags = urls.iter().map(|u| sources.get(u).and_then(|f| f.etag.clone())).collect();
+    let sources = sources.into_iter().filter(|(u, _)| urls.contains(u)).collect();
+    Ok(PatchPlan { nodes: nodes.into_values().collect(), arrays, removed, urls, etags, sources })
+}
+
+/// A reference owned outside any block, for rebuilding an array from its old blocks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnedRef {
+    /// Bytes of a source object.
+    Virtual { url: String, etag: Option<String>, offset: u64, length: u32 },
+    /// The bytes themselves.
+    Inline(bytes::Bytes),
+}
+
+impl OwnedRef {
+    /// The owned form of a block's reference (`None` for a missing one).
+    pub fn from_chunk(chunk: ChunkRef<'_>) -> Option<Self> {
+        match chunk {
+            ChunkRef::Virtual { source, offset, length } => Some(Self::Virtual {
+                url: source.url.to_string(),
+                etag: source.etag.as_deref().map(str::to_owned),
+                offset,
+                length: length as u32,
+            }),
+            ChunkRef::Inline(bytes) => Some(Self::Inline(bytes)),
+            ChunkRef::Missing => None,
+        }
+    }
+
+    fn push(&self, builder: &mut BlockBuilder, slot: u32) {
+        match self {
+            Self::Virtual { url, etag, offset, length } => {
+                builder.push_virtual(slot, url, etag.as_deref(), *offset, *length)
+            }
+            Self::Inline(bytes) => builder.push_inline(slot, bytes),
+        }
+    }
+}
+
+impl PatchPlan {
+    fn push_change(&self, array: &ArrayChanges, builder: &mut BlockBuilder, slot: u32, r: RawRef) {
+        match r {
+            RawRef::Virtual { url, offset, length } => {
+                builder.push_virtual(
+                    slot,
+                    &self.urls[url as usize],
+                    self.etags[url as usize].as_deref(),
+                    offset,
+                    length as u32,
+                );
+            }
+            RawRef::Inline { start, len } => {
+                builder.push_inline(slot, &array.inline[start as usize..(start + len) as usize])
+            }
+            RawRef::Clear => {}
+        }
+    }
+
+    /// The new block of `tile` of an array that is not rebuilt: `base`'s references with the
+    /// array's changes to that tile applied.
+    pub fn patch_block(&self, array: &ArrayChanges, tile: u64, base: Option<&ManifestBlock>) -> ManifestBlock {
+        let tile_len = array.layout.grid.tile_len();
+        let changes: Vec<(u32, Option<RawRef>)> =
+            array.changes.iter().filter(|(loc, _)| loc.tile == tile).map(|(loc, r)| (loc.slot, *r)).collect();
+        let changed: BTreeSet<u32> = changes.iter().map(|(slot, _)| *slot).collect();
+        let mut builder = BlockBuilder::new(tile_len);
+        for (slot, chunk) in base.into_iter().flat_map(|b| b.iter()) {
+            if !changed.contains(&slot)
+                && let Some(owned) = OwnedRef::from_chunk(chunk)
+            {
+                owned.push(&mut builder, slot);
+            }
+        }
+        for (slot, r) in changes {
+            if let Some(r) = r {
+                self.push_change(array, &mut builder, slot, r);
+            }
+        }
+        builder.finish()
+    }
+
+    /// Every block of a rebuilt array: `old` references (grid coordinates, from the base
+    /// blocks) laid out again, with the changes applied. Old references outside the new grid
+    /// are problems unless the patch clears them.
+    pub fn rebuild_blocks(
+        &self,
+        array: &ArrayChanges,
+        old: Vec<(Vec<u64>, OwnedRef)>,
+    ) -> Result<Vec<(u64, ManifestBlock)>, Vec<String>> {
+        let grid = &array.layout.grid;
+        let mut problems = Vec::new();
+        let mut located: Vec<(ChunkLocation, OwnedRef)> = Vec::with_capacity(old.len());
+        for (coords, r) in old {
+            if array.cleared_beyond.contains(&coords) {
+                continue;
+            }
+            match grid.locate(&coords) {
+                Some(loc) => located.push((loc, r)),
+                None => problems.push(format!(
+                    "array {}: chunk {:?} lies outside the new chunk grid {:?}; clear it with {{\"path\": \"\"}} in this PATCH or keep the shape",
+                    array.path,
+                    manifest_key(&coords),
+                    grid.grid_shape()
+                )),
+            }
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        let changed: BTreeSet<ChunkLocation> = array.changes.iter().map(|(loc, _)| *loc).collect();
+        located.retain(|(loc, _)| !changed.contains(loc));
+        let mut tiles: BTreeMap<u64, BlockBuilder> = BTreeMap::new();
+        for (loc, r) in &located {
+            r.push(tiles.entry(loc.tile).or_insert_with(|| BlockBuilder::new(grid.tile_len())), loc.slot);
+        }
+        for (loc, r) in &array.changes {
+            if let Some(r) = r {
+                let builder = tiles.entry(loc.tile).or_insert_with(|| BlockBuilder::new(grid.tile_len()));
+                self.push_change(array, builder, loc.slot, *r);
+            }
+        }
+        Ok(tiles.into_iter().filter(|(_, b)| !b.is_empty()).map(|(t, b)| (t, b.finish())).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,145 @@
+//! Incremental updates: PATCH appends and replaces references, changes metadata, adds and
+//! deletes nodes, and rewrites only the blocks it touches.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{Backend, TestServer, f32_array, f32_bytes};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sqlx::Connection;
+
+/// Rows of 2 floats; row `t` holds `t` and `t + 0.5`, at byte `8 * t` of `series.bin`.
+fn series(server: &TestServer, rows: u64) -> String {
+    server.write("series.bin", &f32_bytes((0..rows).flat_map(|t| [t as f32, t as f32 + 0.5])))
+}
+
+fn row_ref(path: &str, t: u64) -> Value {
+    json!({"path": path, "offset": 8 * t, "length": 8})
+}
+
+async fn patch(server: &TestServer, name: &str, body: &Value) -> (StatusCode, Value) {
+    let r = server.client.patch(format!("{}/api/v1/stores/{name}", server.url)).json(body).send().await.unwrap();
+    let status = r.status();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// Block rows in the catalog (every version, every store).
+async fn block_rows(server: &TestServer) -> i64 {
+    let url = server.state.config.database_url.clone();
+    match server.backend {
+        Backend::Sqlite => {
+            let mut c = sqlx::SqliteConnection::connect(&url).await.unwrap();
+            sqlx::query_scalar("select count(*) from blocks").fetch_one(&mut c).await.unwrap()
+        }
+        Backend::Postgres => {
+            let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+            sqlx::query_scalar("select count(*) from blocks").fetch_one(&mut c).await.unwrap()
+        }
+    }
+}
+
+both_backends! {
+    async fn appending_rewrites_only_the_last_block(server) {
+        // Blocks of 4 chunks: an array of 16 rows is 4 blocks.
+        let server = server.restart_with(|c| c.block_chunks = 4).await;
+        server.local_store().await;
+        let path = series(&server, 20);
+        let manifest: serde_json::Map<String, Value> = (0..14).map(|t| (format!("{t}.0"), row_ref(&path, t))).collect();
+        let doc = json!({"nodes": {"t": f32_array(&[14, 2], &[1, 2], json!({"manifest": manifest}))}});
+        let (status, body) = server.put("/api/v1/stores/s", &doc).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let first = body["version"].as_i64().unwrap();
+        assert_eq!(block_rows(&server).await, 4);
+
+        // The next 6 rows: the last, partial block (rows 12..16) and one new block (16..20).
+        let appended: serde_json::Map<String, Value> = (14..20).map(|t| (format!("{t}.0"), row_ref(&path, t))).collect();
+        let (status, body) = patch(&server, "s", &json!({"nodes": {"t": {"shape": [20, 2], "manifest": appended}}})).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["chunks"], json!({"virtual": 20, "inline": 0, "missing": 0}));
+        assert_eq!(block_rows(&server).await, 6, "three blocks shared, one rewritten, one new");
+        for t in [0u64, 13, 14, 19] {
+            assert_eq!(server.bytes(&format!("/s/t/c/{t}/0")).await, f32_bytes([t as f32, t as f32 + 0.5]), "row {t}");
+        }
+        let meta: Value = server.get("/s/t/zarr.json", &[]).await.json().await.unwrap();
+        assert_eq!(meta["shape"], json!([20, 2]));
+        assert_eq!(meta["dimension_names"], json!(["d0", "d1"]), "keys not given are kept");
+        assert_eq!(server.get(&format!("/s@{first}/t/c/14/0"), &[]).await.status(), StatusCode::NOT_FOUND, "the old version is unchanged");
+        assert_eq!(server.bytes(&format!("/s@{first}/t/c/13/0")).await, f32_bytes([13.0, 13.5]));
+    }
+
+    async fn replaces_clears_adds_and_deletes(server) {
+        server.local_store().await;
+        let path = series(&server, 8);
+        let doc = json!({"nodes": {
+            "": {"zarr_format": 3, "node_type": "group", "attributes": {"title": "before"}},
+            "t": f32_array(&[4, 2], &[1, 2], json!({"manifest": {"0.0": row_ref(&path, 0), "1.0": row_ref(&path, 1), "2.0": row_ref(&path, 2)}})),
+            "old": f32_array(&[1], &[1], json!({"manifest": {"0": {"data": "AACAPw=="}}})),
+        }});
+        assert_eq!(server.put("/api/v1/stores/s", &doc).await.0, StatusCode::CREATED);
+        let (status, body) = patch(&server, "s", &json!({
+            "nodes": {
+                "": {"attributes": {"title": "after"}},
+                "t": {"manifest": {"0.0": row_ref(&path, 7), "1.0": {"path": ""}}},
+                "new/x": f32_array(&[2], &[2], json!({"manifest": {"0": {"data": "AAAAQAAAQEA="}}})),
+            },
+            "delete": ["old"],
+        })).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["chunks"]["virtual"], 2);
+        assert_eq!(body["chunks"]["inline"], 1);
+        assert_eq!(body["arrays"], 2);
+        assert_eq!(server.bytes("/s/t/c/0/0").await, f32_bytes([7.0, 7.5]), "replaced");
+        assert_eq!(server.get("/s/t/c/1/0", &[]).await.status(), StatusCode::NOT_FOUND, "cleared");
+        assert_eq!(server.bytes("/s/t/c/2/0").await, f32_bytes([2.0, 2.5]), "untouched");
+        assert_eq!(server.bytes("/s/new/x/c/0").await, f32_bytes([2.0, 3.0]));
+        assert_eq!(server.get("/s/old/zarr.json", &[]).await.status(), StatusCode::NOT_FOUND);
+        let root: Value = server.get("/s/zarr.json", &[]).await.json().await.unwrap();
+        assert_eq!(root["attributes"]["title"], "after");
+        let listed: Vec<&str> = root["consolidated_metadata"]["metadata"].as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(listed, ["new", "new/x", "t"]);
+        let exported: Value = server.get("/api/v1/stores/s/manifest", &[]).await.json().await.unwrap();
+        assert_eq!(exported["nodes"]["t"]["manifest"].as_object().unwrap().len(), 2);
+    }
+
+    async fn reshaping_across_tiles_rebuilds_the_array(server) {
+        let server = server.restart_with(|c| c.block_chunks = 4).await;
+        server.local_store().await;
+        let path = series(&server, 8);
+        let doc = json!({"nodes": {"t": f32_array(&[4, 2], &[1, 1], json!({"manifest": {"0.0": {"path": path, "offset": 0, "length": 4}, "3.1": {"path": path, "offset": 28, "length": 4}}}))}});
+        assert_eq!(server.put("/api/v1/stores/s", &doc).await.0, StatusCode::CREATED);
+        // Twice as many columns: the tiles are renumbered, the old references moved.
+        let (status, body) = patch(&server, "s", &json!({"nodes": {"t": {"shape": [4, 4], "manifest": {"3.3": {"path": path, "offset": 4, "length": 4}}}}})).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(server.bytes("/s/t/c/0/0").await, f32_bytes([0.0]));
+        assert_eq!(server.bytes("/s/t/c/3/1").await, f32_bytes([3.5]));
+        assert_eq!(server.bytes("/s/t/c/3/3").await, f32_bytes([0.5]));
+        assert_eq!(body["chunks"]["virtual"], 3);
+        assert_eq!(body["chunks"]["missing"], 13);
+    }
+
+    async fn bad_patches_change_nothing(server) {
+        server.local_store().await;
+        let path = series(&server, 4);
+        let doc = json!({"nodes": {"t": f32_array(&[4, 2], &[1, 2], json!({"manifest": {"0.0": row_ref(&path, 0), "3.0": row_ref(&path, 3)}}))}});
+        let (_, body) = server.put("/api/v1/stores/s", &doc).await;
+        let version = body["version"].clone();
+        for (bad, expected) in [
+            (json!({"nodes": {"t": {"manifest": {"9.0": row_ref(&path, 0)}}}}), "outside the chunk grid"),
+            (json!({"nodes": {"t": {"node_type": "group"}}}), "node_type cannot change"),
+            (json!({"nodes": {"t": {"shape": [2, 2]}}}), "lies outside the new chunk grid"),
+            (json!({"nodes": {"t": {"manifest": {"1.0": {"path": "/elsewhere/x", "offset": 0, "length": 8}}}}}), "not under any registered object store"),
+            (json!({"nodes": {"n": {"zarr_format": 3, "node_type": "array"}}}), "node n"),
+            (json!({"nodes": {}, "delete": ["ghost"]}), "no such node"),
+        ] {
+            let (status, body) = patch(&server, "s", &bad).await;
+            assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {body}");
+            assert!(body["problems"].to_string().contains(expected), "{bad}: {body}");
+        }
+        // Shrinking works once the references beyond the new shape are cleared.
+        let (status, body) = patch(&server, "s", &json!({"nodes": {"t": {"shape": [2, 2], "manifest": {"3.0": {"path": ""}}}}})).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_ne!(body["version"], version);
+        assert_eq!(patch(&server, "nothing", &json!({"nodes": {}})).await.0, StatusCode::NOT_FOUND);
+    }
+}
