@@ -1,6 +1,6 @@
-//! Reading a manifest document from a request body as it arrives: the format (native or
-//! kerchunk) from the query or from the document's first key, a size limit, and the lengths
-//! of kerchunk `[url]` references asked of their object stores.
+//! Reading a manifest document from a request body as it arrives: the format (native, kerchunk
+//! or a tar of kerchunk parquet references) from the query, the tar magic or the document's first
+//! key, a size limit, and the lengths of kerchunk `[url]` references asked of their object stores.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -12,6 +12,7 @@ use crate::app::AppState;
 use crate::error::ApiError;
 use crate::zarr::document::Document;
 use crate::zarr::kerchunk::WHOLE_OBJECT;
+use crate::zarr::kerchunk::parquet::ArchiveError;
 use crate::zarr::manifest::RawRef;
 use crate::zarr::{self, native::SyntaxError};
 
@@ -22,7 +23,12 @@ pub enum Format {
     Native,
     /// Kerchunk references, version 0 or 1.
     Kerchunk,
+    /// A tar archive of a kerchunk parquet reference directory (`.zmetadata`, `{array}/refs.{k}.parq`).
+    KerchunkParquet,
 }
+
+/// Where a tar header has its magic (`ustar`, for POSIX, GNU and pax archives alike).
+const TAR_MAGIC_AT: usize = 257;
 
 impl Format {
     /// The `format` query parameter.
@@ -30,7 +36,10 @@ impl Format {
         match text {
             "native" => Ok(Self::Native),
             "kerchunk" => Ok(Self::Kerchunk),
-            other => Err(ApiError::BadRequest(format!("format {other:?} is not supported: use native or kerchunk"))),
+            "kerchunk-parquet" => Ok(Self::KerchunkParquet),
+            other => Err(ApiError::BadRequest(format!(
+                "format {other:?} is not supported: use native, kerchunk or kerchunk-parquet"
+            ))),
         }
     }
 
@@ -39,12 +48,16 @@ impl Format {
         match self {
             Self::Native => "native",
             Self::Kerchunk => "kerchunk",
+            Self::KerchunkParquet => "kerchunk-parquet",
         }
     }
 
-    /// The format of a document whose first bytes are `head`: kerchunk unless the first key is
-    /// one of the native document's.
+    /// The format of a document whose first bytes are `head`: a tar archive (kerchunk parquet)
+    /// when it has the tar magic, else kerchunk unless the first key is one of the native document's.
     fn detect(head: &[u8]) -> Self {
+        if head.get(TAR_MAGIC_AT..TAR_MAGIC_AT + 5) == Some(b"ustar") {
+            return Self::KerchunkParquet;
+        }
         let text = String::from_utf8_lossy(head);
         let key = text
             .trim_start()
@@ -75,7 +88,8 @@ pub async fn read_document(
         Ok(chunk)
     });
     let mut head = BytesMut::new();
-    while format.is_none() && head.len() < 4096 && !head.contains(&b':') {
+    // Enough for the first JSON key, or for the magic of a tar header.
+    while format.is_none() && head.len() < 4096 && (head.len() < TAR_MAGIC_AT + 5 || !head.contains(&b':')) {
         match stream.next().await {
             Some(Ok(chunk)) => head.extend_from_slice(&chunk),
             Some(Err(e)) => return Err(io_error(e, limit)),
@@ -88,13 +102,24 @@ pub async fn read_document(
     let parsed = tokio::task::spawn_blocking(move || {
         let reader = io::BufReader::with_capacity(1 << 16, reader);
         match format {
-            Format::Native => zarr::native::parse_reader(reader),
-            Format::Kerchunk => zarr::kerchunk::parse_reader(reader),
+            Format::Native => zarr::native::parse_reader(reader).map_err(|e| syntax_error(e, limit, format)),
+            Format::Kerchunk => zarr::kerchunk::parse_reader(reader).map_err(|e| syntax_error(e, limit, format)),
+            Format::KerchunkParquet => zarr::kerchunk::parquet::parse_tar(reader).map_err(|e| archive_error(e, limit)),
         }
     })
     .await
     .map_err(|e| ApiError::Internal(e.to_string()))?;
-    parsed.map(|doc| (doc, format)).map_err(|e| syntax_error(e, limit, format))
+    parsed.map(|doc| (doc, format))
+}
+
+fn archive_error(e: ArchiveError, limit: u64) -> ApiError {
+    match e {
+        ArchiveError::Io(e) => io_error(e, limit),
+        ArchiveError::Invalid(why) => ApiError::Invalid {
+            title: format!("the kerchunk parquet references cannot be read: {why}; nothing was changed"),
+            problems: vec![why],
+        },
+    }
 }
 
 fn io_error(e: io::Error, limit: u64) -> ApiError {
@@ -112,7 +137,7 @@ fn syntax_error(e: SyntaxError, limit: u64, format: Format) -> ApiError {
         None => {
             let what = match format {
                 Format::Native => "a valid native manifest document",
-                Format::Kerchunk => "valid kerchunk references",
+                Format::Kerchunk | Format::KerchunkParquet => "valid kerchunk references",
             };
             ApiError::Invalid {
                 title: format!("the body is not {what}: {e}; nothing was changed"),
@@ -122,9 +147,10 @@ fn syntax_error(e: SyntaxError, limit: u64, format: Format) -> ApiError {
     }
 }
 
-/// Gives every `[url]` reference (a whole object) the object's length, asking its object store.
-/// URLs no object store serves are left for validation to report.
-pub async fn resolve_whole_objects(app: &AppState, doc: &mut Document) {
+/// Gives every `[url]` reference (a whole object) the object's length: the size recorded when
+/// the sources were verified (`verified`), else asked of its object store. URLs no object store
+/// serves, and sources verification already reported, are left for validation to report.
+pub async fn resolve_whole_objects(app: &AppState, doc: &mut Document, verified: bool) {
     let mut wanted: Vec<u32> = doc
         .nodes
         .values()
@@ -137,15 +163,19 @@ pub async fn resolve_whole_objects(app: &AppState, doc: &mut Document) {
         .collect();
     wanted.sort_unstable();
     wanted.dedup();
-    let urls: Vec<(u32, String)> = wanted
-        .into_iter()
-        .map(|u| (u, doc.urls.get(u).to_owned()))
-        .filter(|(_, url)| app.sources.resolve(url).is_some())
-        .collect();
-    if urls.is_empty() {
-        return;
+    let mut known: BTreeMap<u32, Result<u64, String>> = BTreeMap::new();
+    let mut ask = Vec::new();
+    for u in wanted {
+        let url = doc.urls.get(u).to_owned();
+        match doc.sources.get(&url).and_then(|f| f.size) {
+            Some(size) => {
+                known.insert(u, Ok(size));
+            }
+            None if verified || app.sources.resolve(&url).is_none() => {}
+            None => ask.push((u, url)),
+        }
     }
-    let sizes: BTreeMap<u32, Result<u64, String>> = futures::stream::iter(urls)
+    let asked: BTreeMap<u32, Result<u64, String>> = futures::stream::iter(ask)
         .map(|(u, url)| async move {
             let size = app
                 .sources
@@ -158,6 +188,8 @@ pub async fn resolve_whole_objects(app: &AppState, doc: &mut Document) {
         .buffer_unordered(16)
         .collect()
         .await;
+    let mut sizes = known;
+    sizes.extend(asked);
     for (_, size) in sizes.iter().filter(|(_, s)| s.is_err()) {
         if let Err(problem) = size {
             doc.problems.push(problem.clone());
@@ -186,5 +218,10 @@ mod tests {
         assert_eq!(Format::detect(br#"{"version": 1, "refs": {}}"#), Format::Kerchunk);
         assert_eq!(Format::detect(br#"{".zgroup": "{}"}"#), Format::Kerchunk);
         assert_eq!(Format::detect(b"garbage"), Format::Native);
+        let mut tar = vec![0u8; 512];
+        tar[..10].copy_from_slice(b".zmetadata");
+        tar[257..265].copy_from_slice(b"ustar\x0000");
+        assert_eq!(Format::detect(&tar), Format::KerchunkParquet);
+        assert_eq!(Format::parse("kerchunk-parquet").unwrap(), Format::KerchunkParquet);
     }
 }

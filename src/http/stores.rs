@@ -50,7 +50,15 @@ async fn register(
     if declared.is_some_and(|n| n > limit) {
         return Err(ApiError::TooLarge(limit));
     }
-    let format = params.format.as_deref().map(Format::parse).transpose()?;
+    let tar = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/x-tar"));
+    let format = match params.format.as_deref() {
+        Some(name) => Some(Format::parse(name)?),
+        None if tar => Some(Format::KerchunkParquet),
+        None => None,
+    };
     let missing = params.missing_chunks.as_deref().unwrap_or(&app.config.http.missing_chunks);
     let options = match missing {
         "404" => VersionOptions { fill_missing: false },
@@ -58,10 +66,11 @@ async fn register(
         other => return Err(ApiError::BadRequest(format!("missing_chunks {other:?} must be \"404\" or \"fill\""))),
     };
     let (mut doc, format) = ingest::read_document(body, limit, format).await?;
-    ingest::resolve_whole_objects(&app, &mut doc).await;
-    if params.verify.unwrap_or(true) {
+    let verify = params.verify.unwrap_or(true);
+    if verify {
         super::verify::record_facts(&app, &mut doc).await;
     }
+    ingest::resolve_whole_objects(&app, &mut doc, verify).await;
     let entries = app.sources.entries();
     let tile_chunks = u64::from(app.config.block_chunks);
     let validated = tokio::task::spawn_blocking(move || {

@@ -1,10 +1,11 @@
 //! Kerchunk references as a document: version 1 (`{"version": 1, "refs", "templates", "gen"}`)
 //! and version 0 (a flat dict). Read as they arrive, then assembled into the same [`Document`]
-//! the native format gives, with v2 metadata converted to v3.
+//! the native format gives, with v2 metadata converted to v3. The parquet form is in [`parquet`].
 
 pub mod convert;
 pub mod export;
 pub mod generate;
+pub mod parquet;
 
 use std::collections::BTreeMap;
 use std::fmt;
