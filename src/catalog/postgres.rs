@@ -12,7 +12,7 @@ use super::{
     tile_json, unique_violation,
 };
 use crate::zarr::document::SourceFacts;
-use crate::zarr::validate::{ValidNode, ValidatedStore};
+use crate::zarr::validate::{Summary, ValidNode, ValidatedStore};
 
 /// Rows per multi-row insert (PostgreSQL allows 65,535 bind parameters per statement).
 const ROWS_PER_INSERT: usize = 5_000;
@@ -98,6 +98,25 @@ fn store_record(row: &sqlx::postgres::PgRow) -> Result<StoreRecord, CatalogError
         store_created_at_ms: row.try_get("store_created_at_ms")?,
         summary: parse_summary(&summary.0.to_string())?,
     })
+}
+
+async fn insert_version(
+    tx: &mut Transaction<'_, Postgres>,
+    name: &str,
+    summary: &Summary,
+    options: VersionOptions,
+) -> Result<VersionHead, CatalogError> {
+    let summary = serde_json::to_value(summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
+    let sql = sqlx::AssertSqlSafe(format!(
+        "insert into versions as v (store, summary, fill_missing) values ($1, $2, $3) returning {HEAD}"
+    ));
+    let row = sqlx::query(sql)
+        .bind(name)
+        .bind(sqlx::types::Json(summary))
+        .bind(options.fill_missing)
+        .fetch_one(&mut **tx)
+        .await?;
+    Ok(head(&row)?)
 }
 
 async fn insert_nodes(
@@ -260,17 +279,7 @@ impl Catalog for PostgresCatalog {
             == 1;
         // Serialises concurrent registrations of the same store.
         sqlx::query("select name from stores where name = $1 for update").bind(name).execute(&mut *tx).await?;
-        let summary = serde_json::to_value(&store.summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
-        let sql = sqlx::AssertSqlSafe(format!(
-            "insert into versions as v (store, summary, fill_missing) values ($1, $2, $3) returning {HEAD}"
-        ));
-        let row = sqlx::query(sql)
-            .bind(name)
-            .bind(sqlx::types::Json(summary))
-            .bind(options.fill_missing)
-            .fetch_one(&mut *tx)
-            .await?;
-        let head = head(&row)?;
+        let head = insert_version(&mut tx, name, &store.summary, options).await?;
         insert_nodes(&mut tx, head.id, &store.nodes).await?;
         for batch in block_batches(store) {
             insert_blocks(&mut tx, name, head.id, batch).await?;
@@ -300,17 +309,7 @@ impl Catalog for PostgresCatalog {
                 "the current version of store {name:?}, which changed during this update"
             )));
         }
-        let summary = serde_json::to_value(&version.summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
-        let sql = sqlx::AssertSqlSafe(format!(
-            "insert into versions as v (store, summary, fill_missing) values ($1, $2, $3) returning {HEAD}"
-        ));
-        let row = sqlx::query(sql)
-            .bind(name)
-            .bind(sqlx::types::Json(summary))
-            .bind(options.fill_missing)
-            .fetch_one(&mut *tx)
-            .await?;
-        let head = head(&row)?;
+        let head = insert_version(&mut tx, name, &version.summary, options).await?;
         insert_nodes(&mut tx, head.id, version.nodes).await?;
         // Every base tile is shared, but for the arrays and tiles dropped.
         sqlx::query(

@@ -13,7 +13,7 @@ use super::{
     tile_json, unique_violation,
 };
 use crate::zarr::document::SourceFacts;
-use crate::zarr::validate::{ValidNode, ValidatedStore};
+use crate::zarr::validate::{Summary, ValidNode, ValidatedStore};
 
 /// Rows per multi-row insert (SQLite allows 32,766 bind parameters per statement).
 const ROWS_PER_INSERT: usize = 4_000;
@@ -63,6 +63,27 @@ fn store_record(row: &sqlx::sqlite::SqliteRow) -> Result<StoreRecord, CatalogErr
         store_created_at_ms: row.try_get("store_created_at")?,
         summary: parse_summary(&summary)?,
     })
+}
+
+async fn insert_version(
+    tx: &mut Transaction<'_, Sqlite>,
+    name: &str,
+    summary: &Summary,
+    options: VersionOptions,
+    now: i64,
+) -> Result<VersionHead, CatalogError> {
+    let summary = serde_json::to_string(summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
+    let row = sqlx::query(
+        "insert into versions (store, created_at, summary, fill_missing) values (?, ?, ?, ?) \
+         returning store, id, created_at, fill_missing",
+    )
+    .bind(name)
+    .bind(now)
+    .bind(summary)
+    .bind(options.fill_missing)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(head(&row)?)
 }
 
 async fn insert_nodes(tx: &mut Transaction<'_, Sqlite>, version: i64, nodes: &[ValidNode]) -> Result<(), CatalogError> {
@@ -234,18 +255,7 @@ impl Catalog for SqliteCatalog {
         .await?
         .rows_affected()
             == 1;
-        let summary = serde_json::to_string(&store.summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
-        let row = sqlx::query(
-            "insert into versions (store, created_at, summary, fill_missing) values (?, ?, ?, ?) \
-             returning store, id, created_at, fill_missing",
-        )
-        .bind(name)
-        .bind(now)
-        .bind(summary)
-        .bind(options.fill_missing)
-        .fetch_one(&mut *tx)
-        .await?;
-        let head = head(&row)?;
+        let head = insert_version(&mut tx, name, &store.summary, options, now).await?;
         insert_nodes(&mut tx, head.id, &store.nodes).await?;
         for batch in block_batches(store) {
             insert_blocks(&mut tx, name, head.id, batch).await?;
@@ -275,18 +285,7 @@ impl Catalog for SqliteCatalog {
                 "the current version of store {name:?}, which changed during this update"
             )));
         }
-        let summary = serde_json::to_string(&version.summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
-        let row = sqlx::query(
-            "insert into versions (store, created_at, summary, fill_missing) values (?, ?, ?, ?) \
-             returning store, id, created_at, fill_missing",
-        )
-        .bind(name)
-        .bind(now)
-        .bind(summary)
-        .bind(options.fill_missing)
-        .fetch_one(&mut *tx)
-        .await?;
-        let head = head(&row)?;
+        let head = insert_version(&mut tx, name, &version.summary, options, now).await?;
         insert_nodes(&mut tx, head.id, version.nodes).await?;
         // Every base tile is shared, but for the arrays and tiles dropped.
         sqlx::query("insert into tiles (version_id, node, tile, block_id) select ?, node, tile, block_id from tiles where version_id = ?")

@@ -72,6 +72,16 @@ impl Format {
     }
 }
 
+/// Refuses early a body whose declared length is above `limit` (a body without one is
+/// counted as it arrives by [`read_document`]).
+pub fn check_declared_length(headers: &axum::http::HeaderMap, limit: u64) -> Result<(), ApiError> {
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) { Err(ApiError::TooLarge(limit)) } else { Ok(()) }
+}
+
 /// Reads and parses the body, refusing more than `limit` bytes.
 pub async fn read_document(
     body: axum::body::Body,

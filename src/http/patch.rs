@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, header};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
@@ -59,11 +59,7 @@ pub(super) async fn patch(
 ) -> Result<Response, ApiError> {
     names::check("store", &name)?;
     let limit = app.config.http.max_body_bytes;
-    let declared =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(ApiError::TooLarge(limit));
-    }
+    ingest::check_declared_length(&headers, limit)?;
     let record = app.catalog.store(&name).await?.ok_or_else(|| no_store(&name))?;
     let head = record.head.clone();
     let options = match params.missing_chunks.as_deref() {

@@ -45,11 +45,7 @@ async fn register(
 ) -> Result<Response, ApiError> {
     names::check("store", &name)?;
     let limit = app.config.http.max_body_bytes;
-    let declared =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(ApiError::TooLarge(limit));
-    }
+    ingest::check_declared_length(&headers, limit)?;
     let tar = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

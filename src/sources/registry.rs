@@ -132,9 +132,14 @@ impl ObjectStoreEntry {
                     .ok_or_else(|| SourceConfigError::Url(format!("{} is not an existing directory", dir.display())))?;
                 (Base::Local { root }, None)
             }
-            "s3" => (Base::Bucket, Some(build_s3(&prefix, &parsed, &opts, origin, settings)?)),
-            "gs" => (Base::Bucket, Some(build_gcs(&prefix, &parsed, &opts, origin, settings)?)),
-            "az" => (Base::Bucket, Some(build_azure(&prefix, &parsed, &opts, origin, settings)?)),
+            "s3" => (Base::Bucket, Some(build_bucket::<AmazonS3Builder>(&prefix, &parsed, &opts, origin, settings)?)),
+            "gs" => (
+                Base::Bucket,
+                Some(build_bucket::<GoogleCloudStorageBuilder>(&prefix, &parsed, &opts, origin, settings)?),
+            ),
+            "az" => {
+                (Base::Bucket, Some(build_bucket::<MicrosoftAzureBuilder>(&prefix, &parsed, &opts, origin, settings)?))
+            }
             "http" | "https" => {
                 // Without the trailing slash: object_store appends each path segment after a `/`,
                 // so `http://h/files/` would fetch `http://h/files//a.nc` (another key on S3 or GCS).
@@ -228,50 +233,58 @@ fn bucket_url(parsed: &Url) -> String {
     format!("{}://{}", parsed.scheme(), parsed.host_str().unwrap_or_default())
 }
 
-fn build_s3(
-    prefix: &str,
-    parsed: &Url,
-    opts: &[(String, String)],
-    origin: Origin,
-    s: &SourceSettings,
-) -> Result<Arc<dyn ObjectStore>, SourceConfigError> {
-    let mut b = if origin == Origin::Config { AmazonS3Builder::from_env() } else { AmazonS3Builder::new() };
-    b = b.with_url(bucket_url(parsed)).with_retry(retry(s)).with_client_options(client_options(s));
-    for (k, v) in opts {
-        b = b.with_config(AmazonS3ConfigKey::from_str(k).map_err(|_| unknown_option(k, "s3"))?, v);
-    }
-    Ok(Arc::new(b.build().map_err(|e| build_error(prefix, e))?))
+/// The builders of the bucket object stores (s3, gs, az), which differ only in their types.
+trait BucketBuilder: Sized {
+    type Key: FromStr;
+    const KIND: &'static str;
+    fn fresh(origin: Origin) -> Self;
+    fn url(self, url: String) -> Self;
+    fn settings(self, s: &SourceSettings) -> Self;
+    fn config(self, key: Self::Key, value: &str) -> Self;
+    fn finish(self) -> object_store::Result<Arc<dyn ObjectStore>>;
 }
 
-fn build_gcs(
-    prefix: &str,
-    parsed: &Url,
-    opts: &[(String, String)],
-    origin: Origin,
-    s: &SourceSettings,
-) -> Result<Arc<dyn ObjectStore>, SourceConfigError> {
-    let mut b =
-        if origin == Origin::Config { GoogleCloudStorageBuilder::from_env() } else { GoogleCloudStorageBuilder::new() };
-    b = b.with_url(bucket_url(parsed)).with_retry(retry(s)).with_client_options(client_options(s));
-    for (k, v) in opts {
-        b = b.with_config(GoogleConfigKey::from_str(k).map_err(|_| unknown_option(k, "gs"))?, v);
-    }
-    Ok(Arc::new(b.build().map_err(|e| build_error(prefix, e))?))
+macro_rules! bucket_builder {
+    ($builder:ty, $key:ty, $kind:literal) => {
+        impl BucketBuilder for $builder {
+            type Key = $key;
+            const KIND: &'static str = $kind;
+            /// Stores declared in the configuration file also read credentials from the environment.
+            fn fresh(origin: Origin) -> Self {
+                if origin == Origin::Config { <$builder>::from_env() } else { <$builder>::new() }
+            }
+            fn url(self, url: String) -> Self {
+                self.with_url(url)
+            }
+            fn settings(self, s: &SourceSettings) -> Self {
+                self.with_retry(retry(s)).with_client_options(client_options(s))
+            }
+            fn config(self, key: $key, value: &str) -> Self {
+                self.with_config(key, value)
+            }
+            fn finish(self) -> object_store::Result<Arc<dyn ObjectStore>> {
+                Ok(Arc::new(self.build()?))
+            }
+        }
+    };
 }
 
-fn build_azure(
+bucket_builder!(AmazonS3Builder, AmazonS3ConfigKey, "s3");
+bucket_builder!(GoogleCloudStorageBuilder, GoogleConfigKey, "gs");
+bucket_builder!(MicrosoftAzureBuilder, AzureConfigKey, "az");
+
+fn build_bucket<B: BucketBuilder>(
     prefix: &str,
     parsed: &Url,
     opts: &[(String, String)],
     origin: Origin,
     s: &SourceSettings,
 ) -> Result<Arc<dyn ObjectStore>, SourceConfigError> {
-    let mut b = if origin == Origin::Config { MicrosoftAzureBuilder::from_env() } else { MicrosoftAzureBuilder::new() };
-    b = b.with_url(bucket_url(parsed)).with_retry(retry(s)).with_client_options(client_options(s));
+    let mut b = B::fresh(origin).url(bucket_url(parsed)).settings(s);
     for (k, v) in opts {
-        b = b.with_config(AzureConfigKey::from_str(k).map_err(|_| unknown_option(k, "az"))?, v);
+        b = b.config(B::Key::from_str(k).map_err(|_| unknown_option(k, B::KIND))?, v);
     }
-    Ok(Arc::new(b.build().map_err(|e| build_error(prefix, e))?))
+    b.finish().map_err(|e| build_error(prefix, e))
 }
 
 /// `options` with every value that may be a secret replaced by `"***"`.
