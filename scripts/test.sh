@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, Rust unit and integration tests (SQLite and
-# PostgreSQL), and the Python client tests (zarr-python, xarray, VirtualiZarr on real files).
+# PostgreSQL), the Python client tests (zarr-python, xarray, VirtualiZarr on real files, a real
+# nginx cache in front of several replicas), and the deployment checks (scripts/check-deploy.sh).
 #
 #   scripts/test.sh
 #
@@ -23,6 +24,13 @@ if [[ ${ZARRGATE_TEST_POSTGRES:-} != skip ]]; then
     fi
 fi
 
+step "nginx (the caching proxy of the CDN tests)"
+if ! command -v nginx >/dev/null; then
+    echo "installing nginx-light from Debian's packages"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
+fi
+nginx -v
+
 step "Python environment"
 ZARRGATE_TEST_VENV=$(scripts/python-env.sh | tail -n 1)
 export ZARRGATE_TEST_VENV
@@ -40,5 +48,8 @@ cargo test --locked --all-targets
 step "Python client tests"
 cargo build --locked --bin zarrgate
 ZARRGATE_BIN=${ZARRGATE_BIN:-$PWD/target/debug/zarrgate} scripts/test-python.sh
+
+step "Deployment: Kubernetes manifests, compose file, CDN configuration, Dockerfile build steps"
+scripts/check-deploy.sh
 
 step "all tests passed"

@@ -43,14 +43,18 @@ pub struct VersionView {
 }
 
 impl VersionView {
-    /// Renders every node's document once.
+    /// Renders every node's document once. Metadata ETags include the version: the same
+    /// `zarr.json` registered again is a new response (its `Zarrgate-Version` differs), so a cache
+    /// revalidating it must not keep the old version's headers.
     pub fn new(head: VersionHead, hierarchy: Hierarchy) -> Self {
         let docs = hierarchy
             .nodes()
             .map(|node| {
                 let identity = node.zarr_json.clone();
                 let gzip = gzip(&identity).filter(|z| z.len() < identity.len());
-                RenderedDoc { etag: etag('m', &identity), identity, gzip }
+                let tag = etag('m', &identity);
+                let tag = format!("{}-v{}\"", tag.trim_end_matches('"'), head.id);
+                RenderedDoc { etag: tag, identity, gzip }
             })
             .collect();
         Self { head, hierarchy, docs }

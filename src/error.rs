@@ -14,6 +14,10 @@ pub enum ApiError {
     /// 404: no such store, node, chunk or resource.
     #[error("{0}")]
     NotFound(String),
+    /// 410: a pinned version that does not exist (any more). Not 404: Zarr clients read a 404
+    /// chunk as fill values, and a reader pinned to a removed version must fail, not get zeros.
+    #[error("{0}")]
+    Gone(String),
     /// 400: the request cannot be understood.
     #[error("{0}")]
     BadRequest(String),
@@ -51,6 +55,7 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::Gone(_) => StatusCode::GONE,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
@@ -69,6 +74,7 @@ impl ApiError {
     pub fn problem_type(&self) -> &'static str {
         match self {
             Self::NotFound(_) => "not-found",
+            Self::Gone(_) => "version-gone",
             Self::BadRequest(_) => "bad-request",
             Self::Unauthorized => "unauthorized",
             Self::Invalid { .. } => "invalid",
@@ -103,6 +109,64 @@ impl From<CatalogError> for ApiError {
     }
 }
 
+/// An `application/problem+json` response (RFC 9457), not to be stored by caches.
+pub fn problem(status: StatusCode, kind: &str, detail: &str, problems: Option<&[String]>) -> Response {
+    let mut body = json!({
+        "type": format!("urn:zarrgate:problem:{kind}"),
+        "title": status.canonical_reason().unwrap_or("error"),
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    if let Some(problems) = problems {
+        body["problems"] = json!(problems);
+    }
+    let mut response = (status, body.to_string()).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Turns an error answer the framework wrote itself (a query, path or body it could not read:
+/// `text/plain`; a method not allowed: empty) into problem+json like every other error.
+pub async fn as_problem(response: Response) -> Response {
+    let status = response.status();
+    let is_problem = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/problem+json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_problem {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 16 * 1024).await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&text).trim().to_owned();
+    let kind = match status {
+        StatusCode::BAD_REQUEST => "bad-request",
+        StatusCode::NOT_FOUND => "not-found",
+        StatusCode::METHOD_NOT_ALLOWED => "method-not-allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "too-large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported-media-type",
+        StatusCode::UNPROCESSABLE_ENTITY => "invalid",
+        _ => "error",
+    };
+    let detail = match (status, text.is_empty()) {
+        (StatusCode::METHOD_NOT_ALLOWED, _) => {
+            let allowed = parts.headers.get(header::ALLOW).and_then(|v| v.to_str().ok()).unwrap_or("");
+            format!("this method is not allowed here; allowed: {allowed}")
+        }
+        (_, true) => status.canonical_reason().unwrap_or("error").to_owned(),
+        (_, false) => text,
+    };
+    let mut response = problem(status, kind, &detail, None);
+    for name in [header::ALLOW, header::WWW_AUTHENTICATE, header::CONTENT_RANGE] {
+        if let Some(v) = parts.headers.get(&name) {
+            response.headers_mut().insert(name, v.clone());
+        }
+    }
+    response
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
@@ -115,19 +179,12 @@ impl IntoResponse for ApiError {
             Self::Source(cause) => tracing::warn!(%cause, kind = cause.kind(), "upstream failure"),
             _ => {}
         }
-        let mut body = json!({
-            "type": format!("urn:zarrgate:problem:{}", self.problem_type()),
-            "title": status.canonical_reason().unwrap_or("error"),
-            "status": status.as_u16(),
-            "detail": self.to_string(),
-        });
-        if let Self::Invalid { problems, .. } = &self {
-            body["problems"] = json!(problems);
-        }
-        let mut response = (status, body.to_string()).into_response();
+        let problems = match &self {
+            Self::Invalid { problems, .. } => Some(problems.as_slice()),
+            _ => None,
+        };
+        let mut response = problem(status, self.problem_type(), &self.to_string(), problems);
         let headers = response.headers_mut();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         match &self {
             Self::Unauthorized => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

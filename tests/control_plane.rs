@@ -196,3 +196,32 @@ fn refuses_an_open_control_plane_on_a_public_address() {
     config.admin_tokens.clear();
     assert!(zarrgate::app::check_exposure(&config).is_ok());
 }
+
+/// Requests the framework itself refuses (a query it cannot read, a wrong method, a path that is
+/// not UTF-8) get problem+json like every other error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_error_is_problem_json() {
+    let server = common::TestServer::start(common::Backend::Sqlite).await;
+    for (method, path, status) in [
+        (reqwest::Method::GET, "/api/v1/stores?limit=ten", StatusCode::BAD_REQUEST),
+        (reqwest::Method::GET, "/api/v1/stores?colour=blue", StatusCode::BAD_REQUEST),
+        (reqwest::Method::GET, "/api/v1/stores/%FF", StatusCode::BAD_REQUEST),
+        (reqwest::Method::POST, "/api/v1/stores/x", StatusCode::METHOD_NOT_ALLOWED),
+        (reqwest::Method::POST, "/demo/zarr.json", StatusCode::METHOD_NOT_ALLOWED),
+    ] {
+        let r = server.client.request(method.clone(), format!("{}{path}", server.url)).send().await.unwrap();
+        assert_eq!(r.status(), status, "{method} {path}");
+        assert_eq!(r.headers()["content-type"], "application/problem+json", "{method} {path}");
+        let allow = r.headers().get("allow").cloned();
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["status"], status.as_u16());
+        assert!(!body["detail"].as_str().unwrap().is_empty(), "{body}");
+        if status == StatusCode::METHOD_NOT_ALLOWED {
+            assert!(allow.is_some(), "405 keeps its Allow header");
+        }
+    }
+    let big = vec![b' '; 3 << 20];
+    let r = server.client.put(format!("{}/api/v1/object-stores/x", server.url)).body(big).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+}

@@ -139,7 +139,8 @@ both_backends! {
         let missing = server.get(&format!("/demo@{version}/x/c/3"), &[]).await;
         assert_eq!(missing.status(), StatusCode::NOT_FOUND);
         assert_eq!(missing.headers()["cache-control"], "public, max-age=31536000, immutable", "a missing chunk is cacheable");
-        assert_eq!(server.get(&format!("/demo@{}/x/c/0", version + 1000), &[]).await.status(), StatusCode::NOT_FOUND);
+        assert_eq!(server.get(&format!("/demo@{}/x/c/0", version + 1000), &[]).await.status(), StatusCode::GONE);
+        assert_eq!(server.get(&format!("/demo@{}/zarr.json", version + 1000), &[]).await.status(), StatusCode::GONE);
         assert_eq!(server.get("/demo@latest/x/c/0", &[]).await.status(), StatusCode::NOT_FOUND);
     }
 

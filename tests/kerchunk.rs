@@ -109,7 +109,10 @@ async fn bad_kerchunk_changes_nothing() {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     let problems = body["problems"].to_string();
     assert!(problems.contains(r#"array \"t\""#) && problems.contains("snappy"), "{problems}");
-    assert!(problems.contains("missing.bin cannot be read") && problems.contains("its object's length is unknown"), "{problems}");
+    assert!(
+        problems.contains("missing.bin cannot be read") && problems.contains("its object's length is unknown"),
+        "{problems}"
+    );
     assert!(problems.contains("file:///no/such/whole.nc is not under any registered object store"), "{problems}");
     assert_eq!(server.bytes("/k/t/0").await, before);
 

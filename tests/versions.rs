@@ -41,7 +41,7 @@ both_backends! {
         }
         for old in &ids[..2] {
             let r = server.get(&format!("/r@{old}/x/c/0"), &[]).await;
-            assert_eq!(r.status(), StatusCode::NOT_FOUND);
+            assert_eq!(r.status(), StatusCode::GONE, "never a 404: clients would read fill values");
             let body: Value = r.json().await.unwrap();
             assert!(body["detail"].as_str().unwrap().contains("retention"), "{body}");
         }
@@ -153,4 +153,21 @@ async fn sqlite_replicas_agree_after_the_ttl() {
     version(&a, "/api/v1/stores/n", &doc(&a, "two", 50.0, true)).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(b.bytes("/n/x/c/0").await, f32_bytes([50.0, 51.0, 52.0, 53.0]));
+}
+
+/// The same content registered again is a new version: its `zarr.json` gets a new ETag (so a
+/// revalidating cache picks up the new `Zarrgate-Version`), its unchanged chunks keep theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_etags_name_the_version_chunk_etags_do_not() {
+    let server = TestServer::start(Backend::Sqlite).await;
+    server.local_store().await;
+    let body = doc(&server, "same", 1.0, true);
+    version(&server, "/api/v1/stores/e", &body).await;
+    let meta = server.get("/e/x/zarr.json", &[]).await.headers()["etag"].clone();
+    let chunk = server.get("/e/x/c/0", &[]).await.headers()["etag"].clone();
+    version(&server, "/api/v1/stores/e", &body).await;
+    let r = server.get("/e/x/zarr.json", &[("if-none-match", meta.to_str().unwrap())]).await;
+    assert_eq!(r.status(), StatusCode::OK, "the old version's ETag no longer matches");
+    assert_ne!(r.headers()["etag"], meta);
+    assert_eq!(server.get("/e/x/c/0", &[]).await.headers()["etag"], chunk);
 }

@@ -56,11 +56,14 @@ async fn read(
     let head = match app.head(name, pinned).await {
         Ok(Some(head)) => head,
         Ok(None) => {
-            let detail = match pinned {
-                None => format!("no store is named {name:?}"),
-                Some(v) => format!("store {name:?} has no version {v} (it never existed or retention removed it)"),
-            };
-            return ApiError::NotFound(detail).into_response();
+            return match pinned {
+                None => ApiError::NotFound(format!("no store is named {name:?}")),
+                Some(v) => ApiError::Gone(format!(
+                    "store {name:?} has no version {v}: it never existed or retention removed it; \
+                     read /{name}/zarr.json for the current version"
+                )),
+            }
+            .into_response();
         }
         Err(e) => return e.into_response(),
     };

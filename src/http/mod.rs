@@ -109,7 +109,7 @@ async fn observe(State(app): State<AppState>, request: Request, next: Next) -> R
         .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
     let span = tracing::info_span!("request", id = %id, method = %method, route = %route);
     let path = request.uri().path().to_owned();
-    let mut response = next.run(request).instrument(span.clone()).await;
+    let mut response = crate::error::as_problem(next.run(request).instrument(span.clone()).await).await;
     let status = response.status();
     let elapsed = started.elapsed();
     let m = &app.metrics;

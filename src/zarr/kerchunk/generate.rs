@@ -37,63 +37,122 @@ pub struct Generated {
     pub range: Option<(u64, u64)>,
 }
 
-/// Expands one `gen` entry: `{"key", "url", "offset"?, "length"?, "dimensions": {name: spec}}`,
-/// a spec being `N` (0..N), a list, or `{"start", "stop", "step"}`.
-pub fn expand(entry: &Value, templates: &BTreeMap<String, String>) -> Result<Vec<Generated>, String> {
+/// The most references one `gen` entry may produce.
+pub const MAX_GENERATED: u64 = 10_000_000;
+
+/// The values of one `gen` dimension, never materialised: `N` (0..N), a list, or a range.
+#[derive(Debug, Clone)]
+enum Axis {
+    Range { start: i64, step: i64, len: u64 },
+    List(Vec<i64>),
+}
+
+impl Axis {
+    fn parse(spec: &Value) -> Option<Self> {
+        let range = |start: i64, stop: i64, step: i64| {
+            let span = i128::from(stop) - i128::from(start);
+            let len = if span > 0 { (span + i128::from(step) - 1) / i128::from(step) } else { 0 };
+            u64::try_from(len).ok().map(|len| Self::Range { start, step, len })
+        };
+        match spec {
+            Value::Number(n) => range(0, n.as_i64()?, 1),
+            Value::Array(items) => items.iter().map(Value::as_i64).collect::<Option<Vec<_>>>().map(Self::List),
+            Value::Object(o) => {
+                let start = o.get("start").map_or(Some(0), Value::as_i64)?;
+                let stop = o.get("stop").and_then(Value::as_i64)?;
+                let step = o.get("step").map_or(Some(1), Value::as_i64)?;
+                if step > 0 { range(start, stop, step) } else { None }
+            }
+            _ => None,
+        }
+    }
+
+    fn len(&self) -> u64 {
+        match self {
+            Self::Range { len, .. } => *len,
+            Self::List(v) => v.len() as u64,
+        }
+    }
+
+    fn get(&self, i: u64) -> i64 {
+        match self {
+            Self::Range { start, step, .. } => start.saturating_add((i as i64).saturating_mul(*step)),
+            Self::List(v) => v[i as usize],
+        }
+    }
+}
+
+/// The references of one `gen` entry, produced one at a time.
+#[derive(Debug)]
+pub struct Expansion {
+    key: String,
+    url: String,
+    offset: Option<String>,
+    length: Option<String>,
+    axes: Vec<(String, Axis)>,
+    index: Vec<u64>,
+    remaining: u64,
+}
+
+/// Reads one `gen` entry: `{"key", "url", "offset"?, "length"?, "dimensions": {name: spec}}`,
+/// a spec being `N` (0..N), a list, or `{"start", "stop", "step"}`. Refuses, before producing
+/// anything, an entry of more than [`MAX_GENERATED`] references.
+pub fn expand(entry: &Value, templates: &BTreeMap<String, String>) -> Result<Expansion, String> {
     let field = |name: &str| entry.get(name).and_then(Value::as_str).map(|s| apply_templates(s, templates));
     let key = field("key").ok_or("a gen entry needs a \"key\" template")?;
     let url = field("url").ok_or("a gen entry needs a \"url\" template")?;
     let (offset, length) = (field("offset"), field("length"));
+    if offset.is_some() != length.is_some() {
+        return Err("a gen entry needs both \"offset\" and \"length\", or neither".into());
+    }
     let dims = entry.get("dimensions").and_then(Value::as_object).ok_or("a gen entry needs \"dimensions\"")?;
-    let mut axes: Vec<(String, Vec<i64>)> = Vec::new();
+    let mut axes = Vec::with_capacity(dims.len());
     for (name, spec) in dims {
-        axes.push((
-            name.clone(),
-            dimension_values(spec).ok_or_else(|| format!("dimension {name:?}: {spec} is not N, a list or a range"))?,
-        ));
+        let axis =
+            Axis::parse(spec).ok_or_else(|| format!("dimension {name:?}: {spec} is not N, a list or a range"))?;
+        axes.push((name.clone(), axis));
     }
-    let total: usize = axes.iter().map(|(_, v)| v.len()).product();
-    if total > 100_000_000 {
-        return Err(format!("a gen entry expands to {total} references; the limit is 100,000,000"));
-    }
-    let mut out = Vec::with_capacity(total);
-    let mut index = vec![0usize; axes.len()];
-    for _ in 0..total {
-        let vars: BTreeMap<&str, i64> = axes.iter().zip(&index).map(|((n, v), i)| (n.as_str(), v[*i])).collect();
-        let eval = |t: &str| render(t, &|expr| evaluate(expr, &vars).map(|n| n.to_string()));
-        let number = |t: &Option<String>| -> Result<Option<u64>, String> {
-            t.as_ref()
-                .map(|t| eval(t)?.trim().parse::<u64>().map_err(|_| format!("{t:?} is not a non-negative integer")))
-                .transpose()
-        };
-        let range = match (number(&offset)?, number(&length)?) {
-            (Some(o), Some(l)) => Some((o, l)),
-            (None, None) => None,
-            _ => return Err("a gen entry needs both \"offset\" and \"length\", or neither".into()),
-        };
-        out.push(Generated { key: eval(&key)?, url: eval(&url)?, range });
-        for axis in (0..axes.len()).rev() {
-            index[axis] += 1;
-            if index[axis] < axes[axis].1.len() {
-                break;
-            }
-            index[axis] = 0;
+    let total = axes.iter().try_fold(1u64, |acc, (_, a)| acc.checked_mul(a.len()));
+    match total {
+        Some(n) if n <= MAX_GENERATED => {
+            Ok(Expansion { key, url, offset, length, index: vec![0; axes.len()], axes, remaining: n })
         }
+        _ => Err(format!(
+            "a gen entry expands to {} references; the limit is {MAX_GENERATED}",
+            total.map_or_else(|| "more than 2^64".to_owned(), |n| n.to_string())
+        )),
     }
-    Ok(out)
 }
 
-fn dimension_values(spec: &Value) -> Option<Vec<i64>> {
-    match spec {
-        Value::Number(n) => Some((0..n.as_i64()?).collect()),
-        Value::Array(items) => items.iter().map(Value::as_i64).collect(),
-        Value::Object(o) => {
-            let start = o.get("start").and_then(Value::as_i64).unwrap_or(0);
-            let stop = o.get("stop").and_then(Value::as_i64)?;
-            let step = o.get("step").and_then(Value::as_i64).unwrap_or(1);
-            (step > 0).then(|| (start..stop).step_by(step as usize).collect())
+impl Iterator for Expansion {
+    type Item = Result<Generated, String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.remaining == 0 {
+            return None;
         }
-        _ => None,
+        self.remaining -= 1;
+        let vars: BTreeMap<&str, i64> =
+            self.axes.iter().zip(&self.index).map(|((n, a), i)| (n.as_str(), a.get(*i))).collect();
+        let eval = |t: &str| render(t, &|expr| evaluate(expr, &vars).map(|n| n.to_string()));
+        let number =
+            |t: &str| eval(t)?.trim().parse::<u64>().map_err(|_| format!("{t:?} is not a non-negative integer"));
+        let range = match (&self.offset, &self.length) {
+            (Some(o), Some(l)) => number(o).and_then(|o| number(l).map(|l| Some((o, l)))),
+            _ => Ok(None),
+        };
+        let generated = range.and_then(|range| Ok(Generated { key: eval(&self.key)?, url: eval(&self.url)?, range }));
+        for axis in (0..self.axes.len()).rev() {
+            self.index[axis] += 1;
+            if self.index[axis] < self.axes[axis].1.len() {
+                break;
+            }
+            self.index[axis] = 0;
+        }
+        if generated.is_err() {
+            self.remaining = 0;
+        }
+        Some(generated)
     }
 }
 
@@ -247,11 +306,15 @@ mod tests {
         let entry = json!({"key": "data/{{i}}.{{j}}", "url": "{{u}}/f{{i}}.bin", "offset": "{{ 100 * j }}", "length": "100",
                            "dimensions": {"i": {"start": 0, "stop": 4, "step": 2}, "j": 2}});
         let t = BTreeMap::from([("u".to_owned(), "/data".to_owned())]);
-        let out = expand(&entry, &t).unwrap();
+        let out: Vec<Generated> = expand(&entry, &t).unwrap().collect::<Result<_, _>>().unwrap();
         assert_eq!(out.len(), 4);
         assert_eq!(out[0], Generated { key: "data/0.0".into(), url: "/data/f0.bin".into(), range: Some((0, 100)) });
         assert_eq!(out[3], Generated { key: "data/2.1".into(), url: "/data/f2.bin".into(), range: Some((100, 100)) });
         assert!(expand(&json!({"key": "k", "url": "u", "dimensions": {"i": "x"}}), &t).is_err());
+        let huge = json!({"key": "k{{i}}", "url": "u", "dimensions": {"i": {"stop": 100_000_000_000i64}}});
+        assert!(expand(&huge, &t).unwrap_err().contains("100000000000 references"), "counted, never materialised");
+        let overflow = json!({"key": "k", "url": "u", "dimensions": {"a": 65536, "b": 65536, "c": 65536, "d": 65536}});
+        assert!(expand(&overflow, &t).unwrap_err().contains("more than 2^64"));
     }
 
     proptest! {

@@ -142,7 +142,10 @@ impl Collected {
             match generate::expand(&entry, &self.templates) {
                 Ok(refs) => {
                     for g in refs {
-                        self.add_chunk(g.key, RefValue::Url { url: g.url, range: g.range });
+                        match g {
+                            Ok(g) => self.add_chunk(g.key, RefValue::Url { url: g.url, range: g.range }),
+                            Err(e) => self.problems.push(format!("gen: {e}")),
+                        }
                     }
                 }
                 Err(e) => self.problems.push(format!("gen: {e}")),
