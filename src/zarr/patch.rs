@@ -109,6 +109,20 @@ pub fn plan(
                     problems.push(format!("node {path}: node_type cannot change (delete the node and add it again)"));
                     continue;
                 }
+                // These describe the chunks already stored: changing them would make every
+                // stored reference mean something else.
+                let fixed: Vec<&str> = ["chunk_grid", "data_type", "codecs"]
+                    .into_iter()
+                    .filter(|k| merged.get(*k) != old.metadata.get(*k))
+                    .collect();
+                if !fixed.is_empty() && !deleted.contains(&path) {
+                    problems.push(format!(
+                        "array {path}: {} describe the chunks already stored and cannot change in a PATCH; \
+                         delete the array and add it again (both in one PATCH) to replace it whole",
+                        fixed.join(", ")
+                    ));
+                    continue;
+                }
                 let layout = match &old.kind {
                     NodeKind::Array(l) => Some(l.clone()),
                     NodeKind::Group => None,

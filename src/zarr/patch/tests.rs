@@ -85,3 +85,18 @@ fn names_what_it_refuses() {
         assert!(all.contains(expected), "{expected}: {all}");
     }
 }
+
+#[test]
+fn stored_chunks_keep_their_description() {
+    for change in
+        [r#"{"chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}}}"#, r#"{"data_type": "int8"}"#]
+    {
+        let problems = plan(&base(), doc(&format!(r#"{{"nodes": {{"x": {change}}}}}"#)), &|_| true, 64).unwrap_err();
+        assert!(problems[0].contains("cannot change in a PATCH"), "{problems:?}");
+    }
+    let mut replaced = array(json!([4]), json!([2]));
+    replaced.insert("manifest".into(), json!({}));
+    let text = format!(r#"{{"nodes": {{"x": {}}}, "delete": ["x"]}}"#, Value::Object(replaced));
+    let p = plan(&base(), doc(&text), &|_| true, 64).unwrap();
+    assert!(p.arrays[0].rebuild && p.arrays[0].base.is_none(), "deleted and added again: a new array");
+}
