@@ -225,3 +225,31 @@ async fn every_error_is_problem_json() {
     assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(r.headers()["content-type"], "application/problem+json");
 }
+
+/// Object stores declared in the configuration file serve sources, are listed with their origin,
+/// and cannot be changed or removed over the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_object_stores_are_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::write(root.join("c.bin"), f32_bytes([7.0, 8.0])).unwrap();
+    let url = url::Url::from_directory_path(&root).unwrap().to_string();
+    let declared = url.clone();
+    let server = common::TestServer::start_with(common::Backend::Sqlite, move |c| {
+        c.object_stores = vec![zarrgate::config::ObjectStoreConfig {
+            name: "archive".into(),
+            url: declared,
+            options: Default::default(),
+        }];
+    })
+    .await;
+    let listed: Value = server.get("/api/v1/object-stores", &[]).await.json().await.unwrap();
+    assert_eq!(listed["object_stores"][0]["origin"], "config", "{listed}");
+    let doc = json!({"nodes": {"x": f32_array(&[2], &[2], json!({"manifest": {"0": {"path": root.join("c.bin").display().to_string(), "offset": 0, "length": 8}}}))}});
+    assert_eq!(server.put("/api/v1/stores/s", &doc).await.0, StatusCode::CREATED);
+    assert_eq!(server.bytes("/s/x/c/0").await, f32_bytes([7.0, 8.0]));
+    let (status, body) = server.put("/api/v1/object-stores/archive", &json!({"url": url})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("configuration file"), "{body}");
+    assert_eq!(server.delete("/api/v1/object-stores/archive").await, StatusCode::CONFLICT);
+}
