@@ -177,7 +177,9 @@ impl IntoResponse for ApiError {
                 tracing::warn!(%cause, %detail, kind = cause.kind(), "upstream failure")
             }
             Self::Source(cause) => tracing::warn!(%cause, kind = cause.kind(), "upstream failure"),
-            _ => {}
+            // Missing chunks and ranges are routine on the data plane; other refusals say why.
+            Self::NotFound(_) | Self::RangeNotSatisfiable { .. } | Self::Gone(_) => {}
+            other => tracing::info!(status = status.as_u16(), detail = %other, "request refused"),
         }
         let problems = match &self {
             Self::Invalid { problems, .. } => Some(problems.as_slice()),
