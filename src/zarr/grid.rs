@@ -12,6 +12,23 @@ pub struct ChunkLocation {
     pub slot: u32,
 }
 
+/// Bits of a packed location given to the slot: tiles hold at most 2^24 chunks.
+const SLOT_BITS: u32 = 24;
+
+impl ChunkLocation {
+    /// The location in one `u64` (tile in the high 40 bits, slot in the low 24), ordered as the
+    /// location itself; `None` beyond 2^40 tiles or 2^24 slots.
+    pub fn pack(self) -> Option<u64> {
+        (self.tile < 1 << (64 - SLOT_BITS) && self.slot < 1 << SLOT_BITS)
+            .then(|| self.tile << SLOT_BITS | u64::from(self.slot))
+    }
+
+    /// The location [`ChunkLocation::pack`] packed.
+    pub fn unpack(packed: u64) -> Self {
+        Self { tile: packed >> SLOT_BITS, slot: (packed & ((1 << SLOT_BITS) - 1)) as u32 }
+    }
+}
+
 /// Why a chunk grid cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GridError {
@@ -235,6 +252,7 @@ mod tests {
             let coords: Vec<u64> = g.grid_shape().iter().zip(&pick).map(|(n, p)| p.index(*n as usize) as u64).collect();
             let loc = g.locate(&coords).unwrap();
             prop_assert!(loc.slot < g.tile_len());
+            prop_assert_eq!(ChunkLocation::unpack(loc.pack().unwrap()), loc);
             prop_assert_eq!(g.coords_of(loc), Some(coords));
         }
     }

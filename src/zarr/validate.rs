@@ -26,12 +26,13 @@ pub struct ValidNode {
     pub kind: NodeKind,
 }
 
-/// The located references of one array, sorted by tile and slot.
+/// The located references of one array, sorted by (packed) location: 32 bytes per reference,
+/// the largest thing a 10-million-reference registration holds.
 #[derive(Debug)]
 struct ArrayRefs {
     node: usize,
     layout: ArrayLayout,
-    located: Vec<(ChunkLocation, RawRef)>,
+    located: Vec<(u64, RawRef)>,
     inline: Vec<u8>,
 }
 
@@ -147,12 +148,17 @@ pub fn validate_tiled(
                 problems.push(format!("array {path}, chunk {}: {p}", display_key(indices)));
                 continue;
             }
-            located.push((location, r));
+            let Some(packed) = location.pack() else {
+                problems.push(format!("array {path}: its chunk grid {:?} has too many tiles", grid.grid_shape()));
+                break;
+            };
+            located.push((packed, r));
         }
-        located.sort_unstable_by_key(|(loc, _)| *loc);
+        located.sort_unstable_by_key(|(packed, _)| *packed);
         for pair in located.windows(2) {
             if pair[0].0 == pair[1].0 {
-                let key = grid.coords_of(pair[0].0).map(|c| manifest_key(&c)).unwrap_or_default();
+                let key =
+                    grid.coords_of(ChunkLocation::unpack(pair[0].0)).map(|c| manifest_key(&c)).unwrap_or_default();
                 problems.push(format!("array {path}: chunk {key:?} appears more than once"));
             }
         }
@@ -271,22 +277,25 @@ impl ValidatedStore {
         self.arrays.iter().flat_map(move |a| {
             let node = &self.nodes[a.node].path;
             let tile_len = a.layout.grid.tile_len();
-            a.located.chunk_by(|x, y| x.0.tile == y.0.tile).map(move |run| {
-                let mut builder = BlockBuilder::new(tile_len);
-                for (loc, r) in run {
-                    match *r {
-                        RawRef::Virtual { url, offset, length } => {
-                            let etag = self.etags[url as usize].as_deref();
-                            builder.push_virtual(loc.slot, &self.urls[url as usize], etag, offset, length as u32);
+            a.located.chunk_by(|x, y| ChunkLocation::unpack(x.0).tile == ChunkLocation::unpack(y.0).tile).map(
+                move |run| {
+                    let mut builder = BlockBuilder::new(tile_len);
+                    for (packed, r) in run {
+                        let loc = ChunkLocation::unpack(*packed);
+                        match *r {
+                            RawRef::Virtual { url, offset, length } => {
+                                let etag = self.etags[url as usize].as_deref();
+                                builder.push_virtual(loc.slot, &self.urls[url as usize], etag, offset, length as u32);
+                            }
+                            RawRef::Inline { start, len } => {
+                                builder.push_inline(loc.slot, &a.inline[start as usize..(start + len) as usize]);
+                            }
+                            RawRef::Clear => {}
                         }
-                        RawRef::Inline { start, len } => {
-                            builder.push_inline(loc.slot, &a.inline[start as usize..(start + len) as usize]);
-                        }
-                        RawRef::Clear => {}
                     }
-                }
-                NewBlock { node, tile: run[0].0.tile, block: builder.finish() }
-            })
+                    NewBlock { node, tile: ChunkLocation::unpack(run[0].0).tile, block: builder.finish() }
+                },
+            )
         })
     }
 
