@@ -33,6 +33,8 @@ pub struct App {
     pub caches: Caches,
     /// The metrics.
     pub metrics: Metrics,
+    /// `Cache-Control` of responses under a store's current version.
+    pub current_cache_control: axum::http::HeaderValue,
     token_digests: Vec<[u8; 32]>,
     loaded_object_stores: tokio::sync::Mutex<Vec<ObjectStoreRecord>>,
 }
@@ -68,7 +70,12 @@ impl App {
         metrics.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
         let app = App {
             token_digests: config.admin_tokens.iter().map(|t| Sha256::digest(t.as_bytes()).into()).collect(),
-            caches: Caches::new(&config.cache),
+            caches: Caches::new(&config.cache, &metrics),
+            current_cache_control: axum::http::HeaderValue::from_str(&format!(
+                "public, max-age={}",
+                config.http.max_age_seconds
+            ))
+            .unwrap_or(axum::http::HeaderValue::from_static("no-cache")),
             sources: SourceRegistry::new(settings),
             catalog,
             metrics,
@@ -126,8 +133,9 @@ impl App {
         Ok(())
     }
 
-    /// The head of `store`'s current version, or of its version `pinned`.
-    pub async fn head(&self, store: &str, pinned: Option<i64>) -> Result<Option<VersionHead>, ApiError> {
+    /// The head of `store`'s current version, or of its version `pinned`; `segment` is the store
+    /// as the URL names it (`name` or `name@version`), the cache's key.
+    pub async fn head(&self, segment: &str, store: &str, pinned: Option<i64>) -> Result<Option<VersionHead>, ApiError> {
         let load = async {
             let started = Instant::now();
             let head = match pinned {
@@ -137,7 +145,7 @@ impl App {
             self.observe_catalog("head", started);
             Ok(head)
         };
-        self.caches.head((store.to_owned(), pinned), &self.metrics, load).await
+        self.caches.head(segment, load).await
     }
 
     /// The served view of a version.
@@ -155,7 +163,7 @@ impl App {
                 Hierarchy::build(stored).map_err(|e| ApiError::Internal(format!("version {}: {e}", head.id)))?;
             Ok(Arc::new(VersionView::new(head.clone(), hierarchy)))
         };
-        self.caches.view(head.id, &self.metrics, load).await
+        self.caches.view(head.id, load).await
     }
 
     /// The block holding `tile` of array `node` in `version`; empty when nothing is stored there.
@@ -177,7 +185,7 @@ impl App {
                     .map_err(|e| ApiError::Internal(format!("version {version} node {} tile {tile}: {e}", node.path))),
             }
         };
-        self.caches.block((version, node.index, tile), &self.metrics, load).await
+        self.caches.block((version, node.index, tile), load).await
     }
 
     /// The chunk of fill values of array `node` in version `head`, encoded with its codecs, or
@@ -197,7 +205,7 @@ impl App {
                 }
             })
         };
-        self.caches.fill((head.id, node.index), &self.metrics, load).await
+        self.caches.fill((head.id, node.index), load).await
     }
 
     /// Records the latency of a catalog operation.

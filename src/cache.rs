@@ -6,6 +6,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::http::HeaderValue;
 use bytes::Bytes;
 use moka::future::Cache;
 
@@ -15,8 +16,8 @@ use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::zarr::{Hierarchy, ManifestBlock};
 
-/// `(store, pinned version)`: the current version when `None`.
-pub type HeadKey = (String, Option<i64>);
+/// A store as the URL names it: `name` (its current version) or `name@version`.
+pub type HeadKey = String;
 /// `(version, node index, tile)`.
 pub type BlockKey = (i64, u32, u64);
 
@@ -27,8 +28,10 @@ pub struct RenderedDoc {
     pub identity: Bytes,
     /// Gzip-compressed body, when smaller.
     pub gzip: Option<Bytes>,
-    /// Strong ETag of the identity body; the gzip one adds `-gz`.
-    pub etag: String,
+    /// Strong ETag of the identity body.
+    pub etag: HeaderValue,
+    /// Strong ETag of the gzip body.
+    pub gzip_etag: HeaderValue,
 }
 
 /// A version's metadata, as served.
@@ -40,6 +43,10 @@ pub struct VersionView {
     pub hierarchy: Hierarchy,
     /// Each node's rendered document, by node index.
     pub docs: Vec<RenderedDoc>,
+    /// `Zarrgate-Version`, ready to send.
+    pub version_header: HeaderValue,
+    /// `Last-Modified` (when the version was registered), ready to send.
+    pub last_modified: HeaderValue,
 }
 
 impl VersionView {
@@ -53,11 +60,18 @@ impl VersionView {
                 let identity = node.zarr_json.clone();
                 let gzip = gzip(&identity).filter(|z| z.len() < identity.len());
                 let tag = etag('m', &identity);
-                let tag = format!("{}-v{}\"", tag.trim_end_matches('"'), head.id);
-                RenderedDoc { etag: tag, identity, gzip }
+                let tag = tag.trim_end_matches('"');
+                let value = |suffix: &str| {
+                    HeaderValue::from_str(&format!("{tag}-v{}{suffix}\"", head.id))
+                        .unwrap_or(HeaderValue::from_static("\"\""))
+                };
+                RenderedDoc { etag: value(""), gzip_etag: value("-gz"), identity, gzip }
             })
             .collect();
-        Self { head, hierarchy, docs }
+        let when = chrono::DateTime::from_timestamp_millis(head.created_at_ms).unwrap_or_default();
+        let last_modified = HeaderValue::from_str(&when.format("%a, %d %b %Y %H:%M:%S GMT").to_string())
+            .unwrap_or(HeaderValue::from_static("Thu, 01 Jan 1970 00:00:00 GMT"));
+        Self { version_header: HeaderValue::from(head.id), last_modified, head, hierarchy, docs }
     }
 
     fn weight(&self) -> u32 {
@@ -78,9 +92,26 @@ pub fn etag(kind: char, content: &[u8]) -> String {
     format!("\"{kind}{:032x}\"", xxhash_rust::xxh3::xxh3_128(content))
 }
 
+/// A cache's hit and miss counters, bound once.
+#[derive(Debug, Clone)]
+struct Counters {
+    hits: prometheus::IntCounter,
+    misses: prometheus::IntCounter,
+}
+
+impl Counters {
+    fn new(metrics: &Metrics, name: &str) -> Self {
+        Self {
+            hits: metrics.cache_hits_total.with_label_values(&[name]),
+            misses: metrics.cache_misses_total.with_label_values(&[name]),
+        }
+    }
+}
+
 /// The caches.
 #[derive(Debug, Clone)]
 pub struct Caches {
+    counters: [Counters; 4],
     heads: Cache<HeadKey, Option<VersionHead>>,
     views: Cache<i64, Arc<VersionView>>,
     blocks: Cache<BlockKey, Arc<ManifestBlock>>,
@@ -88,9 +119,10 @@ pub struct Caches {
 }
 
 impl Caches {
-    /// Caches sized by `config`.
-    pub fn new(config: &CacheConfig) -> Self {
+    /// Caches sized by `config`, counting hits and misses in `metrics`.
+    pub fn new(config: &CacheConfig, metrics: &Metrics) -> Self {
         Self {
+            counters: ["heads", "metadata", "blocks", "fills"].map(|name| Counters::new(metrics, name)),
             heads: Cache::builder()
                 .max_capacity(100_000)
                 .time_to_live(Duration::from_millis(config.current_version_ttl_ms.max(1)))
@@ -113,51 +145,63 @@ impl Caches {
         }
     }
 
-    /// The head of `key`, loading it on a miss.
+    /// The head of the store the URL names (`name` or `name@version`), loading it on a miss.
     pub async fn head(
         &self,
-        key: HeadKey,
-        metrics: &Metrics,
+        key: &str,
         load: impl Future<Output = Result<Option<VersionHead>, ApiError>>,
     ) -> Result<Option<VersionHead>, ApiError> {
-        get(&self.heads, "heads", key, metrics, load).await
+        if let Some(head) = self.heads.get(key).await {
+            self.counters[0].hits.inc();
+            return Ok(head);
+        }
+        get(&self.heads, &self.counters[0], key.to_owned(), load).await
     }
 
     /// The view of version `id`, loading it on a miss.
     pub async fn view(
         &self,
         id: i64,
-        metrics: &Metrics,
         load: impl Future<Output = Result<Arc<VersionView>, ApiError>>,
     ) -> Result<Arc<VersionView>, ApiError> {
-        get(&self.views, "metadata", id, metrics, load).await
+        if let Some(value) = self.views.get(&id).await {
+            self.counters[1].hits.inc();
+            return Ok(value);
+        }
+        get(&self.views, &self.counters[1], id, load).await
     }
 
     /// The block at `key`, loading it on a miss.
     pub async fn block(
         &self,
         key: BlockKey,
-        metrics: &Metrics,
         load: impl Future<Output = Result<Arc<ManifestBlock>, ApiError>>,
     ) -> Result<Arc<ManifestBlock>, ApiError> {
-        get(&self.blocks, "blocks", key, metrics, load).await
+        if let Some(value) = self.blocks.get(&key).await {
+            self.counters[2].hits.inc();
+            return Ok(value);
+        }
+        get(&self.blocks, &self.counters[2], key, load).await
     }
 
     /// The fill-value chunk of array `node` of version `id` (`None`: it cannot be encoded).
     pub async fn fill(
         &self,
         key: (i64, u32),
-        metrics: &Metrics,
         load: impl Future<Output = Result<Option<Bytes>, ApiError>>,
     ) -> Result<Option<Bytes>, ApiError> {
-        get(&self.fills, "fills", key, metrics, load).await
+        if let Some(value) = self.fills.get(&key).await {
+            self.counters[3].hits.inc();
+            return Ok(value);
+        }
+        get(&self.fills, &self.counters[3], key, load).await
     }
 
     /// Forgets what this replica believes about `store`'s versions.
     pub async fn forget_store(&self, store: &str) {
-        self.heads.invalidate(&(store.to_owned(), None)).await;
-        let store = store.to_owned();
-        if let Err(e) = self.heads.invalidate_entries_if(move |k, _| k.0 == store) {
+        self.heads.invalidate(store).await;
+        let pinned = format!("{store}@");
+        if let Err(e) = self.heads.invalidate_entries_if(move |k, _| k.starts_with(&pinned)) {
             tracing::error!(error = %e, "cannot invalidate cached versions");
         }
         self.heads.run_pending_tasks().await;
@@ -184,9 +228,8 @@ impl Caches {
 
 async fn get<K, V>(
     cache: &Cache<K, V>,
-    name: &str,
+    counters: &Counters,
     key: K,
-    metrics: &Metrics,
     load: impl Future<Output = Result<V, ApiError>>,
 ) -> Result<V, ApiError>
 where
@@ -194,7 +237,6 @@ where
     V: Clone + Send + Sync + 'static,
 {
     let entry = cache.entry(key).or_try_insert_with(load).await.map_err(|e| (*e).clone())?;
-    let counter = if entry.is_fresh() { &metrics.cache_misses_total } else { &metrics.cache_hits_total };
-    counter.with_label_values(&[name]).inc();
+    if entry.is_fresh() { &counters.misses } else { &counters.hits }.inc();
     Ok(entry.into_value())
 }

@@ -53,7 +53,7 @@ async fn read(
             }
         },
     };
-    let head = match app.head(name, pinned).await {
+    let head = match app.head(&store, name, pinned).await {
         Ok(Some(head)) => head,
         Ok(None) => {
             return match pinned {
@@ -67,19 +67,18 @@ async fn read(
         }
         Err(e) => return e.into_response(),
     };
-    let served = Served {
-        cache_control: match pinned {
-            Some(_) => HeaderValue::from_static(IMMUTABLE),
-            None => HeaderValue::from_str(&format!("public, max-age={}", app.config.http.max_age_seconds))
-                .unwrap_or(HeaderValue::from_static("no-cache")),
-        },
-        version: HeaderValue::from(head.id),
-        last_modified: http_date(head.created_at_ms),
-        head_only: method == Method::HEAD,
-    };
     let view = match app.view(&head).await {
         Ok(view) => view,
         Err(e) => return e.into_response(),
+    };
+    let served = Served {
+        cache_control: match pinned {
+            Some(_) => HeaderValue::from_static(IMMUTABLE),
+            None => app.current_cache_control.clone(),
+        },
+        version: view.version_header.clone(),
+        last_modified: view.last_modified.clone(),
+        head_only: method == Method::HEAD,
     };
     let response = match view.hierarchy.resolve(&key) {
         Resolved::Metadata(node) => Ok(metadata(&view, node, &headers, &served)),
@@ -100,12 +99,10 @@ async fn read(
 fn metadata(view: &VersionView, node: &Node, headers: &HeaderMap, served: &Served) -> Response {
     let doc = &view.docs[node.index as usize];
     let (body, etag, encoding) = match &doc.gzip {
-        Some(gz) if accepts_gzip(headers) => {
-            (gz.clone(), format!("{}-gz\"", doc.etag.trim_end_matches('"')), Some("gzip"))
-        }
-        _ => (doc.identity.clone(), doc.etag.clone(), None),
+        Some(gz) if accepts_gzip(headers) => (gz.clone(), &doc.gzip_etag, Some("gzip")),
+        _ => (doc.identity.clone(), &doc.etag, None),
     };
-    let mut response = bytes_response(body, &etag, "application/json", headers, served);
+    let mut response = bytes_response(body, etag, "application/json", headers, served);
     let success = response.status().is_success();
     let h = response.headers_mut();
     h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
@@ -131,7 +128,7 @@ async fn chunk(
     match block.get(at.slot) {
         ChunkRef::Missing if view.head.fill_missing => match app.fill_chunk(&view.head, node).await? {
             Some(fill) => {
-                let tag = etag('f', &fill);
+                let tag = tag_value(&etag('f', &fill));
                 Ok(bytes_response(fill, &tag, "application/octet-stream", headers, served))
             }
             None => Err(ApiError::NotFound(format!(
@@ -144,7 +141,7 @@ async fn chunk(
             node.path
         ))),
         ChunkRef::Inline(bytes) => {
-            let tag = etag('i', &bytes);
+            let tag = tag_value(&etag('i', &bytes));
             Ok(bytes_response(bytes, &tag, "application/octet-stream", headers, served))
         }
         ChunkRef::Virtual { source, offset, length } => {
@@ -162,8 +159,8 @@ async fn virtual_chunk(
     served: &Served,
 ) -> Result<Response, ApiError> {
     let identity = format!("{}\n{offset}\n{length}\n{}", source.url, source.etag.as_deref().unwrap_or(""));
-    let tag = etag('v', identity.as_bytes());
-    let (status, range) = match plan(headers, length, &tag) {
+    let tag = tag_value(&etag('v', identity.as_bytes()));
+    let (status, range) = match plan(headers, length, tag.to_str().unwrap_or_default()) {
         Plan::NotModified => return Ok(not_modified(&tag, served)),
         Plan::Unsatisfiable => return Err(ApiError::RangeNotSatisfiable { len: length }),
         Plan::Full => (StatusCode::OK, 0..length),
@@ -224,13 +221,13 @@ async fn virtual_chunk(
 /// A body held in memory, with conditional and Range handling.
 fn bytes_response(
     body: Bytes,
-    tag: &str,
+    tag: &HeaderValue,
     content_type: &'static str,
     headers: &HeaderMap,
     served: &Served,
 ) -> Response {
     let len = body.len() as u64;
-    let (status, range) = match plan(headers, len, tag) {
+    let (status, range) = match plan(headers, len, tag.to_str().unwrap_or_default()) {
         Plan::NotModified => return not_modified(tag, served),
         Plan::Unsatisfiable => return ApiError::RangeNotSatisfiable { len }.into_response(),
         Plan::Full => (StatusCode::OK, 0..len),
@@ -250,24 +247,25 @@ fn bytes_response(
     response
 }
 
-fn not_modified(tag: &str, served: &Served) -> Response {
+fn not_modified(tag: &HeaderValue, served: &Served) -> Response {
     let mut response = StatusCode::NOT_MODIFIED.into_response();
     let h = response.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(tag) {
-        h.insert(header::ETAG, v);
-    }
+    h.insert(header::ETAG, tag.clone());
     h.insert(header::CACHE_CONTROL, served.cache_control.clone());
     response
 }
 
-fn set_common(h: &mut HeaderMap, tag: &str, content_type: &'static str, served: &Served) {
+fn set_common(h: &mut HeaderMap, tag: &HeaderValue, content_type: &'static str, served: &Served) {
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     h.insert(header::CACHE_CONTROL, served.cache_control.clone());
     h.insert(header::LAST_MODIFIED, served.last_modified.clone());
-    if let Ok(v) = HeaderValue::from_str(tag) {
-        h.insert(header::ETAG, v);
-    }
+    h.insert(header::ETAG, tag.clone());
+}
+
+/// An ETag as a header value (ours are always visible ASCII).
+fn tag_value(tag: &str) -> HeaderValue {
+    HeaderValue::from_str(tag).unwrap_or(HeaderValue::from_static("\"\""))
 }
 
 fn content_range(range: &std::ops::Range<u64>, len: u64) -> HeaderValue {
@@ -286,12 +284,6 @@ fn accepts_gzip(headers: &HeaderMap) -> bool {
     })
 }
 
-fn http_date(ms: i64) -> HeaderValue {
-    let when = chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default();
-    HeaderValue::from_str(&when.format("%a, %d %b %Y %H:%M:%S GMT").to_string())
-        .unwrap_or(HeaderValue::from_static("Thu, 01 Jan 1970 00:00:00 GMT"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,6 +300,5 @@ mod tests {
         assert!(!accepts_gzip(&h("gzip;q=0")));
         assert!(!accepts_gzip(&h("deflate")));
         assert!(!accepts_gzip(&HeaderMap::new()));
-        assert_eq!(http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
     }
 }
