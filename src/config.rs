@@ -38,6 +38,8 @@ pub struct Config {
     pub sources: SourcesConfig,
     /// Which old versions are kept.
     pub retention: RetentionConfig,
+    /// Registration of large documents.
+    pub ingest: IngestConfig,
     /// Object stores declared here (credentials from the environment or the options).
     pub object_stores: Vec<ObjectStoreConfig>,
 }
@@ -74,6 +76,30 @@ impl Default for RetentionConfig {
     }
 }
 
+/// Registration of large documents.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IngestConfig {
+    /// Bytes of parsed references one registration keeps in memory before it spills to disk.
+    pub memory_bytes: u64,
+    /// Directory of the spill files; empty for the system's temporary directory.
+    pub scratch_dir: String,
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        Self { memory_bytes: 256 << 20, scratch_dir: String::new() }
+    }
+}
+
+impl IngestConfig {
+    /// The scratch space of one registration.
+    pub fn scratch(&self) -> crate::zarr::spill::Scratch {
+        let dir = (!self.scratch_dir.is_empty()).then(|| std::path::PathBuf::from(&self.scratch_dir));
+        crate::zarr::spill::Scratch::new(usize::try_from(self.memory_bytes).unwrap_or(usize::MAX), dir)
+    }
+}
+
 /// Cache sizes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -82,6 +108,8 @@ pub struct CacheConfig {
     pub blocks_bytes: u64,
     /// Bytes of rendered metadata (zarr.json documents) kept in memory.
     pub metadata_bytes: u64,
+    /// Bytes of encoded fill-value chunks (stores with `missing_chunks = "fill"`) kept in memory.
+    pub fill_chunks_bytes: u64,
     /// How long a replica trusts its idea of a store's current version, in milliseconds.
     pub current_version_ttl_ms: u64,
 }
@@ -129,6 +157,7 @@ impl Default for Config {
             cache: CacheConfig::default(),
             sources: SourcesConfig::default(),
             retention: RetentionConfig::default(),
+            ingest: IngestConfig::default(),
             object_stores: Vec::new(),
         }
     }
@@ -148,7 +177,12 @@ impl Default for HttpConfig {
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        Self { blocks_bytes: 512 << 20, metadata_bytes: 64 << 20, current_version_ttl_ms: 2_000 }
+        Self {
+            blocks_bytes: 512 << 20,
+            metadata_bytes: 64 << 20,
+            fill_chunks_bytes: 64 << 20,
+            current_version_ttl_ms: 1_000,
+        }
     }
 }
 
@@ -170,6 +204,7 @@ impl std::fmt::Debug for Config {
             .field("cache", &self.cache)
             .field("sources", &self.sources)
             .field("retention", &self.retention)
+            .field("ingest", &self.ingest)
             .field("object_stores", &self.object_stores.iter().map(|o| (&o.name, &o.url)).collect::<Vec<_>>())
             .finish_non_exhaustive()
     }

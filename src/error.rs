@@ -45,6 +45,10 @@ pub enum ApiError {
     /// 503: the catalog cannot be reached.
     #[error("the catalog database is unavailable: {0}")]
     Unavailable(String),
+    /// 507: the scratch space a registration spills to is full or unwritable; the cause is
+    /// logged, not returned.
+    #[error("the server ran out of scratch space while reading this document; nothing was changed")]
+    Scratch(String),
     /// 500: a bug or an unexpected failure; the detail is logged, not returned.
     #[error("internal error")]
     Internal(String),
@@ -66,6 +70,7 @@ impl ApiError {
             Self::Source(SourceError::Timeout { .. }) => StatusCode::GATEWAY_TIMEOUT,
             Self::Source(_) => StatusCode::BAD_GATEWAY,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Scratch(_) => StatusCode::INSUFFICIENT_STORAGE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -92,6 +97,7 @@ impl ApiError {
                 SourceError::Upstream { .. } => "source-error",
             },
             Self::Unavailable(_) => "catalog-unavailable",
+            Self::Scratch(_) => "scratch-space",
             Self::Internal(_) => "internal",
         }
     }
@@ -104,6 +110,7 @@ impl From<CatalogError> for ApiError {
                 sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed | sqlx::Error::Tls(_),
             ) => Self::Unavailable(e.to_string()),
             CatalogError::Conflict(what) => Self::Conflict(format!("conflict on {what}")),
+            CatalogError::Scratch(e) => Self::Scratch(e.to_string()),
             other => Self::Internal(other.to_string()),
         }
     }
@@ -172,6 +179,7 @@ impl IntoResponse for ApiError {
         let status = self.status();
         match &self {
             Self::Internal(cause) => tracing::error!(%cause, "internal error"),
+            Self::Scratch(cause) => tracing::error!(%cause, "registration failed: scratch space (ingest.scratch_dir)"),
             Self::Unavailable(cause) => tracing::error!(%cause, "catalog unavailable"),
             Self::Source(cause @ SourceError::Upstream { detail, .. }) => {
                 tracing::warn!(%cause, %detail, kind = cause.kind(), "upstream failure")

@@ -142,4 +142,27 @@ both_backends! {
         assert_ne!(body["version"], version);
         assert_eq!(patch(&server, "nothing", &json!({"nodes": {}})).await.0, StatusCode::NOT_FOUND);
     }
+
+    async fn a_source_changed_since_registration_is_refused(server) {
+        server.local_store().await;
+        let path = series(&server, 4);
+        let doc = json!({"nodes": {"t": f32_array(&[4, 2], &[1, 2], json!({"manifest": {"0.0": row_ref(&path, 0), "1.0": row_ref(&path, 1)}}))}});
+        let (status, body) = server.put("/api/v1/stores/s", &doc).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let version = body["version"].clone();
+        // Unchanged, the source can take more references; they are read as the old ones are.
+        let (status, body) = patch(&server, "s", &json!({"nodes": {"t": {"manifest": {"2.0": row_ref(&path, 2)}}}})).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(server.bytes("/s/t/c/2/0").await, f32_bytes([2.0, 2.5]));
+        assert_ne!(body["version"], version);
+        let version = body["version"].clone();
+        // The file grows in place: its size and ETag change, and a PATCH using it is refused.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        series(&server, 6);
+        let (status, body) = patch(&server, "s", &json!({"nodes": {"t": {"shape": [6, 2], "manifest": {"4.0": row_ref(&path, 4)}}}})).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert!(body["problems"].to_string().contains(&format!("changed since version {version} was registered")), "{body}");
+        let summary: Value = server.get("/api/v1/stores/s", &[]).await.json().await.unwrap();
+        assert_eq!(summary["version"], version, "nothing changed");
+    }
 }

@@ -33,6 +33,9 @@ pub enum CatalogError {
     /// A stored row cannot be read back.
     #[error("the catalog holds an unreadable row: {0}")]
     Corrupt(String),
+    /// The blocks to write could not be read back from the registration's scratch space.
+    #[error("reading the blocks to write from scratch space failed: {0}")]
+    Scratch(#[from] std::io::Error),
 }
 
 /// The identity of one store version.
@@ -225,22 +228,29 @@ struct EncodedBlock {
     data: Vec<u8>,
 }
 
-/// The store's blocks, encoded and grouped into batches of at most [`BLOCK_BATCH_BYTES`].
-fn block_batches(store: &ValidatedStore) -> impl Iterator<Item = Vec<EncodedBlock>> + '_ {
-    batches(store.blocks().map(|b| EncodedBlock {
-        node: b.node.as_str().to_owned(),
-        tile: b.tile as i64,
-        data: b.block.encode(),
+/// The store's blocks, read back from scratch space and grouped into batches of at most
+/// [`BLOCK_BATCH_BYTES`].
+fn block_batches(store: &ValidatedStore) -> impl Iterator<Item = Result<Vec<EncodedBlock>, CatalogError>> + '_ {
+    batches(store.blocks().map(|b| {
+        let b = b?;
+        Ok(EncodedBlock { node: b.node.as_str().to_owned(), tile: b.tile as i64, data: b.data })
     }))
 }
 
 /// Encoded blocks grouped into batches of at most [`BLOCK_BATCH_BYTES`].
-fn batches(mut blocks: impl Iterator<Item = EncodedBlock>) -> impl Iterator<Item = Vec<EncodedBlock>> {
+fn batches(
+    mut blocks: impl Iterator<Item = Result<EncodedBlock, CatalogError>>,
+) -> impl Iterator<Item = Result<Vec<EncodedBlock>, CatalogError>> {
     let mut pending: Option<EncodedBlock> = None;
     std::iter::from_fn(move || {
         let mut batch = Vec::new();
         let mut bytes = 0;
-        while let Some(b) = pending.take().or_else(|| blocks.next()) {
+        loop {
+            let b = match pending.take().map(Ok).or_else(|| blocks.next()) {
+                None => break,
+                Some(Err(e)) => return Some(Err(e)),
+                Some(Ok(b)) => b,
+            };
             if !batch.is_empty() && bytes + b.data.len() > BLOCK_BATCH_BYTES {
                 pending = Some(b);
                 break;
@@ -248,7 +258,7 @@ fn batches(mut blocks: impl Iterator<Item = EncodedBlock>) -> impl Iterator<Item
             bytes += b.data.len();
             batch.push(b);
         }
-        (!batch.is_empty()).then_some(batch)
+        (!batch.is_empty()).then_some(Ok(batch))
     })
 }
 

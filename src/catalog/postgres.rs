@@ -61,8 +61,10 @@ async fn listen(pool: PgPool, tx: tokio::sync::mpsc::Sender<Change>) {
                             Ok(Some(n)) if n.channel() == "zarrgate_versions" => Change::Store(n.payload().to_owned()),
                             Ok(Some(_)) => Change::ObjectStores,
                             Ok(None) => {
+                                // Reconnect here, not inside the listener: `Lost` must follow the
+                                // new LISTEN, or a change made in between would go unseen.
                                 tracing::warn!("lost the catalog change feed; reconnecting");
-                                Change::Lost
+                                break;
                             }
                             Err(e) => {
                                 tracing::warn!(error = %e, "catalog change feed failed; reconnecting");
@@ -282,7 +284,7 @@ impl Catalog for PostgresCatalog {
         let head = insert_version(&mut tx, name, &store.summary, options).await?;
         insert_nodes(&mut tx, head.id, &store.nodes).await?;
         for batch in block_batches(store) {
-            insert_blocks(&mut tx, name, head.id, batch).await?;
+            insert_blocks(&mut tx, name, head.id, batch?).await?;
         }
         let facts: Vec<(&String, SourceFacts)> =
             store.urls().iter().map(|u| (u, store.sources.get(u).cloned().unwrap_or_default())).collect();
@@ -325,13 +327,12 @@ impl Catalog for PostgresCatalog {
         .bind(version.dropped_tiles.iter().map(|(_, t)| *t as i64).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;
-        let encoded = version.blocks.iter().map(|(node, tile, data)| EncodedBlock {
-            node: node.clone(),
-            tile: *tile as i64,
-            data: data.clone(),
-        });
+        let encoded = version
+            .blocks
+            .iter()
+            .map(|(node, tile, data)| Ok(EncodedBlock { node: node.clone(), tile: *tile as i64, data: data.clone() }));
         for batch in batches(encoded) {
-            insert_blocks(&mut tx, name, head.id, batch).await?;
+            insert_blocks(&mut tx, name, head.id, batch?).await?;
         }
         sqlx::query(
             "insert into sources (version_id, url, etag, last_modified, size) \

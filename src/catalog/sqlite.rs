@@ -258,7 +258,7 @@ impl Catalog for SqliteCatalog {
         let head = insert_version(&mut tx, name, &store.summary, options, now).await?;
         insert_nodes(&mut tx, head.id, &store.nodes).await?;
         for batch in block_batches(store) {
-            insert_blocks(&mut tx, name, head.id, batch).await?;
+            insert_blocks(&mut tx, name, head.id, batch?).await?;
         }
         let facts: Vec<(&String, SourceFacts)> =
             store.urls().iter().map(|u| (u, store.sources.get(u).cloned().unwrap_or_default())).collect();
@@ -308,13 +308,12 @@ impl Catalog for SqliteCatalog {
                 .execute(&mut *tx)
                 .await?;
         }
-        let encoded = version.blocks.iter().map(|(node, tile, data)| EncodedBlock {
-            node: node.clone(),
-            tile: *tile as i64,
-            data: data.clone(),
-        });
+        let encoded = version
+            .blocks
+            .iter()
+            .map(|(node, tile, data)| Ok(EncodedBlock { node: node.clone(), tile: *tile as i64, data: data.clone() }));
         for batch in batches(encoded) {
-            insert_blocks(&mut tx, name, head.id, batch).await?;
+            insert_blocks(&mut tx, name, head.id, batch?).await?;
         }
         sqlx::query(
             "insert into sources (version_id, url, etag, last_modified, size) \

@@ -11,9 +11,8 @@ use futures::{StreamExt, TryStreamExt};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::zarr::document::Document;
-use crate::zarr::kerchunk::WHOLE_OBJECT;
 use crate::zarr::kerchunk::parquet::ArchiveError;
-use crate::zarr::manifest::RawRef;
+use crate::zarr::spill::Scratch;
 use crate::zarr::{self, native::SyntaxError};
 
 /// The document formats `PUT /api/v1/stores/{store}` accepts.
@@ -82,11 +81,12 @@ pub fn check_declared_length(headers: &axum::http::HeaderMap, limit: u64) -> Res
     if declared.is_some_and(|n| n > limit) { Err(ApiError::TooLarge(limit)) } else { Ok(()) }
 }
 
-/// Reads and parses the body, refusing more than `limit` bytes.
+/// Reads and parses the body, refusing more than `limit` bytes; the references go to `scratch`.
 pub async fn read_document(
     body: axum::body::Body,
     limit: u64,
     format: Option<Format>,
+    scratch: &Scratch,
 ) -> Result<(Document, Format), ApiError> {
     let mut seen = 0u64;
     let mut stream = body.into_data_stream().map_err(io::Error::other).map(move |chunk| {
@@ -109,17 +109,30 @@ pub async fn read_document(
     let format = format.unwrap_or_else(|| Format::detect(&head));
     let stream = futures::stream::once(std::future::ready(Ok::<Bytes, io::Error>(head.freeze()))).chain(stream);
     let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(stream));
+    let scratch = scratch.clone();
     let parsed = tokio::task::spawn_blocking(move || {
         let reader = io::BufReader::with_capacity(1 << 16, reader);
-        match format {
-            Format::Native => zarr::native::parse_reader(reader).map_err(|e| syntax_error(e, limit, format)),
-            Format::Kerchunk => zarr::kerchunk::parse_reader(reader).map_err(|e| syntax_error(e, limit, format)),
-            Format::KerchunkParquet => zarr::kerchunk::parquet::parse_tar(reader).map_err(|e| archive_error(e, limit)),
-        }
+        let doc = match format {
+            Format::Native => zarr::native::parse_reader(reader, &scratch).map_err(|e| syntax_error(e, limit, format)),
+            Format::Kerchunk => {
+                zarr::kerchunk::parse_reader(reader, &scratch).map_err(|e| syntax_error(e, limit, format))
+            }
+            Format::KerchunkParquet => {
+                zarr::kerchunk::parquet::parse_tar(reader, &scratch).map_err(|e| archive_error(e, limit))
+            }
+        };
+        // A full scratch disk is the server's problem, whatever the parser made of it.
+        scratch.check().map_err(scratch_error)?;
+        doc
     })
     .await
     .map_err(|e| ApiError::Internal(e.to_string()))?;
     parsed.map(|doc| (doc, format))
+}
+
+/// The scratch space failed: nothing was changed, and the operator must make room.
+pub fn scratch_error(e: io::Error) -> ApiError {
+    ApiError::Scratch(e.to_string())
 }
 
 fn archive_error(e: ArchiveError, limit: u64) -> ApiError {
@@ -157,22 +170,11 @@ fn syntax_error(e: SyntaxError, limit: u64, format: Format) -> ApiError {
     }
 }
 
-/// Gives every `[url]` reference (a whole object) the object's length: the size recorded when
+/// Learns the length of every object a `[url]` reference names whole: the size recorded when
 /// the sources were verified (`verified`), else asked of its object store. URLs no object store
 /// serves, and sources verification already reported, are left for validation to report.
 pub async fn resolve_whole_objects(app: &AppState, doc: &mut Document, verified: bool) {
-    let mut wanted: Vec<u32> = doc
-        .nodes
-        .values()
-        .filter_map(|n| n.manifest.as_ref())
-        .flat_map(|m| m.refs.iter())
-        .filter_map(|r| match r {
-            RawRef::Virtual { url, length: WHOLE_OBJECT, .. } => Some(*url),
-            _ => None,
-        })
-        .collect();
-    wanted.sort_unstable();
-    wanted.dedup();
+    let wanted: Vec<u32> = doc.whole_objects.iter().copied().collect();
     let mut known: BTreeMap<u32, Result<u64, String>> = BTreeMap::new();
     let mut ask = Vec::new();
     for u in wanted {
@@ -205,16 +207,7 @@ pub async fn resolve_whole_objects(app: &AppState, doc: &mut Document, verified:
             doc.problems.push(problem.clone());
         }
     }
-    for node in doc.nodes.values_mut() {
-        for r in node.manifest.iter_mut().flat_map(|m| m.refs.iter_mut()) {
-            if let RawRef::Virtual { url, length, .. } = r
-                && *length == WHOLE_OBJECT
-                && let Some(Ok(size)) = sizes.get(url)
-            {
-                *length = *size;
-            }
-        }
-    }
+    doc.object_sizes.extend(sizes.into_iter().filter_map(|(u, size)| size.ok().map(|s| (u, s))));
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! dataset). A partial native document is merged into the current version; only the blocks it
 //! touches are rewritten, every other block is shared with the previous version.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use axum::Json;
 use axum::body::Body;
@@ -17,9 +17,10 @@ use super::stores::{no_store, summary_json};
 use crate::app::AppState;
 use crate::catalog::{CatalogError, DerivedVersion, Retention, VersionOptions};
 use crate::error::ApiError;
+use crate::zarr::document::{Document, SourceFacts};
 use crate::zarr::metadata::NodeKind;
 use crate::zarr::patch::{OwnedRef, PatchPlan, plan};
-use crate::zarr::validate::Summary;
+use crate::zarr::validate::{Rejected, Summary};
 use crate::zarr::{ChunkLocation, ManifestBlock};
 
 #[derive(Debug, Deserialize)]
@@ -71,10 +72,13 @@ pub(super) async fn patch(
         }
     };
     let view = app.view(&head).await?;
-    let (mut doc, _) = ingest::read_document(body, limit, Some(Format::Native)).await?;
+    let scratch = app.config.ingest.scratch();
+    let (mut doc, _) = ingest::read_document(body, limit, Some(Format::Native), &scratch).await?;
     if params.verify.unwrap_or(true) {
         super::verify::record_facts(&app, &mut doc).await;
     }
+    let base_sources: BTreeMap<String, SourceFacts> = app.catalog.sources(head.id).await?.into_iter().collect();
+    keep_source_facts(&mut doc, &base_sources, head.id);
     let entries = app.sources.entries();
     let max_tile = u64::from(app.config.block_chunks);
     let base = view.clone();
@@ -83,7 +87,11 @@ pub(super) async fn patch(
     })
     .await
     .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let plan = planned.map_err(|problems| invalid(&name, problems))?;
+    let plan = match planned {
+        Ok(plan) => plan,
+        Err(Rejected::Invalid(problems)) => return Err(invalid(&name, problems)),
+        Err(Rejected::Scratch(e)) => return Err(ingest::scratch_error(e)),
+    };
 
     let base_tiles = app.catalog.tiles(head.id).await?;
     let tiles_of =
@@ -153,7 +161,7 @@ pub(super) async fn patch(
     if !problems.is_empty() {
         return Err(invalid(&name, problems));
     }
-    let base_urls: BTreeSet<String> = app.catalog.sources(head.id).await?.into_iter().map(|(u, _)| u).collect();
+    let base_urls: BTreeSet<String> = base_sources.into_keys().collect();
     let summary = summarise(&record.summary, &plan, &delta, &base_urls);
     let derived = DerivedVersion {
         base: head.id,
@@ -184,6 +192,38 @@ pub(super) async fn patch(
     tracing::info!(store = %name, version = written.head.id, base = head.id, blocks_written = derived.blocks.len(),
         "store patched");
     Ok(Json(summary_json(&written.head, record.store_created_at_ms, &summary)).into_response())
+}
+
+/// A source the base version already reads keeps the facts recorded for it: its stored chunks
+/// are conditional on that ETag, and new chunks from it must be too. A source that changed since
+/// is a problem: the chunks already stored would fail with `source-modified` (or, had the facts
+/// been replaced, be served from bytes they were not registered against).
+fn keep_source_facts(doc: &mut Document, base: &BTreeMap<String, SourceFacts>, version: i64) {
+    for url in doc.urls.all() {
+        let Some(then) = base.get(url) else { continue };
+        match doc.sources.get(url) {
+            None => {
+                doc.sources.insert(url.clone(), then.clone());
+            }
+            Some(now) => {
+                let etag_changed = then.etag.is_some() && now.etag.is_some() && then.etag != now.etag;
+                let size_changed = then.size.is_some() && now.size.is_some() && then.size != now.size;
+                if etag_changed || size_changed {
+                    doc.problems.push(format!(
+                        "{url} changed since version {version} was registered (ETag {} and {} bytes then, ETag {} and {} \
+                         bytes now): the chunks the store already reads from it would fail; register the whole store \
+                         again with PUT",
+                        then.etag.as_deref().unwrap_or("unknown"),
+                        then.size.map_or("unknown".into(), |s| s.to_string()),
+                        now.etag.as_deref().unwrap_or("unknown"),
+                        now.size.map_or("unknown".into(), |s| s.to_string()),
+                    ));
+                } else {
+                    doc.sources.insert(url.clone(), then.clone());
+                }
+            }
+        }
+    }
 }
 
 fn invalid(name: &str, problems: Vec<String>) -> ApiError {

@@ -15,7 +15,7 @@ use super::names;
 use crate::app::AppState;
 use crate::catalog::{Retention, StoreRecord, VersionHead, VersionOptions};
 use crate::error::ApiError;
-use crate::zarr::validate::{Summary, validate_tiled};
+use crate::zarr::validate::{Rejected, Summary, validate_tiled};
 
 /// The store routes, relative to `/api/v1`.
 pub fn router() -> Router<AppState> {
@@ -61,7 +61,8 @@ async fn register(
         "fill" => VersionOptions { fill_missing: true },
         other => return Err(ApiError::BadRequest(format!("missing_chunks {other:?} must be \"404\" or \"fill\""))),
     };
-    let (mut doc, format) = ingest::read_document(body, limit, format).await?;
+    let scratch = app.config.ingest.scratch();
+    let (mut doc, format) = ingest::read_document(body, limit, format, &scratch).await?;
     let verify = params.verify.unwrap_or(true);
     if verify {
         super::verify::record_facts(&app, &mut doc).await;
@@ -76,7 +77,8 @@ async fn register(
     .map_err(|e| ApiError::Internal(e.to_string()))?;
     let store = match validated {
         Ok(store) => store,
-        Err(problems) => {
+        Err(Rejected::Scratch(e)) => return Err(ingest::scratch_error(e)),
+        Err(Rejected::Invalid(problems)) => {
             app.metrics.registrations_total.with_label_values(&["rejected"]).inc();
             let title = format!(
                 "the {} manifest for store {name:?} has {} problem(s); nothing was changed",

@@ -1,12 +1,13 @@
 //! A parsed manifest document, whatever its format: nodes with their metadata and raw chunk
 //! references, the source URLs they use, and the problems found while reading it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::manifest::RawManifest;
+use super::spill::Scratch;
 
 /// How many problems a rejection lists before summarising the rest.
 pub const MAX_PROBLEMS: usize = 100;
@@ -24,6 +25,29 @@ pub struct Document {
     pub problems: Problems,
     /// Nodes to remove (PATCH only).
     pub delete: Vec<String>,
+    /// URLs (by number) of kerchunk `[url]` references: the whole object, its length not yet known.
+    pub whole_objects: BTreeSet<u32>,
+    /// Lengths of those objects, once asked of their object stores.
+    pub object_sizes: BTreeMap<u32, u64>,
+    /// Where the references are kept while the document is read and validated.
+    pub scratch: Scratch,
+}
+
+impl Document {
+    /// An empty document whose manifests draw on `scratch`.
+    pub fn new(scratch: &Scratch) -> Self {
+        Self { scratch: scratch.clone(), ..Self::default() }
+    }
+
+    /// Records that reading back what was kept failed: the registration cannot go on.
+    pub fn scratch_failure(&self, e: std::io::Error) {
+        self.scratch.record_failure(&e);
+    }
+
+    /// A new, empty manifest drawing on the document's scratch space.
+    pub fn new_manifest(&self) -> RawManifest {
+        RawManifest::new(&self.scratch)
+    }
 }
 
 /// One node: its `zarr.json` (without `manifest`) and, for arrays, its references.
@@ -50,6 +74,21 @@ pub struct SourceFacts {
     pub size: Option<u64>,
 }
 
+impl SourceFacts {
+    /// What is wrong with declared facts: the ETag becomes an `If-Match` header and both strings
+    /// are stored as text, so they must be printable.
+    pub fn check(&self) -> Result<(), String> {
+        let printable = |s: &str| s.len() <= 1024 && s.bytes().all(|b| (0x20..0x7f).contains(&b));
+        if let Some(etag) = self.etag.as_deref().filter(|e| e.is_empty() || !printable(e)) {
+            return Err(format!("etag {etag:?} must be 1 to 1024 printable ASCII characters"));
+        }
+        if let Some(when) = self.last_modified.as_deref().filter(|w| !printable(w)) {
+            return Err(format!("last_modified {when:?} must be at most 1024 printable ASCII characters"));
+        }
+        Ok(())
+    }
+}
+
 /// Interned source URLs: each stored once, referenced by number.
 #[derive(Debug, Default)]
 pub struct UrlTable {
@@ -67,6 +106,11 @@ impl UrlTable {
         self.index.insert(url.clone(), i);
         self.urls.push(url);
         i
+    }
+
+    /// The number of `url`, if it was interned.
+    pub fn number(&self, url: &str) -> Option<u32> {
+        self.index.get(url).copied()
     }
 
     /// The URL numbered `i`.

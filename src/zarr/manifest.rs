@@ -1,6 +1,10 @@
 //! Chunk references as documents write them, and the normalisation of their source URLs.
 
+use std::io::{self, Read};
+
 use url::Url;
+
+use super::spill::{LogReader, Scratch, SpillLog, get_u8, get_varint, put_varint};
 
 /// Schemes a reference may point at.
 const SCHEMES: &[&str] = &["file", "s3", "gs", "gcs", "az", "azure", "abfs", "abfss", "http", "https"];
@@ -62,56 +66,131 @@ pub enum RawRef {
     Clear,
 }
 
-/// The chunk references of one array, as parsed: keys not yet checked against the grid.
-#[derive(Debug, Default, Clone)]
+/// The chunk references of one array, as parsed: keys not yet checked against the grid. The
+/// entries are varint-encoded in a scratch log (about a dozen bytes each), the inline bytes in
+/// another, in memory up to the registration's budget and in temporary files past it.
+#[derive(Debug)]
 pub struct RawManifest {
-    /// Every key's indices, concatenated; `key_lens[i]` indices belong to entry `i`.
-    indices: Vec<u64>,
-    key_lens: Vec<u8>,
-    /// One per entry.
-    pub refs: Vec<RawRef>,
-    /// Concatenated inline chunk bytes.
-    pub inline: Vec<u8>,
+    entries: SpillLog,
+    inline: SpillLog,
+    len: usize,
+    encoded: Vec<u8>,
 }
 
+/// Tags of the encoded entries.
+const CLEAR: u8 = 0;
+const VIRTUAL: u8 = 1;
+const INLINE: u8 = 2;
+
 impl RawManifest {
-    /// Adds an entry with the manifest key's indices.
+    /// An empty manifest drawing on `scratch`.
+    pub fn new(scratch: &Scratch) -> Self {
+        Self { entries: SpillLog::new(scratch), inline: SpillLog::new(scratch), len: 0, encoded: Vec::new() }
+    }
+
+    /// Adds an entry with the manifest key's indices (at most 255 of them).
     pub fn push(&mut self, indices: &[u64], r: RawRef) {
-        self.indices.extend_from_slice(indices);
-        self.key_lens.push(indices.len() as u8);
-        self.refs.push(r);
+        let e = &mut self.encoded;
+        e.clear();
+        e.push(indices.len() as u8);
+        indices.iter().for_each(|i| put_varint(e, *i));
+        match r {
+            RawRef::Clear => e.push(CLEAR),
+            RawRef::Virtual { url, offset, length } => {
+                e.push(VIRTUAL);
+                [u64::from(url), offset, length].into_iter().for_each(|v| put_varint(e, v));
+            }
+            RawRef::Inline { start, len } => {
+                e.push(INLINE);
+                [start, len].into_iter().for_each(|v| put_varint(e, v));
+            }
+        }
+        self.entries.append(&self.encoded);
+        self.len += 1;
     }
 
     /// Adds an inline entry, copying its bytes.
     pub fn push_inline(&mut self, indices: &[u64], data: &[u8]) {
-        let r = RawRef::Inline { start: self.inline.len() as u64, len: data.len() as u64 };
-        self.inline.extend_from_slice(data);
-        self.push(indices, r);
+        let start = self.inline.append(data);
+        self.push(indices, RawRef::Inline { start, len: data.len() as u64 });
     }
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.refs.len()
+        self.len
     }
 
     /// True when there is no entry.
     pub fn is_empty(&self) -> bool {
-        self.refs.is_empty()
+        self.len == 0
     }
 
-    /// Each entry's indices with its reference, in document order.
-    pub fn entries(&self) -> impl Iterator<Item = (&[u64], RawRef)> + '_ {
-        let mut at = 0usize;
-        self.key_lens.iter().zip(&self.refs).map(move |(len, r)| {
-            let key = &self.indices[at..at + *len as usize];
-            at += *len as usize;
-            (key, *r)
-        })
+    /// A cursor over the entries, in document order.
+    pub fn cursor(&self) -> EntryCursor<'_> {
+        EntryCursor { reader: self.entries.reader(), left: self.len, indices: Vec::new() }
     }
 
-    /// The inline bytes of an inline reference.
-    pub fn inline_bytes(&self, start: u64, len: u64) -> &[u8] {
-        &self.inline[start as usize..(start + len) as usize]
+    /// Every entry, in memory: for documents known to be small (a PATCH) and tests.
+    pub fn entries(&self) -> io::Result<Vec<(Vec<u64>, RawRef)>> {
+        let mut all = Vec::with_capacity(self.len);
+        let mut cursor = self.cursor();
+        while let Some((indices, r)) = cursor.next_entry()? {
+            all.push((indices.to_vec(), r));
+        }
+        Ok(all)
+    }
+
+    /// The bytes of an inline reference, into `out`.
+    pub fn inline_bytes(&self, start: u64, len: u64, out: &mut Vec<u8>) -> io::Result<()> {
+        let len = usize::try_from(len).map_err(io::Error::other)?;
+        self.inline.read_at(start, len, out)
+    }
+
+    /// All inline bytes, in memory (offsets as in the references).
+    pub fn inline_all(&self) -> io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.inline.reader().read_to_end(&mut out)?;
+        Ok(out)
+    }
+}
+
+impl Default for RawManifest {
+    fn default() -> Self {
+        Self::new(&Scratch::in_memory())
+    }
+}
+
+/// Reads the entries of a [`RawManifest`] one at a time.
+#[derive(Debug)]
+pub struct EntryCursor<'a> {
+    reader: io::BufReader<LogReader<'a>>,
+    left: usize,
+    indices: Vec<u64>,
+}
+
+impl EntryCursor<'_> {
+    /// The next entry's indices and reference; `None` after the last.
+    pub fn next_entry(&mut self) -> io::Result<Option<(&[u64], RawRef)>> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        self.left -= 1;
+        let r = &mut self.reader;
+        let ndim = get_u8(r)?;
+        self.indices.clear();
+        for _ in 0..ndim {
+            self.indices.push(get_varint(r)?);
+        }
+        let entry = match get_u8(r)? {
+            CLEAR => RawRef::Clear,
+            VIRTUAL => {
+                let url = u32::try_from(get_varint(r)?).map_err(io::Error::other)?;
+                RawRef::Virtual { url, offset: get_varint(r)?, length: get_varint(r)? }
+            }
+            INLINE => RawRef::Inline { start: get_varint(r)?, len: get_varint(r)? },
+            _ => return Err(io::Error::new(io::ErrorKind::InvalidData, "unknown entry in a scratch log")),
+        };
+        Ok(Some((&self.indices, entry)))
     }
 }
 
@@ -157,10 +236,12 @@ mod tests {
         let mut m = RawManifest::default();
         m.push(&[1, 2], RawRef::Virtual { url: 0, offset: 5, length: 6 });
         m.push_inline(&[], b"abc");
-        let entries: Vec<_> = m.entries().collect();
-        assert_eq!(entries[0].0, &[1, 2]);
-        assert_eq!(entries[1].0, &[] as &[u64]);
-        assert_eq!(m.inline_bytes(0, 3), b"abc");
+        let entries = m.entries().unwrap();
+        assert_eq!(entries[0], (vec![1, 2], RawRef::Virtual { url: 0, offset: 5, length: 6 }));
+        assert_eq!(entries[1], (vec![], RawRef::Inline { start: 0, len: 3 }));
+        let mut bytes = Vec::new();
+        m.inline_bytes(0, 3, &mut bytes).unwrap();
+        assert_eq!(bytes, b"abc");
         assert_eq!(split_manifest_key("0.10.2"), Some(vec![0, 10, 2]));
         assert_eq!(split_manifest_key(""), Some(vec![]));
         assert_eq!(split_manifest_key("0..1"), None);

@@ -13,6 +13,7 @@ pub mod metadata;
 pub mod native;
 pub mod patch;
 pub mod path;
+pub mod spill;
 pub mod validate;
 
 pub use block::{BlockSource, ChunkRef, ManifestBlock};

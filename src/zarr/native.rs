@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use super::document::{DocNode, Document, Problems, SourceFacts, UrlTable};
 use super::manifest::{RawManifest, RawRef, normalize_source_url, split_manifest_key};
+use super::spill::Scratch;
 
 /// Base64 as Python writes it, padding optional.
 pub const BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
@@ -24,9 +25,9 @@ pub const BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpos
 #[error("{0}")]
 pub struct SyntaxError(#[from] pub serde_json::Error);
 
-/// Reads a native document from `reader` as it arrives.
-pub fn parse_reader(reader: impl std::io::Read) -> Result<Document, SyntaxError> {
-    let mut doc = Document::default();
+/// Reads a native document from `reader` as it arrives, its references kept in `scratch`.
+pub fn parse_reader(reader: impl std::io::Read, scratch: &Scratch) -> Result<Document, SyntaxError> {
+    let mut doc = Document::new(scratch);
     let mut de = serde_json::Deserializer::from_reader(reader);
     DocumentSeed(&mut doc).deserialize(&mut de)?;
     de.end()?;
@@ -69,10 +70,11 @@ impl<'de> Visitor<'de> for DocumentSeed<'_> {
                 "sources" => {
                     let sources: BTreeMap<String, SourceFacts> = map.next_value()?;
                     for (url, facts) in sources {
-                        match normalize_source_url(&url) {
-                            Ok(url) => {
+                        match normalize_source_url(&url).map(|u| (u, facts.check())) {
+                            Ok((url, Ok(()))) => {
                                 doc.sources.insert(url, facts);
                             }
+                            Ok((url, Err(why))) => doc.problems.push(format!("sources: {url}: {why}")),
                             Err(e) => doc.problems.push(format!("sources: {e}")),
                         }
                     }
@@ -109,8 +111,13 @@ impl<'de> Visitor<'de> for NodesSeed<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let doc = self.0;
         while let Some(path) = map.next_key::<String>()? {
-            let node =
-                map.next_value_seed(NodeSeed { path: &path, urls: &mut doc.urls, problems: &mut doc.problems })?;
+            let seed = NodeSeed {
+                path: &path,
+                urls: &mut doc.urls,
+                problems: &mut doc.problems,
+                manifest: RawManifest::new(&doc.scratch),
+            };
+            let node = map.next_value_seed(seed)?;
             if doc.nodes.insert(path.clone(), node).is_some() {
                 doc.problems.push(format!("node {path:?} appears twice"));
             }
@@ -123,6 +130,8 @@ struct NodeSeed<'a> {
     path: &'a str,
     urls: &'a mut UrlTable,
     problems: &'a mut Problems,
+    /// Where the node's manifest goes, if it has one.
+    manifest: RawManifest,
 }
 
 impl<'de> DeserializeSeed<'de> for NodeSeed<'_> {
@@ -139,17 +148,28 @@ impl<'de> Visitor<'de> for NodeSeed<'_> {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DocNode, A::Error> {
         let mut metadata = Map::new();
-        let mut manifest = None;
+        let mut manifest = Some(self.manifest);
+        let mut seen = false;
         while let Some(key) = map.next_key::<String>()? {
             if key == "manifest" {
-                let seed = ManifestSeed { path: self.path, urls: self.urls, problems: self.problems };
-                manifest = Some(map.next_value_seed(seed)?);
+                let Some(target) = manifest.as_mut().filter(|_| !seen) else {
+                    self.problems.push(format!("node {:?}: \"manifest\" appears twice", self.path));
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                };
+                seen = true;
+                map.next_value_seed(ManifestSeed {
+                    path: self.path,
+                    urls: self.urls,
+                    problems: self.problems,
+                    target,
+                })?;
             } else {
                 let value: Value = map.next_value()?;
                 metadata.insert(key, value);
             }
         }
-        Ok(DocNode { metadata, manifest })
+        Ok(DocNode { metadata, manifest: manifest.filter(|_| seen) })
     }
 }
 
@@ -157,11 +177,12 @@ struct ManifestSeed<'a> {
     path: &'a str,
     urls: &'a mut UrlTable,
     problems: &'a mut Problems,
+    target: &'a mut RawManifest,
 }
 
 impl<'de> DeserializeSeed<'de> for ManifestSeed<'_> {
-    type Value = RawManifest;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<RawManifest, D::Error> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_map(self)
     }
 }
@@ -177,12 +198,12 @@ struct Entry {
 }
 
 impl<'de> Visitor<'de> for ManifestSeed<'_> {
-    type Value = RawManifest;
+    type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(f, "the manifest of array {:?}: an object of chunk references", self.path)
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawManifest, A::Error> {
-        let mut manifest = RawManifest::default();
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let manifest = self.target;
         while let Some(key) = map.next_key::<String>()? {
             let entry: Entry = map.next_value()?;
             let Some(indices) = split_manifest_key(&key) else {
@@ -201,7 +222,7 @@ impl<'de> Visitor<'de> for ManifestSeed<'_> {
                 Err(problem) => self.problems.push(format!("{}: {problem}", at())),
             }
         }
-        Ok(manifest)
+        Ok(())
     }
 }
 
@@ -256,11 +277,13 @@ mod tests {
         let air = &doc.nodes["air"];
         assert!(!air.metadata.contains_key("manifest"));
         let m = air.manifest.as_ref().unwrap();
-        let entries: Vec<_> = m.entries().collect();
+        let entries = m.entries().unwrap();
         assert_eq!(entries.len(), 3);
         assert_eq!(entries[2].1, RawRef::Clear, "an explicit missing chunk");
-        assert_eq!(entries[0], (&[0u64][..], RawRef::Virtual { url: 0, offset: 10, length: 20 }));
-        assert_eq!(m.inline_bytes(0, 5), b"hello");
+        assert_eq!(entries[0], (vec![0u64], RawRef::Virtual { url: 0, offset: 10, length: 20 }));
+        let mut bytes = Vec::new();
+        m.inline_bytes(0, 5, &mut bytes).unwrap();
+        assert_eq!(bytes, b"hello");
         assert_eq!(doc.urls.get(0), "file:///data/a.nc");
         assert_eq!(doc.sources["file:///data/a.nc"].size, Some(100));
     }
@@ -287,6 +310,15 @@ mod tests {
     }
 
     #[test]
+    fn declared_facts_must_be_printable() {
+        let doc = parse_slice(br#"{"nodes": {}, "sources": {"/d/a": {"etag": "a\u0000b"}, "/d/b": {"last_modified": "x\ny"}, "/d/c": {"etag": "\"ok\""}}}"#).unwrap();
+        let problems = doc.problems.into_vec();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("file:///d/a: etag"), "{problems:?}");
+        assert!(problems[1].contains("last_modified"), "{problems:?}");
+    }
+
+    #[test]
     fn syntax_errors_say_where() {
         let err = parse_slice(br#"{"nodes": {"a": 5}}"#).unwrap_err().to_string();
         assert!(err.contains("line 1 column"), "{err}");
@@ -298,7 +330,8 @@ mod tests {
     fn reader_and_slice_agree() {
         let text = br#"{"nodes": {"a": {"manifest": {"0.1": {"path": "s3://b/k", "offset": 1, "length": 2}}}}}"#;
         let a = parse_slice(text).unwrap();
-        let b = parse_reader(&text[..]).unwrap();
-        assert_eq!(a.nodes["a"].manifest.as_ref().unwrap().refs, b.nodes["a"].manifest.as_ref().unwrap().refs);
+        let b = parse_reader(&text[..], &Scratch::in_memory()).unwrap();
+        let entries = |d: &Document| d.nodes["a"].manifest.as_ref().unwrap().entries().unwrap();
+        assert_eq!(entries(&a), entries(&b));
     }
 }

@@ -12,7 +12,7 @@ use super::key::manifest_key;
 use super::manifest::RawRef;
 use super::metadata::{ArrayLayout, NodeKind, Tiling, validate_node_tiled};
 use super::path::NodePath;
-use super::validate::{ValidNode, add_implicit_groups, check_ref, display_key};
+use super::validate::{Rejected, ValidNode, add_implicit_groups, check_ref, display_key};
 
 /// What a PATCH does to one array.
 #[derive(Debug)]
@@ -56,8 +56,9 @@ pub fn plan(
     doc: Document,
     registered: &dyn Fn(&str) -> bool,
     max_tile: u64,
-) -> Result<PatchPlan, Vec<String>> {
-    let Document { nodes: doc_nodes, urls, sources, mut problems, delete } = doc;
+) -> Result<PatchPlan, Rejected> {
+    let Document { nodes: doc_nodes, urls, sources, mut problems, delete, object_sizes, scratch, .. } = doc;
+    scratch.check()?;
     for url in urls.all() {
         if !registered(url) {
             problems.push(format!(
@@ -146,7 +147,8 @@ pub fn plan(
             };
             let mut changes = Vec::with_capacity(manifest.len());
             let mut cleared_beyond = BTreeSet::new();
-            for (indices, r) in manifest.entries() {
+            for (indices, r) in manifest.entries()? {
+                let indices = indices.as_slice();
                 let coords: &[u64] = if layout.grid.ndim() == 0 && indices == [0] { &[] } else { indices };
                 let Some(location) = layout.grid.locate(coords) else {
                     if r == RawRef::Clear {
@@ -160,10 +162,13 @@ pub fn plan(
                     ));
                     continue;
                 };
-                if let Err(p) = check_ref(r, &urls, &sources) {
-                    problems.push(format!("array {path}, chunk {}: {p}", display_key(indices)));
-                    continue;
-                }
+                let r = match check_ref(r, &urls, &sources, &object_sizes) {
+                    Ok(r) => r,
+                    Err(p) => {
+                        problems.push(format!("array {path}, chunk {}: {p}", display_key(indices)));
+                        continue;
+                    }
+                };
                 changes.push((location, (r != RawRef::Clear).then_some(r)));
             }
             changes.sort_unstable_by_key(|(loc, _)| *loc);
@@ -176,7 +181,7 @@ pub fn plan(
                 base: old.clone(),
                 rebuild: false,
                 changes,
-                inline: manifest.inline,
+                inline: manifest.inline_all()?,
                 cleared_beyond,
             });
         } else if let NodeKind::Array(layout) = &kind
@@ -209,11 +214,12 @@ pub fn plan(
         problems.push(p);
     }
     if !problems.is_empty() {
-        return Err(problems.into_vec());
+        return Err(Rejected::Invalid(problems.into_vec()));
     }
+    let sources: BTreeMap<String, SourceFacts> =
+        sources.into_iter().filter(|(u, _)| urls.number(u).is_some()).collect();
     let urls = urls.all().to_vec();
     let etags = urls.iter().map(|u| sources.get(u).and_then(|f| f.etag.clone())).collect();
-    let sources = sources.into_iter().filter(|(u, _)| urls.contains(u)).collect();
     Ok(PatchPlan { nodes: nodes.into_values().collect(), arrays, removed, urls, etags, sources })
 }
 

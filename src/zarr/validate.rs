@@ -1,19 +1,26 @@
 //! Validation of a parsed document into a store ready to be written: every problem is
 //! collected, and nothing leaves here unless the whole document is valid.
+//!
+//! Each array's references are located in its tiles, sorted by location (in memory, or through
+//! sorted runs in scratch files past the registration's budget), checked for duplicates, and
+//! encoded block by block into a scratch log that the catalog then writes as it reads it. Memory
+//! stays bounded whatever the number of references.
 
 use std::collections::BTreeMap;
+use std::io::{self, Read, Write};
 
+use extsort::{ExternalSorter, Sortable};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::block::{BlockBuilder, ManifestBlock};
-use super::document::{Document, Problems, SourceFacts};
-use super::grid::ChunkLocation;
-use super::grid::MAX_TILE_CHUNKS;
+use super::block::BlockBuilder;
+use super::document::{Document, Problems, SourceFacts, UrlTable};
+use super::grid::{ChunkLocation, MAX_TILE_CHUNKS};
 use super::key::manifest_key;
-use super::manifest::RawRef;
+use super::manifest::{RawManifest, RawRef};
 use super::metadata::{ArrayLayout, NodeKind, Tiling, validate_node_tiled};
 use super::path::NodePath;
+use super::spill::{Scratch, SpillLog, get_u8, get_varint, put_varint};
 
 /// A validated node.
 #[derive(Debug, Clone)]
@@ -24,16 +31,6 @@ pub struct ValidNode {
     pub metadata: Map<String, Value>,
     /// Group or array (with layout).
     pub kind: NodeKind,
-}
-
-/// The located references of one array, sorted by (packed) location: 32 bytes per reference,
-/// the largest thing a 10-million-reference registration holds.
-#[derive(Debug)]
-struct ArrayRefs {
-    node: usize,
-    layout: ArrayLayout,
-    located: Vec<(u64, RawRef)>,
-    inline: Vec<u8>,
 }
 
 /// Counts that describe a store version.
@@ -65,23 +62,50 @@ pub struct ChunkCounts {
     pub missing: u64,
 }
 
+/// Why a document was not accepted.
+#[derive(Debug)]
+pub enum Rejected {
+    /// The document is invalid; every problem, for the client.
+    Invalid(Vec<String>),
+    /// The scratch space failed (a full disk): the server's fault, not the document's.
+    Scratch(io::Error),
+}
+
+impl Rejected {
+    /// The problems, for tests and messages.
+    pub fn problems(self) -> Vec<String> {
+        match self {
+            Self::Invalid(problems) => problems,
+            Self::Scratch(e) => vec![e.to_string()],
+        }
+    }
+}
+
+impl From<io::Error> for Rejected {
+    fn from(e: io::Error) -> Self {
+        Self::Scratch(e)
+    }
+}
+
 /// A whole store, valid and ready to be written.
 #[derive(Debug)]
 pub struct ValidatedStore {
     /// Every node, implicit groups included, sorted by path.
     pub nodes: Vec<ValidNode>,
-    arrays: Vec<ArrayRefs>,
     urls: Vec<String>,
-    etags: Vec<Option<String>>,
     /// Recorded facts of the sources the store uses.
     pub sources: BTreeMap<String, SourceFacts>,
     /// Counts.
     pub summary: Summary,
+    /// The encoded blocks, one after the other.
+    blocks: SpillLog,
+    /// Where each block is in `blocks`: node index, tile, offset, length.
+    index: Vec<(usize, u64, u64, u64)>,
 }
 
 /// Validates `doc` with the default block size. `registered` says whether a source URL falls
 /// under a registered object store.
-pub fn validate(doc: Document, registered: &dyn Fn(&str) -> bool) -> Result<ValidatedStore, Vec<String>> {
+pub fn validate(doc: Document, registered: &dyn Fn(&str) -> bool) -> Result<ValidatedStore, Rejected> {
     validate_tiled(doc, registered, MAX_TILE_CHUNKS)
 }
 
@@ -90,8 +114,9 @@ pub fn validate_tiled(
     doc: Document,
     registered: &dyn Fn(&str) -> bool,
     tile_chunks: u64,
-) -> Result<ValidatedStore, Vec<String>> {
-    let Document { nodes: doc_nodes, urls, sources, mut problems, delete } = doc;
+) -> Result<ValidatedStore, Rejected> {
+    let Document { nodes: doc_nodes, urls, sources, mut problems, delete, object_sizes, scratch, .. } = doc;
+    scratch.check()?;
     if !delete.is_empty() {
         problems.push("\"delete\" removes nodes from a stored version: send it with PATCH, not PUT");
     }
@@ -128,76 +153,232 @@ pub fn validate_tiled(
     add_implicit_groups(&mut nodes, &mut problems);
     let nodes: Vec<ValidNode> = nodes.into_values().collect();
 
-    let mut arrays = Vec::new();
+    let urls_list = urls.all().to_vec();
+    let sources: BTreeMap<String, SourceFacts> =
+        sources.into_iter().filter(|(u, _)| urls.number(u).is_some()).collect();
+    let etags: Vec<Option<String>> = urls_list.iter().map(|u| sources.get(u).and_then(|f| f.etag.clone())).collect();
+    let refs = RefCheck { urls: &urls, sources: &sources, object_sizes: &object_sizes };
+    let mut out = BlockOutput { blocks: SpillLog::new(&scratch), index: Vec::new(), urls: &urls_list, etags: &etags };
+    let mut summary = Summary { sources: urls_list.len() as u64, ..Summary::default() };
     for (path, manifest) in manifests {
         let Ok(node) = nodes.binary_search_by(|n| n.path.cmp(&path)) else { continue };
         let NodeKind::Array(layout) = &nodes[node].kind else { continue };
-        let grid = &layout.grid;
-        let mut located = Vec::with_capacity(manifest.len());
-        for (indices, r) in manifest.entries().filter(|(_, r)| *r != RawRef::Clear) {
-            let coords: &[u64] = if grid.ndim() == 0 && indices == [0] { &[] } else { indices };
-            let Some(location) = grid.locate(coords) else {
-                problems.push(format!(
-                    "array {path}: chunk key {} is outside the chunk grid {:?}",
-                    display_key(indices),
-                    grid.grid_shape()
-                ));
-                continue;
-            };
-            if let Err(p) = check_ref(r, &urls, &sources) {
-                problems.push(format!("array {path}, chunk {}: {p}", display_key(indices)));
-                continue;
-            }
-            let Some(packed) = location.pack() else {
-                problems.push(format!("array {path}: its chunk grid {:?} has too many tiles", grid.grid_shape()));
-                break;
-            };
-            located.push((packed, r));
-        }
-        located.sort_unstable_by_key(|(packed, _)| *packed);
-        for pair in located.windows(2) {
-            if pair[0].0 == pair[1].0 {
-                let key =
-                    grid.coords_of(ChunkLocation::unpack(pair[0].0)).map(|c| manifest_key(&c)).unwrap_or_default();
-                problems.push(format!("array {path}: chunk {key:?} appears more than once"));
-            }
-        }
-        arrays.push(ArrayRefs { node, layout: layout.clone(), located, inline: manifest.inline });
+        let array = ArrayInput { node, path: &path, layout, manifest: &manifest };
+        add_array(&array, &refs, &scratch, &mut problems, &mut summary, &mut out)?;
     }
     if !problems.is_empty() {
-        return Err(problems.into_vec());
+        return Err(Rejected::Invalid(problems.into_vec()));
     }
-    let urls = urls.all().to_vec();
-    let sources: BTreeMap<String, SourceFacts> = sources.into_iter().filter(|(u, _)| urls.contains(u)).collect();
-    let etags = urls.iter().map(|u| sources.get(u).and_then(|f| f.etag.clone())).collect();
-    let summary = summarise(&nodes, &arrays, urls.len());
-    Ok(ValidatedStore { nodes, arrays, urls, etags, sources, summary })
+    scratch.check()?;
+    for node in &nodes {
+        match &node.kind {
+            NodeKind::Group => summary.groups += 1,
+            NodeKind::Array(layout) => {
+                summary.arrays += 1;
+                summary.chunks.missing = summary.chunks.missing.saturating_add(layout.grid.chunk_count());
+            }
+        }
+    }
+    let stored = summary.chunks.virtual_ + summary.chunks.inline;
+    summary.chunks.missing = summary.chunks.missing.saturating_sub(stored);
+    let BlockOutput { blocks, index, .. } = out;
+    Ok(ValidatedStore { nodes, urls: urls_list, sources, summary, blocks, index })
+}
+
+/// What a reference is checked against.
+struct RefCheck<'a> {
+    urls: &'a UrlTable,
+    sources: &'a BTreeMap<String, SourceFacts>,
+    object_sizes: &'a BTreeMap<u32, u64>,
+}
+
+/// One array to locate, sort and encode.
+struct ArrayInput<'a> {
+    node: usize,
+    path: &'a NodePath,
+    layout: &'a ArrayLayout,
+    manifest: &'a RawManifest,
+}
+
+/// Where the encoded blocks go.
+struct BlockOutput<'a> {
+    blocks: SpillLog,
+    index: Vec<(usize, u64, u64, u64)>,
+    urls: &'a [String],
+    etags: &'a [Option<String>],
+}
+
+/// A reference at its packed location: what the sort orders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Located(u64, RawRef);
+
+impl Sortable for Located {
+    fn encode<W: Write>(&self, w: &mut W) -> io::Result<()> {
+        let mut e = Vec::with_capacity(32);
+        e.extend_from_slice(&self.0.to_be_bytes());
+        match self.1 {
+            RawRef::Virtual { url, offset, length } => {
+                e.push(0);
+                [u64::from(url), offset, length].into_iter().for_each(|v| put_varint(&mut e, v));
+            }
+            RawRef::Inline { start, len } => {
+                e.push(1);
+                [start, len].into_iter().for_each(|v| put_varint(&mut e, v));
+            }
+            RawRef::Clear => e.push(2),
+        }
+        w.write_all(&e)
+    }
+
+    fn decode<R: Read>(r: &mut R) -> io::Result<Self> {
+        let mut packed = [0u8; 8];
+        r.read_exact(&mut packed)?;
+        let reference = match get_u8(r)? {
+            0 => RawRef::Virtual {
+                url: u32::try_from(get_varint(r)?).map_err(io::Error::other)?,
+                offset: get_varint(r)?,
+                length: get_varint(r)?,
+            },
+            1 => RawRef::Inline { start: get_varint(r)?, len: get_varint(r)? },
+            _ => RawRef::Clear,
+        };
+        Ok(Self(u64::from_be_bytes(packed), reference))
+    }
+}
+
+/// Locates and checks the references of one array, sorts them, reports duplicates and, while the
+/// document has no problem, encodes its blocks into `out`.
+fn add_array(
+    a: &ArrayInput<'_>,
+    refs: &RefCheck<'_>,
+    scratch: &Scratch,
+    problems: &mut Problems,
+    summary: &mut Summary,
+    out: &mut BlockOutput<'_>,
+) -> io::Result<()> {
+    let grid = &a.layout.grid;
+    // A quarter of the budget for the sort's buffer, the rest for the logs beside it.
+    let segment = (scratch.budget() / 4 / size_of::<Located>()).clamp(1 << 10, 1 << 26);
+    // The sorter names its runs 0, 1, ... in the directory it is given: each sort gets its own,
+    // removed when it ends.
+    let runs = tempfile::Builder::new().prefix("zarrgate-sort-").tempdir_in(scratch.dir())?;
+    let mut sorter = ExternalSorter::new()
+        .with_segment_size(segment)
+        .with_sort_dir(runs.path().to_path_buf())
+        .pushed_by_key(|l: &Located| l.0);
+    let mut cursor = a.manifest.cursor();
+    while let Some((indices, r)) = cursor.next_entry()? {
+        if r == RawRef::Clear {
+            continue;
+        }
+        let coords: &[u64] = if grid.ndim() == 0 && indices == [0] { &[] } else { indices };
+        let Some(location) = grid.locate(coords) else {
+            problems.push(format!(
+                "array {}: chunk key {} is outside the chunk grid {:?}",
+                a.path,
+                display_key(indices),
+                grid.grid_shape()
+            ));
+            continue;
+        };
+        let r = match check_ref(r, refs.urls, refs.sources, refs.object_sizes) {
+            Ok(r) => r,
+            Err(p) => {
+                problems.push(format!("array {}, chunk {}: {p}", a.path, display_key(indices)));
+                continue;
+            }
+        };
+        let Some(packed) = location.pack() else {
+            problems.push(format!("array {}: its chunk grid {:?} has too many tiles", a.path, grid.grid_shape()));
+            break;
+        };
+        match r {
+            RawRef::Virtual { length, .. } => {
+                summary.chunks.virtual_ += 1;
+                summary.referenced_bytes += length;
+            }
+            RawRef::Inline { len, .. } => {
+                summary.chunks.inline += 1;
+                summary.inline_bytes += len;
+            }
+            RawRef::Clear => {}
+        }
+        sorter.push(Located(packed, r))?;
+    }
+    let mut previous: Option<u64> = None;
+    let mut building: Option<(u64, BlockBuilder)> = None;
+    let mut inline = Vec::new();
+    for item in sorter.done()? {
+        let Located(packed, r) = item?;
+        if previous == Some(packed) {
+            let key = grid.coords_of(ChunkLocation::unpack(packed)).map(|c| manifest_key(&c)).unwrap_or_default();
+            problems.push(format!("array {}: chunk {key:?} appears more than once", a.path));
+            continue;
+        }
+        previous = Some(packed);
+        if !problems.is_empty() {
+            continue;
+        }
+        let at = ChunkLocation::unpack(packed);
+        if building.as_ref().is_some_and(|(tile, _)| *tile != at.tile)
+            && let Some((tile, block)) = building.take()
+        {
+            out.push(a.node, tile, block);
+        }
+        let (_, block) = building.get_or_insert_with(|| (at.tile, BlockBuilder::new(grid.tile_len())));
+        match r {
+            RawRef::Virtual { url, offset, length } => {
+                let (url, etag) = (&out.urls[url as usize], out.etags[url as usize].as_deref());
+                block.push_virtual(at.slot, url, etag, offset, length as u32);
+            }
+            RawRef::Inline { start, len } => {
+                a.manifest.inline_bytes(start, len, &mut inline)?;
+                block.push_inline(at.slot, &inline);
+            }
+            RawRef::Clear => {}
+        }
+    }
+    if let Some((tile, block)) = building.filter(|_| problems.is_empty()) {
+        out.push(a.node, tile, block);
+    }
+    Ok(())
+}
+
+impl BlockOutput<'_> {
+    fn push(&mut self, node: usize, tile: u64, block: BlockBuilder) {
+        let encoded = block.finish().encode();
+        let offset = self.blocks.append(&encoded);
+        self.index.push((node, tile, offset, encoded.len() as u64));
+    }
 }
 
 pub(super) fn display_key(indices: &[u64]) -> String {
     format!("{:?}", manifest_key(indices))
 }
 
+/// Checks a reference against what is known of its source; a `[url]` reference gets its
+/// object's length.
 pub(super) fn check_ref(
     r: RawRef,
-    urls: &super::document::UrlTable,
+    urls: &UrlTable,
     sources: &BTreeMap<String, SourceFacts>,
-) -> Result<(), String> {
-    let RawRef::Virtual { url, offset, length } = r else { return Ok(()) };
+    object_sizes: &BTreeMap<u32, u64>,
+) -> Result<RawRef, String> {
+    let RawRef::Virtual { url, offset, mut length } = r else { return Ok(r) };
     if length == super::kerchunk::WHOLE_OBJECT {
         // A [url] reference whose object could not be asked: that problem is already listed.
-        return Err("its object's length is unknown".into());
+        length = *object_sizes.get(&url).ok_or("its object's length is unknown")?;
     }
     if length > u64::from(u32::MAX) {
         return Err(format!("length {length} is above the 4 GiB a chunk may have"));
     }
-    let url = urls.get(url);
-    if let Some(size) = sources.get(url).and_then(|f| f.size)
+    let text = urls.get(url);
+    if let Some(size) = sources.get(text).and_then(|f| f.size)
         && offset + length > size
     {
-        return Err(format!("bytes {offset}..{} lie beyond the end of {url} ({size} bytes)", offset + length));
+        return Err(format!("bytes {offset}..{} lie beyond the end of {text} ({size} bytes)", offset + length));
     }
-    Ok(())
+    Ok(RawRef::Virtual { url, offset, length })
 }
 
 pub(super) fn add_implicit_groups(nodes: &mut BTreeMap<NodePath, ValidNode>, problems: &mut Problems) {
@@ -230,73 +411,30 @@ pub(super) fn add_implicit_groups(nodes: &mut BTreeMap<NodePath, ValidNode>, pro
     });
 }
 
-fn summarise(nodes: &[ValidNode], arrays: &[ArrayRefs], sources: usize) -> Summary {
-    let mut s = Summary { sources: sources as u64, ..Summary::default() };
-    for node in nodes {
-        match &node.kind {
-            NodeKind::Group => s.groups += 1,
-            NodeKind::Array(layout) => {
-                s.arrays += 1;
-                s.chunks.missing = s.chunks.missing.saturating_add(layout.grid.chunk_count());
-            }
-        }
-    }
-    for a in arrays {
-        for (_, r) in &a.located {
-            match *r {
-                RawRef::Virtual { length, .. } => {
-                    s.chunks.virtual_ += 1;
-                    s.referenced_bytes += length;
-                }
-                RawRef::Inline { len, .. } => {
-                    s.chunks.inline += 1;
-                    s.inline_bytes += len;
-                }
-                RawRef::Clear => {}
-            }
-        }
-        s.chunks.missing = s.chunks.missing.saturating_sub(a.located.len() as u64);
-    }
-    s
-}
-
-/// One block to store: the references of `tile` of the array at `node`.
+/// One block to store: the encoded references of `tile` of the array at `node`.
 #[derive(Debug)]
 pub struct NewBlock<'a> {
     /// The array's path.
     pub node: &'a NodePath,
     /// The tile's index.
     pub tile: u64,
-    /// The references.
-    pub block: ManifestBlock,
+    /// The encoded block.
+    pub data: Vec<u8>,
 }
 
 impl ValidatedStore {
-    /// Every non-empty block, array by array, tile by tile.
-    pub fn blocks(&self) -> impl Iterator<Item = NewBlock<'_>> + '_ {
-        self.arrays.iter().flat_map(move |a| {
-            let node = &self.nodes[a.node].path;
-            let tile_len = a.layout.grid.tile_len();
-            a.located.chunk_by(|x, y| ChunkLocation::unpack(x.0).tile == ChunkLocation::unpack(y.0).tile).map(
-                move |run| {
-                    let mut builder = BlockBuilder::new(tile_len);
-                    for (packed, r) in run {
-                        let loc = ChunkLocation::unpack(*packed);
-                        match *r {
-                            RawRef::Virtual { url, offset, length } => {
-                                let etag = self.etags[url as usize].as_deref();
-                                builder.push_virtual(loc.slot, &self.urls[url as usize], etag, offset, length as u32);
-                            }
-                            RawRef::Inline { start, len } => {
-                                builder.push_inline(loc.slot, &a.inline[start as usize..(start + len) as usize]);
-                            }
-                            RawRef::Clear => {}
-                        }
-                    }
-                    NewBlock { node, tile: ChunkLocation::unpack(run[0].0).tile, block: builder.finish() }
-                },
-            )
+    /// Every non-empty block, array by array, tile by tile, read back from the scratch log.
+    pub fn blocks(&self) -> impl Iterator<Item = io::Result<NewBlock<'_>>> + '_ {
+        self.index.iter().map(move |&(node, tile, offset, len)| {
+            let mut data = Vec::new();
+            self.blocks.read_at(offset, usize::try_from(len).map_err(io::Error::other)?, &mut data)?;
+            Ok(NewBlock { node: &self.nodes[node].path, tile, data })
         })
+    }
+
+    /// Number of blocks.
+    pub fn block_count(&self) -> usize {
+        self.index.len()
     }
 
     /// The source URLs the store references.
@@ -308,8 +446,9 @@ impl ValidatedStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::zarr::block::ChunkRef;
-    use crate::zarr::native::parse_slice;
+    use crate::zarr::block::{ChunkRef, ManifestBlock};
+    use crate::zarr::native::{BASE64, parse_slice};
+    use base64::Engine;
 
     const AIR: &str = r#""zarr_format": 3, "node_type": "array", "shape": [10, 4], "data_type": "float32",
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [5, 2]}},
@@ -331,10 +470,11 @@ mod tests {
         assert_eq!(paths, ["", "g", "g/air"]);
         assert_eq!(store.summary.chunks, ChunkCounts { virtual_: 1, inline: 1, missing: 2 });
         assert_eq!((store.summary.arrays, store.summary.groups, store.summary.referenced_bytes), (1, 2, 4));
-        let blocks: Vec<_> = store.blocks().collect();
+        let blocks: Vec<_> = store.blocks().collect::<io::Result<_>>().unwrap();
         assert_eq!(blocks.len(), 1);
-        assert_eq!(blocks[0].block.get(0), ChunkRef::Inline(bytes::Bytes::from_static(&[0, 0, 0, 0])));
-        assert!(matches!(blocks[0].block.get(3), ChunkRef::Virtual { offset: 8, length: 4, .. }));
+        let block = ManifestBlock::decode(&blocks[0].data).unwrap();
+        assert_eq!(block.get(0), ChunkRef::Inline(bytes::Bytes::from_static(&[0, 0, 0, 0])));
+        assert!(matches!(block.get(3), ChunkRef::Virtual { offset: 8, length: 4, .. }));
     }
 
     #[test]
@@ -345,7 +485,8 @@ mod tests {
                     "0.1": {"path": "/d/a.nc", "offset": 0, "length": 5000000000}}"#),
             &|u| u.starts_with("file:///d/"),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .problems();
         assert_eq!(problems.len(), 3, "{problems:#?}");
         assert!(problems[0].contains("file:///elsewhere/b.nc is not under any registered object store"));
         assert!(problems.iter().any(|p| p.contains(r#"chunk key "2.0" is outside the chunk grid [2, 2]"#)));
@@ -361,7 +502,7 @@ mod tests {
             .as_bytes(),
         )
         .unwrap();
-        let problems = validate(dup, &|_| true).unwrap_err();
+        let problems = validate(dup, &|_| true).unwrap_err().problems();
         assert!(problems[0].contains("appears more than once"), "{problems:?}");
 
         let nested = parse_slice(
@@ -372,7 +513,7 @@ mod tests {
             .as_bytes(),
         )
         .unwrap();
-        let problems = validate(nested, &|_| true).unwrap_err();
+        let problems = validate(nested, &|_| true).unwrap_err().problems();
         assert!(problems.iter().any(|p| p.contains("node a/b is inside array a")), "{problems:?}");
         assert!(problems.iter().any(|p| p.contains("a group cannot have a manifest")), "{problems:?}");
     }
@@ -387,7 +528,65 @@ mod tests {
             .as_bytes(),
         )
         .unwrap();
-        let problems = validate(d, &|_| true).unwrap_err();
+        let problems = validate(d, &|_| true).unwrap_err().problems();
         assert!(problems[0].contains("beyond the end of file:///d/a (100 bytes)"), "{problems:?}");
+    }
+
+    /// A document of `n` references to a 3-d array, written in a scrambled order, with a
+    /// duplicate of the first key when `duplicate`.
+    fn big(n: u64, duplicate: bool) -> String {
+        let mut entries = Vec::new();
+        for i in 0..n {
+            let j = (i * 7919) % n; // a permutation: n is not a multiple of 7919
+            let key = format!("{}.{}.{}", j / 400, (j / 20) % 20, j % 20);
+            let entry = if j.is_multiple_of(97) {
+                format!(r#""{key}": {{"data": "{}"}}"#, BASE64.encode(j.to_le_bytes()))
+            } else {
+                format!(r#""{key}": {{"path": "/d/f{}.nc", "offset": {}, "length": {}}}"#, j % 3, j * 10, 1 + j % 50)
+            };
+            entries.push(entry);
+        }
+        if duplicate {
+            entries.push(r#""0.0.1": {"path": "/d/f0.nc", "offset": 1, "length": 1}"#.into());
+        }
+        let t = n.div_ceil(400);
+        format!(
+            r#"{{"nodes": {{"v": {{"zarr_format": 3, "node_type": "array", "shape": [{t}, 20, 20], "data_type": "uint8",
+            "chunk_grid": {{"name": "regular", "configuration": {{"chunk_shape": [1, 1, 1]}}}},
+            "chunk_key_encoding": {{"name": "default"}}, "fill_value": 0, "codecs": [{{"name": "bytes"}}],
+            "manifest": {{{}}}}}}}}}"#,
+            entries.join(",")
+        )
+    }
+
+    fn decoded_blocks(store: &ValidatedStore) -> Vec<(u64, ManifestBlock)> {
+        store
+            .blocks()
+            .map(|b| b.map(|b| (b.tile, ManifestBlock::decode(&b.data).unwrap())))
+            .collect::<io::Result<_>>()
+            .unwrap()
+    }
+
+    #[test]
+    fn spilling_to_disk_gives_the_same_blocks_as_memory() {
+        let text = big(20_011, false);
+        let in_memory = validate_tiled(parse_slice(text.as_bytes()).unwrap(), &|_| true, 1000).unwrap();
+        let scratch = Scratch::new(0, None);
+        let doc = crate::zarr::native::parse_reader(text.as_bytes(), &scratch).unwrap();
+        let spilled = validate_tiled(doc, &|_| true, 1000).unwrap();
+        assert_eq!(spilled.summary, in_memory.summary);
+        assert_eq!(spilled.summary.chunks.virtual_ + spilled.summary.chunks.inline, 20_011);
+        assert!(spilled.blocks.spilled(), "a zero budget puts the blocks on disk");
+        assert_eq!(decoded_blocks(&spilled), decoded_blocks(&in_memory));
+        let (_, first) = &decoded_blocks(&spilled)[0];
+        assert_eq!(first.get(0), ChunkRef::Inline(bytes::Bytes::copy_from_slice(&0u64.to_le_bytes())));
+    }
+
+    #[test]
+    fn duplicates_are_found_across_sorted_runs() {
+        let scratch = Scratch::new(0, None);
+        let doc = crate::zarr::native::parse_reader(big(5_003, true).as_bytes(), &scratch).unwrap();
+        let problems = validate(doc, &|_| true).unwrap_err().problems();
+        assert_eq!(problems, [r#"array v: chunk "0.0.1" appears more than once"#]);
     }
 }

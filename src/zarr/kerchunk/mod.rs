@@ -17,16 +17,17 @@ use serde_json::{Map, Value};
 
 use super::document::{DocNode, Document, Problems, UrlTable};
 use super::key::ChunkKeyEncoding;
-use super::manifest::{RawManifest, RawRef, normalize_source_url};
+use super::manifest::{RawRef, normalize_source_url};
 use super::metadata::array_layout;
 use super::native::{BASE64, SyntaxError};
+use super::spill::{Scratch, SpillLog, get_bytes, get_u8, get_varint, put_varint};
 
 /// The length of a `[url]` reference until registration asks the object store for it.
 pub const WHOLE_OBJECT: u64 = u64::MAX;
 
-/// Reads kerchunk references from `reader` as they arrive.
-pub fn parse_reader(reader: impl std::io::Read) -> Result<Document, SyntaxError> {
-    let mut refs = Collected::default();
+/// Reads kerchunk references from `reader` as they arrive, keeping them in `scratch`.
+pub fn parse_reader(reader: impl std::io::Read, scratch: &Scratch) -> Result<Document, SyntaxError> {
+    let mut refs = Collected::new(scratch);
     let mut de = serde_json::Deserializer::from_reader(reader);
     TopSeed(&mut refs).deserialize(&mut de)?;
     de.end()?;
@@ -35,7 +36,7 @@ pub fn parse_reader(reader: impl std::io::Read) -> Result<Document, SyntaxError>
 
 /// Reads kerchunk references held in memory.
 pub fn parse_slice(bytes: &[u8]) -> Result<Document, SyntaxError> {
-    parse_reader(bytes)
+    parse_reader(bytes, &Scratch::in_memory())
 }
 
 /// A reference as read, its URL not yet resolved against `templates`.
@@ -54,12 +55,16 @@ struct NodeKeys {
     zarr_json: Option<Value>,
 }
 
-/// Everything read from the document, before assembly.
+/// Everything read from the document, before assembly. Chunk references are kept in scratch
+/// logs (key, then reference) until the metadata of every array is known.
 #[derive(Debug, Default)]
 pub struct Collected {
     meta: BTreeMap<String, NodeKeys>,
-    chunks: Vec<(String, Ref)>,
-    inline: Vec<u8>,
+    chunks: SpillLog,
+    chunk_count: usize,
+    inline: SpillLog,
+    encoded: Vec<u8>,
+    scratch: Scratch,
     raw_urls: UrlTable,
     templates: BTreeMap<String, String>,
     generators: Vec<Value>,
@@ -74,6 +79,16 @@ fn split_metadata_key(key: &str) -> Option<(&str, &str)> {
 }
 
 impl Collected {
+    /// Nothing collected yet; references go to `scratch`.
+    pub fn new(scratch: &Scratch) -> Self {
+        Self {
+            chunks: SpillLog::new(scratch),
+            inline: SpillLog::new(scratch),
+            scratch: scratch.clone(),
+            ..Self::default()
+        }
+    }
+
     /// Records one metadata document (a JSON string, as kerchunk embeds them, or an object).
     fn add_metadata(&mut self, key: &str, node: &str, name: &str, value: Value) {
         let value = match value {
@@ -115,11 +130,10 @@ impl Collected {
         }
     }
 
-    fn add_chunk(&mut self, key: String, value: RefValue) {
+    fn add_chunk(&mut self, key: &str, value: RefValue) {
         let r = match value {
             RefValue::Data(bytes) => {
-                let start = self.inline.len() as u64;
-                self.inline.extend_from_slice(&bytes);
+                let start = self.inline.append(&bytes);
                 Ref::Inline { start, len: bytes.len() as u64 }
             }
             RefValue::Url { url, range } => {
@@ -132,7 +146,43 @@ impl Collected {
                 return;
             }
         };
-        self.chunks.push((key, r));
+        let e = &mut self.encoded;
+        e.clear();
+        put_varint(e, key.len() as u64);
+        e.extend_from_slice(key.as_bytes());
+        match r {
+            Ref::Inline { start, len } => {
+                e.push(0);
+                [start, len].into_iter().for_each(|v| put_varint(e, v));
+            }
+            Ref::Range { url, offset, length } => {
+                e.push(1);
+                [u64::from(url), offset, length].into_iter().for_each(|v| put_varint(e, v));
+            }
+        }
+        self.chunks.append(&self.encoded);
+        self.chunk_count += 1;
+    }
+
+    /// Replays the chunk references in the order they were read.
+    fn replay(&self, mut each: impl FnMut(&str, Ref)) -> std::io::Result<()> {
+        let mut r = self.chunks.reader();
+        let mut key = Vec::new();
+        for _ in 0..self.chunk_count {
+            let n = usize::try_from(get_varint(&mut r)?).map_err(std::io::Error::other)?;
+            get_bytes(&mut r, n, &mut key)?;
+            let key = std::str::from_utf8(&key).map_err(std::io::Error::other)?;
+            let reference = match get_u8(&mut r)? {
+                0 => Ref::Inline { start: get_varint(&mut r)?, len: get_varint(&mut r)? },
+                _ => Ref::Range {
+                    url: u32::try_from(get_varint(&mut r)?).map_err(std::io::Error::other)?,
+                    offset: get_varint(&mut r)?,
+                    length: get_varint(&mut r)?,
+                },
+            };
+            each(key, reference);
+        }
+        Ok(())
     }
 
     /// Expands generators, resolves templates and URLs, converts metadata, and files every
@@ -143,7 +193,7 @@ impl Collected {
                 Ok(refs) => {
                     for g in refs {
                         match g {
-                            Ok(g) => self.add_chunk(g.key, RefValue::Url { url: g.url, range: g.range }),
+                            Ok(g) => self.add_chunk(&g.key, RefValue::Url { url: g.url, range: g.range }),
                             Err(e) => self.problems.push(format!("gen: {e}")),
                         }
                     }
@@ -151,7 +201,7 @@ impl Collected {
                 Err(e) => self.problems.push(format!("gen: {e}")),
             }
         }
-        let mut doc = Document { problems: std::mem::take(&mut self.problems), ..Document::default() };
+        let mut doc = Document { problems: std::mem::take(&mut self.problems), ..Document::new(&self.scratch) };
         let urls: Vec<Option<u32>> = self
             .raw_urls
             .all()
@@ -188,7 +238,7 @@ impl Collected {
                     {
                         encodings.insert(path.clone(), (layout.encoding, layout.grid.ndim()));
                     }
-                    let manifest = encodings.contains_key(&path).then(RawManifest::default);
+                    let manifest = encodings.contains_key(&path).then(|| doc.new_manifest());
                     doc.nodes.insert(path, DocNode { metadata, manifest });
                 }
                 Err(e) => {
@@ -197,25 +247,33 @@ impl Collected {
                 }
             }
         }
-        for (key, r) in std::mem::take(&mut self.chunks) {
-            let Some((path, coords)) = locate(&key, &encodings) else {
+        let mut data = Vec::new();
+        let replayed = self.replay(|key, r| {
+            let Some((path, coords)) = locate(key, &encodings) else {
                 if failed.iter().any(|f| key.starts_with(f.as_str()) || f == "/") {
-                    continue; // its array's metadata was already reported
+                    return; // its array's metadata was already reported
                 }
                 doc.problems.push(format!("{key}: not a chunk of any array (no .zarray or zarr.json for it)"));
-                continue;
+                return;
             };
-            let Some(manifest) = doc.nodes.get_mut(path).and_then(|n| n.manifest.as_mut()) else { continue };
+            let Some(manifest) = doc.nodes.get_mut(path).and_then(|n| n.manifest.as_mut()) else { return };
             match r {
-                Ref::Inline { start, len } => {
-                    manifest.push_inline(&coords, &self.inline[start as usize..(start + len) as usize])
-                }
+                Ref::Inline { start, len } => match self.inline.read_at(start, len as usize, &mut data) {
+                    Ok(()) => manifest.push_inline(&coords, &data),
+                    Err(e) => doc.scratch_failure(e),
+                },
                 Ref::Range { url, offset, length } => {
                     if let Some(url) = urls[url as usize] {
+                        if length == WHOLE_OBJECT {
+                            doc.whole_objects.insert(url);
+                        }
                         manifest.push(&coords, RawRef::Virtual { url, offset, length });
                     }
                 }
             }
+        });
+        if let Err(e) = replayed {
+            doc.scratch_failure(e);
         }
         doc
     }
@@ -326,7 +384,7 @@ fn add_ref<'de, A: MapAccess<'de>>(c: &mut Collected, key: String, map: &mut A) 
         }
         None => {
             let value: RefValue = map.next_value()?;
-            c.add_chunk(key, value);
+            c.add_chunk(&key, value);
         }
     }
     Ok(())

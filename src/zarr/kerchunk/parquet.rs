@@ -43,6 +43,7 @@ use super::{Collected, WHOLE_OBJECT, convert};
 use crate::zarr::document::Document;
 use crate::zarr::manifest::{RawManifest, RawRef, normalize_source_url};
 use crate::zarr::metadata::array_layout;
+use crate::zarr::spill::Scratch;
 
 /// The name of the metadata file at the root of the reference directory.
 const ZMETADATA: &str = ".zmetadata";
@@ -60,15 +61,16 @@ pub enum ArchiveError {
     Invalid(String),
 }
 
-/// Reads a tar archive of a kerchunk parquet reference directory from `reader`, as it arrives.
-pub fn parse_tar(reader: impl Read) -> Result<Document, ArchiveError> {
+/// Reads a tar archive of a kerchunk parquet reference directory from `reader`, as it arrives,
+/// keeping the references in `scratch`.
+pub fn parse_tar(reader: impl Read, scratch: &Scratch) -> Result<Document, ArchiveError> {
     let failure = Rc::new(RefCell::new(None));
     let mut archive = tar::Archive::new(Tracked { inner: reader, failure: failure.clone() });
     let fail = |e: io::Error, what: &str| match failure.borrow_mut().take() {
         Some(body) => ArchiveError::Io(body),
         None => ArchiveError::Invalid(format!("the body is not a valid tar archive ({what}: {e})")),
     };
-    let mut import = Import::default();
+    let mut import = Import { scratch: scratch.clone(), ..Import::default() };
     let mut parquet_files = 0usize;
     for entry in archive.entries().map_err(|e| fail(e, "reading its first header"))? {
         let mut entry = entry.map_err(|e| fail(e, "reading an entry header"))?;
@@ -131,6 +133,8 @@ struct Import {
     meta: Option<Meta>,
     /// Parquet files read before `.zmetadata`, by path in the archive.
     waiting: Vec<(String, Vec<u8>)>,
+    /// Where the references go.
+    scratch: Scratch,
 }
 
 /// What `.zmetadata` says, and the document being filled.
@@ -169,7 +173,7 @@ impl Import {
         let Some(Value::Object(entries)) = value.get("metadata") else {
             return Err(bad("\"metadata\" must be an object of Zarr v2 metadata documents".into()));
         };
-        let mut collected = Collected::default();
+        let mut collected = Collected::new(&self.scratch);
         let mut declared = BTreeSet::new();
         for (key, v) in entries {
             if let Some(array) = key.strip_suffix("/.zarray") {
@@ -248,6 +252,7 @@ impl Meta {
             manifest,
             urls: &mut self.urls,
             table: &mut self.doc.urls,
+            whole_objects: &mut self.doc.whole_objects,
             problems,
             coords: Vec::with_capacity(grid.len()),
         };
@@ -282,6 +287,7 @@ struct Sink<'a> {
     manifest: &'a mut RawManifest,
     urls: &'a mut HashMap<Vec<u8>, Option<u32>>,
     table: &'a mut crate::zarr::document::UrlTable,
+    whole_objects: &'a mut BTreeSet<u32>,
     problems: &'a mut crate::zarr::document::Problems,
     coords: Vec<u64>,
 }
@@ -312,7 +318,10 @@ impl Sink<'_> {
             Row::Url { path, offset, size } => {
                 let Some(url) = self.url(path) else { return };
                 let (offset, length) = match (u64::try_from(offset), u64::try_from(size)) {
-                    (Ok(0), Ok(0)) => (0, WHOLE_OBJECT),
+                    (Ok(0), Ok(0)) => {
+                        self.whole_objects.insert(url);
+                        (0, WHOLE_OBJECT)
+                    }
                     (Ok(o), Ok(l)) if o.checked_add(l).is_some() => (o, l),
                     _ => {
                         self.problems.push(format!(

@@ -79,7 +79,8 @@ fn names_what_it_refuses() {
         &|_| true,
         64,
     )
-    .unwrap_err();
+    .unwrap_err()
+    .problems();
     let all = problems.join("\n");
     for expected in ["root cannot be deleted", "no such node", "node_type cannot change", "inside array x"] {
         assert!(all.contains(expected), "{expected}: {all}");
@@ -91,7 +92,8 @@ fn stored_chunks_keep_their_description() {
     for change in
         [r#"{"chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}}}"#, r#"{"data_type": "int8"}"#]
     {
-        let problems = plan(&base(), doc(&format!(r#"{{"nodes": {{"x": {change}}}}}"#)), &|_| true, 64).unwrap_err();
+        let problems =
+            plan(&base(), doc(&format!(r#"{{"nodes": {{"x": {change}}}}}"#)), &|_| true, 64).unwrap_err().problems();
         assert!(problems[0].contains("cannot change in a PATCH"), "{problems:?}");
     }
     let mut replaced = array(json!([4]), json!([2]));
