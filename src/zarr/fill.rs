@@ -10,7 +10,8 @@ use zarrs::storage::store::MemoryStore;
 
 /// Encodes one full chunk of `fill_value`; an error names what zarrs could not encode.
 pub fn fill_chunk(metadata: &Map<String, Value>) -> Result<Vec<u8>, String> {
-    let v3: ArrayMetadataV3 = serde_json::from_value(Value::Object(metadata.clone())).map_err(|e| e.to_string())?;
+    let seen = super::metadata::as_zarrs_sees_it(metadata)?;
+    let v3: ArrayMetadataV3 = serde_json::from_value(Value::Object(seen)).map_err(|e| e.to_string())?;
     let array = Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", ArrayMetadata::V3(v3))
         .map_err(|e| e.to_string())?;
     let zeros = vec![0u64; array.dimensionality()];
@@ -49,6 +50,13 @@ mod tests {
         assert_eq!(&big[..4], &f32::NAN.to_be_bytes());
         let gz = fill_chunk(&array(json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "gzip", "configuration": {"level": 1}}]), json!(0.0))).unwrap();
         assert_eq!(&gz[..2], &[0x1f, 0x8b], "gzip magic");
+    }
+
+    #[test]
+    fn fixed_width_bytes_fill_with_their_fill_value() {
+        let mut m = array(json!([{"name": "bytes"}]), json!("YQ=="));
+        m.insert("data_type".into(), json!({"name": "null_terminated_bytes", "configuration": {"length_bytes": 3}}));
+        assert_eq!(fill_chunk(&m).unwrap(), b"a\0\0".repeat(6));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use base64::Engine;
 use serde_json::{Map, Value};
 use zarrs::array::{Array, ArrayMetadata};
 use zarrs::metadata::v3::{ArrayMetadataV3, GroupMetadataV3};
@@ -74,9 +75,42 @@ fn validate_group(metadata: &Map<String, Value>) -> Result<(), Vec<String>> {
     if unknown.is_empty() { Ok(()) } else { Err(unknown) }
 }
 
+/// The metadata as zarrs reads it. zarr-python writes numpy's fixed-width bytes (`|S<n>`, netCDF
+/// `char` variables) as `null_terminated_bytes`, a data type zarrs does not have yet: zarrs sees
+/// raw bits of the same width instead (same bytes per element, so the same codecs apply), with
+/// the fill value's bytes (base64 in the metadata) padded to that width.
+pub fn as_zarrs_sees_it(metadata: &Map<String, Value>) -> Result<Map<String, Value>, String> {
+    let mut m = metadata.clone();
+    let data_type = m.get("data_type").cloned().unwrap_or(Value::Null);
+    if data_type.get("name").and_then(Value::as_str) != Some("null_terminated_bytes") {
+        return Ok(m);
+    }
+    let n = data_type
+        .pointer("/configuration/length_bytes")
+        .and_then(Value::as_u64)
+        .filter(|n| (1..=1 << 20).contains(n))
+        .ok_or("null_terminated_bytes needs configuration.length_bytes between 1 and 1048576")?;
+    let fill = match m.get("fill_value") {
+        Some(Value::String(b64)) => super::native::BASE64
+            .decode(b64)
+            .map_err(|e| format!("fill_value {b64:?} of a null_terminated_bytes array is not base64 ({e})"))?,
+        Some(Value::Number(z)) if z.as_u64() == Some(0) => Vec::new(),
+        other => return Err(format!("fill_value {other:?} of a null_terminated_bytes array must be a base64 string")),
+    };
+    if fill.len() as u64 > n {
+        return Err(format!("fill_value has {} bytes, more than length_bytes {n}", fill.len()));
+    }
+    let mut padded = fill;
+    padded.resize(n as usize, 0);
+    m.insert("data_type".into(), Value::from(format!("r{}", n * 8)));
+    m.insert("fill_value".into(), Value::from(padded));
+    Ok(m)
+}
+
 fn validate_array(metadata: &Map<String, Value>, tiling: Tiling<'_>) -> Result<ArrayLayout, Vec<String>> {
-    let v3: ArrayMetadataV3 = serde_json::from_value(Value::Object(metadata.clone()))
-        .map_err(|e| vec![format!("invalid array metadata: {e}")])?;
+    let seen = as_zarrs_sees_it(metadata).map_err(|e| vec![e])?;
+    let v3: ArrayMetadataV3 =
+        serde_json::from_value(Value::Object(seen)).map_err(|e| vec![format!("invalid array metadata: {e}")])?;
     let mut problems: Vec<String> = v3
         .additional_fields
         .iter()

@@ -30,6 +30,7 @@ __all__ = [
     "make_netcdf4_series",
     "make_netcdf4_bigendian",
     "make_netcdf4_groups",
+    "make_netcdf4_chars",
     "ALL_FIXTURES",
 ]
 
@@ -238,6 +239,25 @@ def make_netcdf4_groups(directory: str | Path) -> Path:
     return path
 
 
+def make_netcdf4_chars(directory: str | Path) -> Path:
+    """netCDF4 with character data, as station and platform files carry it: a
+    ``char station_name(station, strlen)`` variable (numpy ``S1``, the fixed-width
+    bytes Zarr v3 calls ``null_terminated_bytes``), chunked and zlib-compressed, and
+    a float ``temp(station)`` beside it."""
+    path = Path(directory) / "chars.nc"
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+        nc.createDimension("station", 3)
+        nc.createDimension("strlen", 8)
+        names = nc.createVariable("station_name", "S1", ("station", "strlen"), zlib=True,
+                                  chunksizes=(2, 8))
+        names[:] = netCDF4.stringtochar(np.array(["alpha", "bravo", "charlie"], dtype="S8"))
+        names.long_name = "station name"
+        temp = nc.createVariable("temp", "f4", ("station",))
+        temp[:] = [1.5, 2.5, 3.5]
+        temp.units = "degC"
+    return path
+
+
 ALL_FIXTURES = {
     "netcdf4_air": make_netcdf4_air,
     "netcdf4_packed": make_netcdf4_packed,
@@ -247,5 +267,6 @@ ALL_FIXTURES = {
     "netcdf4_series": make_netcdf4_series,
     "netcdf4_bigendian": make_netcdf4_bigendian,
     "netcdf4_groups": make_netcdf4_groups,
+    "netcdf4_chars": make_netcdf4_chars,
 }
 """Fixture name to maker; ``netcdf4_series`` returns a list of paths."""

@@ -165,6 +165,7 @@ CASES = [
     Case("netcdf4_series", series=True),
     Case("netcdf4_bigendian"),
     Case("netcdf4_inline", loadable=("time", "lat", "lon", "air", "crs")),
+    Case("netcdf4_chars"),
 ]
 BY_NAME = {c.name: c for c in CASES}
 GROUPS = Case("netcdf4_groups", groups=(None, "obs", "obs/deep"))
