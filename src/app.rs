@@ -159,6 +159,10 @@ impl App {
                 .map(|n| NodePath::new(&n.path).map(|p| (p, n.metadata, n.tile_shape)))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| ApiError::Internal(format!("version {}: {e}", head.id)))?;
+            if stored.is_empty() {
+                // Every version has its root: this one was deleted after `head` was read.
+                return Err(gone(head));
+            }
             let hierarchy =
                 Hierarchy::build(stored).map_err(|e| ApiError::Internal(format!("version {}: {e}", head.id)))?;
             Ok(Arc::new(VersionView::new(head.clone(), hierarchy)))
@@ -166,19 +170,23 @@ impl App {
         self.caches.view(head.id, load).await
     }
 
-    /// The block holding `tile` of array `node` in `version`; empty when nothing is stored there.
+    /// The block holding `tile` of array `node` in version `head`; empty when nothing is stored
+    /// there. A version deleted meanwhile (by retention) is [`ApiError::Gone`], never an empty
+    /// block: its chunks would read as fill values.
     pub async fn block(
         &self,
-        version: i64,
+        head: &VersionHead,
         node: &Node,
         tile: u64,
         tile_len: u32,
     ) -> Result<Arc<ManifestBlock>, ApiError> {
+        let version = head.id;
         let load = async {
             let started = Instant::now();
             let data = self.catalog.block(version, node.path.as_str(), tile).await?;
             self.observe_catalog("block", started);
             match data {
+                None if self.catalog.version(&head.store, version).await?.is_none() => Err(gone(head)),
                 None => Ok(Arc::new(ManifestBlock::empty(tile_len))),
                 Some(bytes) => ManifestBlock::decode(&bytes)
                     .map(Arc::new)
@@ -215,6 +223,14 @@ impl App {
             .with_label_values(&[operation])
             .observe(started.elapsed().as_secs_f64());
     }
+}
+
+/// A version that was deleted while a request was using it.
+fn gone(head: &VersionHead) -> ApiError {
+    ApiError::Gone(format!(
+        "version {} of store {:?} was deleted by retention; read /{}/zarr.json for the current version",
+        head.id, head.store, head.store
+    ))
 }
 
 /// Applies changes made through other replicas until the app is gone.

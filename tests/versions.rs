@@ -49,6 +49,25 @@ both_backends! {
         assert_eq!(server.bytes("/r/x/c/0").await, f32_bytes([30.0, 31.0, 32.0, 33.0]));
     }
 
+    async fn retention_keeps_young_versions_whatever_their_number(server) {
+        let server = server
+            .restart_with(|c| {
+                c.retention.keep_versions = 1;
+                c.retention.keep_seconds = 2;
+            })
+            .await;
+        server.local_store().await;
+        let old = version(&server, "/api/v1/stores/r", &doc(&server, "v0", 0.0, true)).await;
+        let young = version(&server, "/api/v1/stores/r", &doc(&server, "v1", 10.0, true)).await;
+        assert_eq!(server.bytes(&format!("/r@{old}/x/c/0")).await, f32_bytes([0.0, 1.0, 2.0, 3.0]), "younger than 2 s: kept");
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        version(&server, "/api/v1/stores/r", &doc(&server, "v2", 20.0, true)).await;
+        for gone in [old, young] {
+            assert_eq!(server.get(&format!("/r@{gone}/x/c/0"), &[]).await.status(), StatusCode::GONE, "older than 2 s and not the newest");
+        }
+        assert_eq!(server.bytes("/r/x/c/0").await, f32_bytes([20.0, 21.0, 22.0, 23.0]));
+    }
+
     async fn missing_chunks_can_be_fill_values(server) {
         server.local_store().await;
         version(&server, "/api/v1/stores/holes", &doc(&server, "h", 0.0, false)).await;
@@ -140,6 +159,66 @@ async fn replicas_learn_of_new_versions_through_notify() {
         assert!(started.elapsed() < Duration::from_secs(1), "replica b still serves a deleted store after 1 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// When the LISTEN connection drops, a replica reconnects and forgets what it cached: a version
+/// registered while it was not listening is still served within seconds, not after the TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_recover_from_a_lost_change_feed() {
+    use sqlx::Connection;
+    let Some(a) = TestServer::start_postgres().await else { return };
+    let a = a.restart_with(|c| c.cache.current_version_ttl_ms = 60_000).await;
+    a.local_store().await;
+    let b = a.replica(|c| c.cache.current_version_ttl_ms = 60_000).await;
+    version(&a, "/api/v1/stores/n", &doc(&a, "one", 1.0, true)).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while b.get("/n/x/c/0", &[]).await.status() != StatusCode::OK {
+        assert!(Instant::now() < deadline, "replica b never served the store");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut admin = sqlx::PgConnection::connect(&a.state.config.database_url).await.unwrap();
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "select pg_terminate_backend(pid) from pg_stat_activity \
+         where datname = current_database() and query ilike 'listen%'",
+    )
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert!(killed.len() >= 2, "both replicas were listening: {killed:?}");
+    let second = version(&a, "/api/v1/stores/n", &doc(&a, "two", 50.0, true)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = b.get("/n/x/c/0", &[]).await;
+        if r.headers()["zarrgate-version"] == second.to_string().as_str() {
+            assert_eq!(r.bytes().await.unwrap().to_vec(), f32_bytes([50.0, 51.0, 52.0, 53.0]));
+            break;
+        }
+        assert!(Instant::now() < deadline, "replica b never learned of the version made while it was not listening");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A replica that still believes in a version retention has deleted looks again; it never
+/// answers from the deleted version's absence (a 404 that clients would read as fill values).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_version_is_never_read_as_fill_values() {
+    let a = TestServer::start_with(Backend::Sqlite, |c| {
+        c.cache.current_version_ttl_ms = 60_000;
+        c.retention.keep_versions = 1;
+        c.retention.keep_seconds = 0;
+    })
+    .await;
+    a.local_store().await;
+    let b = a.replica(|_| {}).await;
+    let first = version(&a, "/api/v1/stores/n", &doc(&a, "one", 1.0, true)).await;
+    // b caches the version and its metadata, not yet any block.
+    assert_eq!(b.get("/n/x/zarr.json", &[]).await.status(), StatusCode::OK);
+    let second = version(&a, "/api/v1/stores/n", &doc(&a, "two", 50.0, true)).await;
+    let r = b.get("/n/x/c/0", &[]).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["zarrgate-version"], second.to_string().as_str());
+    assert_eq!(r.bytes().await.unwrap().to_vec(), f32_bytes([50.0, 51.0, 52.0, 53.0]));
+    assert_eq!(b.get(&format!("/n@{first}/x/c/1"), &[]).await.status(), StatusCode::GONE);
 }
 
 /// Without NOTIFY (SQLite), replicas agree once the current-version TTL has passed.

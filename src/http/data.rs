@@ -53,37 +53,22 @@ async fn read(
             }
         },
     };
-    let head = match app.head(&store, name, pinned).await {
-        Ok(Some(head)) => head,
-        Ok(None) => {
-            return match pinned {
-                None => ApiError::NotFound(format!("no store is named {name:?}")),
-                Some(v) => ApiError::Gone(format!(
-                    "store {name:?} has no version {v}: it never existed or retention removed it; \
-                     read /{name}/zarr.json for the current version"
-                )),
-            }
-            .into_response();
+    // A current version deleted (by retention, after a newer one) while this replica still
+    // had it cached is looked up again once; a pinned one is gone for good.
+    let mut attempt = 0;
+    let answer = loop {
+        attempt += 1;
+        let answer = serve_key(&app, &store, name, pinned, &key, &method, &headers).await;
+        let gone = matches!(&answer, Err(ApiError::Gone(_)) | Ok((Err(ApiError::Gone(_)), _)));
+        if gone && pinned.is_none() && attempt == 1 {
+            app.caches.forget_store(name).await;
+            continue;
         }
+        break answer;
+    };
+    let (response, served) = match answer {
+        Ok(answer) => answer,
         Err(e) => return e.into_response(),
-    };
-    let view = match app.view(&head).await {
-        Ok(view) => view,
-        Err(e) => return e.into_response(),
-    };
-    let served = Served {
-        cache_control: match pinned {
-            Some(_) => HeaderValue::from_static(IMMUTABLE),
-            None => app.current_cache_control.clone(),
-        },
-        version: view.version_header.clone(),
-        last_modified: view.last_modified.clone(),
-        head_only: method == Method::HEAD,
-    };
-    let response = match view.hierarchy.resolve(&key) {
-        Resolved::Metadata(node) => Ok(metadata(&view, node, &headers, &served)),
-        Resolved::Chunk { node, location, .. } => chunk(&app, &view, node, location, &key, &headers, &served).await,
-        Resolved::NotFound(why) => Err(ApiError::NotFound(why)),
     };
     let mut response = response.unwrap_or_else(IntoResponse::into_response);
     let missing = response.status() == StatusCode::NOT_FOUND;
@@ -94,6 +79,47 @@ async fn read(
         h.insert(header::CACHE_CONTROL, served.cache_control);
     }
     response
+}
+
+/// The answer for `key` in the version the URL names, with the headers every answer about that
+/// version carries; `Err` when the version itself cannot be found.
+async fn serve_key(
+    app: &AppState,
+    segment: &str,
+    name: &str,
+    pinned: Option<i64>,
+    key: &str,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Result<(Result<Response, ApiError>, Served), ApiError> {
+    let head = match app.head(segment, name, pinned).await? {
+        Some(head) => head,
+        None => {
+            return Err(match pinned {
+                None => ApiError::NotFound(format!("no store is named {name:?}")),
+                Some(v) => ApiError::Gone(format!(
+                    "store {name:?} has no version {v}: it never existed or retention removed it; \
+                     read /{name}/zarr.json for the current version"
+                )),
+            });
+        }
+    };
+    let view = app.view(&head).await?;
+    let served = Served {
+        cache_control: match pinned {
+            Some(_) => HeaderValue::from_static(IMMUTABLE),
+            None => app.current_cache_control.clone(),
+        },
+        version: view.version_header.clone(),
+        last_modified: view.last_modified.clone(),
+        head_only: method == Method::HEAD,
+    };
+    let response = match view.hierarchy.resolve(key) {
+        Resolved::Metadata(node) => Ok(metadata(&view, node, headers, &served)),
+        Resolved::Chunk { node, location, .. } => chunk(app, &view, node, location, key, headers, &served).await,
+        Resolved::NotFound(why) => Err(ApiError::NotFound(why)),
+    };
+    Ok((response, served))
 }
 
 fn metadata(view: &VersionView, node: &Node, headers: &HeaderMap, served: &Served) -> Response {
@@ -124,7 +150,7 @@ async fn chunk(
     let crate::zarr::metadata::NodeKind::Array(layout) = &node.kind else {
         return Err(ApiError::NotFound(format!("{key:?} is not a chunk")));
     };
-    let block = app.block(view.head.id, node, at.tile, layout.grid.tile_len()).await?;
+    let block = app.block(&view.head, node, at.tile, layout.grid.tile_len()).await?;
     match block.get(at.slot) {
         ChunkRef::Missing if view.head.fill_missing => match app.fill_chunk(&view.head, node).await? {
             Some(fill) => {
