@@ -4,7 +4,7 @@
 For each size (SIZES, default 1e6,1e7), a fresh PostgreSQL database holds native-<size>.json; then
 RUNS (3) times, on a fresh server with the default block cache (512 MiB, or FOOTPRINT_CACHE_BYTES):
 GET zarr.json, wait, note the RSS ("idle"); read one chunk in every tile of array `var` (so every
-block is loaded once); let the cache settle; note zarrgate_cache_size{cache="blocks"} (the cache's
+block is loaded once); let the cache settle; note zarrgate_cache_bytes{cache="blocks"} (the cache's
 weight: what the server believes the blocks cost), zarrgate_cache_entries{cache="blocks"} and the
 RSS again. Reported per virtual reference:
   weight B/ref     cache weight / references

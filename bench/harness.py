@@ -484,7 +484,7 @@ class Server:
         def get(name):
             return sum(v for (n, l), v in m.items() if n == name and ("cache", cache) in l)
         return (get("zarrgate_cache_hits_total"), get("zarrgate_cache_misses_total"),
-                get("zarrgate_cache_size"), get("zarrgate_cache_entries"))
+                get("zarrgate_cache_bytes"), get("zarrgate_cache_entries"))
 
     def log_text(self):
         return open(self.log_path).read()

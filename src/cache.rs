@@ -137,7 +137,7 @@ impl Caches {
                 .weigher(|_, b: &Arc<ManifestBlock>| u32::try_from(b.weight()).unwrap_or(u32::MAX))
                 .build(),
             fills: Cache::builder()
-                .max_capacity(config.metadata_bytes)
+                .max_capacity(config.fill_chunks_bytes)
                 .weigher(|_, f: &Option<Bytes>| {
                     u32::try_from(f.as_ref().map_or(0, Bytes::len) + 64).unwrap_or(u32::MAX)
                 })
@@ -214,13 +214,13 @@ impl Caches {
 
     /// Publishes sizes to the metrics.
     pub fn report(&self, metrics: &Metrics) {
-        for (name, size, entries) in [
-            ("heads", self.heads.entry_count(), self.heads.entry_count()),
+        metrics.cache_entries.with_label_values(&["heads"]).set(self.heads.entry_count() as i64);
+        for (name, bytes, entries) in [
             ("metadata", self.views.weighted_size(), self.views.entry_count()),
             ("blocks", self.blocks.weighted_size(), self.blocks.entry_count()),
             ("fills", self.fills.weighted_size(), self.fills.entry_count()),
         ] {
-            metrics.cache_size.with_label_values(&[name]).set(size as i64);
+            metrics.cache_bytes.with_label_values(&[name]).set(bytes as i64);
             metrics.cache_entries.with_label_values(&[name]).set(entries as i64);
         }
     }

@@ -53,8 +53,8 @@ macro_rules! metrics {
 metrics! {
     /// HTTP requests by route template, method and status.
     http_requests_total: IntCounterVec = ["route", "method", "status"],
-    /// HTTP request latency to the response head, by route template and method.
-    http_request_duration_seconds: HistogramVec = ["route", "method"],
+    /// HTTP request latency to the response head, by route template, method and status.
+    http_request_duration_seconds: HistogramVec = ["route", "method", "status"],
     /// Requests to source object stores, by object store and outcome (ok or an error kind).
     upstream_requests_total: IntCounterVec = ["object_store", "outcome"],
     /// Bytes received from source object stores.
@@ -65,8 +65,8 @@ metrics! {
     cache_hits_total: IntCounterVec = ["cache"],
     /// Cache lookups that had to load the value, by cache.
     cache_misses_total: IntCounterVec = ["cache"],
-    /// Weighted size of each cache (bytes for weighted caches, entries otherwise).
-    cache_size: IntGaugeVec = ["cache"],
+    /// Bytes held by each byte-weighted cache (metadata, blocks, fills), as weighed.
+    cache_bytes: IntGaugeVec = ["cache"],
     /// Entries in each cache.
     cache_entries: IntGaugeVec = ["cache"],
     /// Catalog query latency, by operation.

@@ -121,6 +121,31 @@ both_backends! {
         assert_eq!(listed["stores"].as_array().unwrap().len(), 1);
     }
 
+    async fn a_bad_token_changes_nothing(server) {
+        server.local_store().await;
+        let (status, body) = server.put("/api/v1/stores/s", &demo(&server, "s", 0.0).await).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let version = body["version"].clone();
+        let token = "the-right-admin-token";
+        let guarded = server.replica(|c| c.admin_tokens = vec![token.into()]).await;
+        let replacement = demo(&server, "t", 100.0).await;
+        for auth in [None, Some("Bearer not-the-right-token"), Some("Basic dXNlcjpwYXNz")] {
+            let mut put = guarded.client.put(format!("{}/api/v1/stores/s", guarded.url)).json(&replacement);
+            let mut delete = guarded.client.delete(format!("{}/api/v1/stores/s", guarded.url));
+            if let Some(auth) = auth {
+                put = put.header("authorization", auth);
+                delete = delete.header("authorization", auth);
+            }
+            assert_eq!(put.send().await.unwrap().status(), StatusCode::UNAUTHORIZED, "{auth:?}");
+            assert_eq!(delete.send().await.unwrap().status(), StatusCode::UNAUTHORIZED, "{auth:?}");
+        }
+        assert_eq!(guarded.bytes("/s/x/c/1").await, f32_bytes([2.0, 3.0]), "the previous version still serves");
+        let described: Value = guarded.client.get(format!("{}/api/v1/stores/s", guarded.url)).bearer_auth(token).send().await.unwrap().json().await.unwrap();
+        assert_eq!(described["version"], version);
+        let r = guarded.client.put(format!("{}/api/v1/stores/s", guarded.url)).bearer_auth(token).json(&replacement).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "the right token works");
+    }
+
     async fn object_stores_are_managed_and_secrets_never_returned(server) {
         let (status, body) = server.put("/api/v1/object-stores/era5", &json!({
             "url": "s3://era5-bucket/reanalysis", "options": {"region": "eu-west-1", "secret_access_key": "SUPERSECRET", "access_key_id": "AKIA"}
@@ -138,6 +163,9 @@ both_backends! {
         assert!(body["detail"].as_str().unwrap().contains("unknown s3 option \"regoin\""), "{body}");
         let (status, body) = server.put("/api/v1/object-stores/dup", &json!({"url": "s3://era5-bucket/reanalysis/"})).await;
         assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        let (status, body) = server.put("/api/v1/object-stores/creds", &json!({"url": "https://me:hunter2@data.example.org/"})).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert!(body["detail"].as_str().unwrap().contains("must not carry credentials") && !body.to_string().contains("hunter2"), "{body}");
 
         // An object store in use cannot be removed.
         server.local_store().await;
@@ -179,7 +207,9 @@ async fn tokens_guard_the_control_plane_only() {
     // The data plane and ops stay public.
     assert_eq!(server.get("/healthz", &[]).await.status(), StatusCode::OK);
     assert_eq!(server.get("/nothing/zarr.json", &[]).await.status(), StatusCode::NOT_FOUND);
-    assert_eq!(server.get("/api/v1/openapi.json", &[]).await.status(), StatusCode::OK);
+    assert_eq!(server.get("/api/v1/openapi.json", &[]).await.status(), StatusCode::UNAUTHORIZED, "every /api/v1 call");
+    let auth = format!("Bearer {token}");
+    assert_eq!(server.get("/api/v1/openapi.json", &[("authorization", &auth)]).await.status(), StatusCode::OK);
 }
 
 #[test]

@@ -7,6 +7,7 @@ mod export;
 mod ingest;
 mod names;
 mod object_stores;
+mod openapi;
 mod ops;
 mod patch;
 pub mod range;
@@ -33,6 +34,7 @@ pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .merge(stores::router())
         .merge(object_stores::router())
+        .merge(openapi::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     let mut data = data::router();
     if state.config.http.cors {
@@ -115,7 +117,7 @@ async fn observe(State(app): State<AppState>, request: Request, next: Next) -> R
     let m = &app.metrics;
     m.http_requests_total.with_label_values(&[route.as_str(), method.as_str(), status.as_str()]).inc();
     m.http_request_duration_seconds
-        .with_label_values(&[route.as_str(), method.as_str()])
+        .with_label_values(&[route.as_str(), method.as_str(), status.as_str()])
         .observe(elapsed.as_secs_f64());
     span.in_scope(|| {
         let ms = elapsed.as_secs_f64() * 1e3;

@@ -1,4 +1,4 @@
-//! Operations: liveness, readiness, metrics and the OpenAPI description.
+//! Operations: liveness, readiness and metrics.
 
 use std::time::Duration;
 
@@ -13,16 +13,9 @@ use serde_json::json;
 use crate::app::AppState;
 use crate::error::ApiError;
 
-/// The OpenAPI 3 description of the control plane.
-const OPENAPI: &str = include_str!("openapi.json");
-
 /// The ops routes.
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/api/v1/openapi.json", get(openapi))
+    Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).route("/metrics", get(metrics))
 }
 
 async fn healthz() -> Json<serde_json::Value> {
@@ -42,8 +35,4 @@ async fn readyz(State(app): State<AppState>) -> Result<Json<serde_json::Value>, 
 async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
     app.caches.report(&app.metrics);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], app.metrics.render())
-}
-
-async fn openapi() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
 }

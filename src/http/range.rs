@@ -40,7 +40,16 @@ pub fn plan(headers: &HeaderMap, len: u64, etag: &str) -> Plan {
 /// The bytes named by a `Range` header value for a body of `len` bytes.
 pub fn single_range(text: &str, len: u64) -> Plan {
     use http_range_header::{EndPosition, StartPosition};
-    let Ok(parsed) = http_range_header::parse_range_header(text) else { return Plan::Unsatisfiable };
+    // The unit is case-insensitive (RFC 9110 14.1); the parser wants it lower-case.
+    let text = match text.get(..6) {
+        Some(unit) if unit.eq_ignore_ascii_case("bytes=") => format!("bytes={}", &text[6..]),
+        _ => return Plan::Unsatisfiable,
+    };
+    if text.contains(',') {
+        // Several ranges: the whole body, which every client measured handles (never multipart).
+        return Plan::Full;
+    }
+    let Ok(parsed) = http_range_header::parse_range_header(&text) else { return Plan::Unsatisfiable };
     match parsed.ranges.as_slice() {
         [one] => {
             let (start, end) = match (one.start, one.end) {
@@ -90,6 +99,8 @@ mod tests {
         assert_eq!(single_range("bytes=5-2", 100), Plan::Unsatisfiable);
         assert_eq!(single_range("items=0-5", 100), Plan::Unsatisfiable);
         assert_eq!(single_range("bytes=0-9, 1856-1875", 2000), Plan::Full);
+        assert_eq!(single_range("bytes=0-9,junk", 2000), Plan::Full, "several ranges, one malformed");
+        assert_eq!(single_range("Bytes=0-4", 100), Plan::Partial(0..5), "the unit is case-insensitive");
     }
 
     #[test]

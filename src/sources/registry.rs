@@ -177,6 +177,15 @@ impl ObjectStoreEntry {
 
 fn normalize_prefix(url: &str) -> Result<String, SourceConfigError> {
     let mut parsed = Url::parse(url).map_err(|e| SourceConfigError::Url(format!("{url} is not a URL: {e}")))?;
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        // The URL is listed by the API and written to logs: no secret may live in it.
+        let _ = parsed.set_username("");
+        let _ = parsed.set_password(None);
+        return Err(SourceConfigError::Url(format!(
+            "{parsed} (credentials removed): an object store URL must not carry credentials; \
+             give them in \"options\" (they are never returned by the API)"
+        )));
+    }
     if parsed.query().is_some() || parsed.fragment().is_some() {
         return Err(SourceConfigError::Url(format!("{url}: an object store URL has no query or fragment")));
     }
@@ -361,6 +370,32 @@ mod tests {
         assert!(registry.resolve("s3://other/x.nc").is_none());
         let deep = registry.get("deep").unwrap();
         assert_eq!(deep.object_path("s3://bucket/era5/a%20b.nc").unwrap().as_ref(), "era5/a b.nc");
+    }
+
+    #[test]
+    fn gcs_and_azure_stores_build_and_resolve() {
+        let registry = SourceRegistry::new(settings());
+        registry.replace(vec![
+            Arc::new(entry("gcs", "gs://era5-bucket/ar/", json!({"skip_signature": true})).unwrap()),
+            Arc::new(
+                entry("azure", "az://container/data", json!({"account_name": "acct", "skip_signature": true})).unwrap(),
+            ),
+        ]);
+        assert_eq!(registry.resolve("gs://era5-bucket/ar/t.nc").unwrap().name, "gcs");
+        assert_eq!(registry.resolve("az://container/data/t.nc").unwrap().name, "azure");
+        assert_eq!(
+            registry.get("azure").unwrap().object_path("az://container/data/x%201.nc").unwrap().as_ref(),
+            "data/x 1.nc"
+        );
+        assert!(registry.resolve("gs://era5-bucket/other/t.nc").is_none());
+        let unknown = entry("g", "gs://b/", json!({"regoin": "x"})).unwrap_err().to_string();
+        assert!(unknown.contains("regoin"), "{unknown}");
+    }
+
+    #[test]
+    fn credentials_in_urls_are_refused_without_being_echoed() {
+        let e = entry("h", "https://user:s3cret@example.org/files/", json!({})).unwrap_err().to_string();
+        assert!(e.contains("must not carry credentials") && !e.contains("s3cret") && !e.contains("user"), "{e}");
     }
 
     #[test]
