@@ -143,6 +143,47 @@ fn value() -> impl Strategy<Value = Value> {
         Just(Value::from("{\"_ARRAY_DIMENSIONS\": [\"x\"], \"_FillValue\": NaN}")),
         Just(Value::from("{not json")),
         Just(json!({"zarr_format": 3, "node_type": "group"})),
+        // Codecs, byte orders, strings, fill values as kerchunk and VirtualiZarr write them.
+        Just(Value::from(zarray(
+            json!([6]),
+            json!([3]),
+            json!({"dtype": ">i2", "fill_value": -32767,
+            "filters": [{"id": "shuffle", "elementsize": 2}], "compressor": {"id": "zlib", "level": 4}})
+        ))),
+        Just(Value::from(zarray(
+            json!([6]),
+            json!([3]),
+            json!({"compressor": {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0}})
+        ))),
+        Just(Value::from(zarray(json!([6]), json!([3]), json!({"compressor": {"id": "lzma"}})))),
+        Just(Value::from(zarray(json!([3]), json!([3]), json!({"dtype": "|S4", "fill_value": null})))),
+        Just(Value::from(zarray(
+            json!([3]),
+            json!([3]),
+            json!({"dtype": "|O", "filters": [{"id": "vlen-utf8"}], "fill_value": null})
+        ))),
+        Just(Value::from(zarray(json!([3]), json!([3]), json!({"dtype": "<M8[ns]", "fill_value": null})))),
+        Just(Value::from(
+            r#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<f8", "fill_value": NaN, "order": "C", "filters": null, "compressor": null}"#
+        )),
+        Just(Value::from(
+            r#"{"_ARRAY_DIMENSIONS": ["x"], "scale_factor": 0.5, "_FillValue": -Infinity, "missing_value": [1, 2]}"#
+        )),
+        "\\{\\{[a-z]{1,3}\\}\\}/[a-z]{1,4}".prop_map(|u| json!([u, 0, 4])),
+        ("[0-9]{1,20}", "[0-9]{1,20}").prop_map(|(o, l)| json!(["/x", o, l])),
+    ]
+}
+
+/// Version 1 extras: templates and generators, valid or not.
+fn extras() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(json!({})),
+        Just(json!({"templates": {"u": "/data"}})),
+        Just(json!({"templates": {"u": 5}})),
+        Just(json!({"gen": [{"key": "a/{{i}}", "url": "{{u}}/f{{i}}.nc", "offset": "{{i * 4}}", "length": "4",
+                             "dimensions": {"i": {"start": 0, "stop": 3}}}], "templates": {"u": "/data"}})),
+        Just(json!({"gen": [{"key": "a/{{i}}", "url": "/f.nc", "dimensions": {"i": 1000000000}}]})),
+        Just(json!({"gen": "nope"})),
     ]
 }
 
@@ -162,26 +203,46 @@ fn key() -> impl Strategy<Value = String> {
     ]
 }
 
-/// Any kerchunk-shaped document gets a 2xx or a 4xx with a problem body, never a 5xx.
-#[test]
-fn any_kerchunk_document_is_accepted_or_refused_never_a_server_error() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let server = rt.block_on(async {
-        let server = TestServer::start(common::Backend::Sqlite).await;
-        server.local_store().await;
-        server
-    });
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(64));
-    let strategy = (proptest::collection::btree_map(key(), value(), 0..10), any::<bool>());
+/// Any kerchunk-shaped document gets a 2xx or a 4xx with a problem body, never a 5xx; a
+/// registered one serves its metadata.
+fn fuzz_registration(server: TestServer, rt: &tokio::runtime::Runtime, cases: u32) {
+    rt.block_on(server.local_store());
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(cases));
+    let strategy = (proptest::collection::btree_map(key(), value(), 0..10), any::<bool>(), extras());
     runner
-        .run(&strategy, |(refs, v1)| {
-            let body = if v1 { json!({"version": 1, "refs": refs}) } else { Value::Object(refs.into_iter().collect()) };
+        .run(&strategy, |(refs, v1, extras)| {
+            let body = if v1 {
+                let mut doc = json!({"version": 1, "refs": refs});
+                for (k, v) in extras.as_object().into_iter().flatten() {
+                    doc[k] = v.clone();
+                }
+                doc
+            } else {
+                Value::Object(refs.into_iter().collect())
+            };
             let (status, answer) = rt.block_on(server.put("/api/v1/stores/fuzz?format=kerchunk", &body));
             prop_assert!(status.is_success() || status.is_client_error(), "{status} {answer} for {body}");
             if status.is_client_error() {
                 prop_assert!(answer["detail"].is_string(), "{answer}");
+            } else {
+                let root = rt.block_on(server.get("/fuzz/zarr.json", &[]));
+                prop_assert_eq!(root.status(), StatusCode::OK);
             }
             Ok(())
         })
         .unwrap();
+}
+
+#[test]
+fn any_kerchunk_document_is_accepted_or_refused_never_a_server_error_sqlite() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let server = rt.block_on(TestServer::start(common::Backend::Sqlite));
+    fuzz_registration(server, &rt, 128);
+}
+
+#[test]
+fn any_kerchunk_document_is_accepted_or_refused_never_a_server_error_postgres() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let Some(server) = rt.block_on(TestServer::start_postgres()) else { return };
+    fuzz_registration(server, &rt, 48);
 }

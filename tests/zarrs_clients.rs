@@ -292,7 +292,12 @@ async fn missing_chunk_reads_as_fill_value() {
     let mut sharded = ArrayBuilder::new(shape.to_vec(), vec![4, 4], data_type::float32(), 7.75f32);
     sharded.subchunk_shape(vec![2, 2]);
     let sharded = write_f32(&store, "/sh", &sharded, &values);
-    register(&server, "holes", json!({"h": node, "sh": array_node(&root, &sharded, &[&[0, 1]])}), 2 + 3).await;
+    let nodes = json!({"h": node, "sh": array_node(&root, &sharded, &[&[0, 1]])});
+    register(&server, "holes", nodes.clone(), 2 + 3).await;
+    // The same store answering missing chunks with encoded fill-value chunks (for caches that
+    // mishandle 404): zarrs must read the same numbers from it.
+    register(&server, "filled?missing_chunks=fill", nodes, 2 + 3).await;
+    assert_eq!(server.get("/filled/h/c/1/0", &[]).await.status(), StatusCode::OK);
     let head = server.head("/holes/h/c/1/1").await;
     assert_eq!(head.status(), StatusCode::OK);
     assert_eq!(head.headers()["content-length"], inline.len().to_string().as_str(), "HEAD of an inline chunk");
@@ -323,6 +328,16 @@ async fn missing_chunk_reads_as_fill_value() {
     assert_same(&sub, &region(&expected, &shape, &ranges), "sharded: region across the missing shard");
     let all: Vec<f32> = sharded.async_retrieve_array_subset(&sharded.subset_all()).await.unwrap();
     assert_same(&all, &expected, "sharded array with shard [0, 1] missing");
+
+    let filled = http_store(&server, "filled");
+    let h = Array::async_open(filled.clone(), "/h").await.unwrap();
+    let all: Vec<f32> = h.async_retrieve_array_subset(&h.subset_all()).await.unwrap();
+    let expected_h: Vec<f32> =
+        (0..64).map(|i| if (4..8).contains(&(i / 8)) && i % 8 < 4 { 42.5 } else { values[i] }).collect();
+    assert_same(&all, &expected_h, "missing_chunks=fill: the gzip fill chunk decodes to the fill value");
+    let sh = Array::async_open(filled, "/sh").await.unwrap();
+    let all: Vec<f32> = sh.async_retrieve_array_subset(&sh.subset_all()).await.unwrap();
+    assert_same(&all, &expected, "missing_chunks=fill: the fill shard decodes to the fill value");
 }
 
 /// Case 4: `v2` and `default` with `.` chunk key encodings, and 0-d arrays.

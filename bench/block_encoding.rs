@@ -1,0 +1,208 @@
+//! Block encodings compared: the stored form of a manifest block (what PostgreSQL keeps and a
+//! cold read fetches and decodes), for blocks of 1,024 to 65,536 references.
+//!
+//!   cargo run --release --example block_encoding            # prints a table, writes bench/results/block_encoding.json
+//!
+//! Encodings:
+//! - `fixed`: what zarrgate stores, 16 bytes per reference (offset u64, length u32, source u32)
+//!   after the block's source dictionary; decoding is a copy into the same fixed-width records
+//!   the cache keeps, so a lookup is an index.
+//! - `varint`: LEB128 source, length, and offset as the zigzag difference from where the previous
+//!   chunk ended (consecutive chunks of one file cost one byte for it).
+//! - `fixed+zstd`, `varint+zstd`: the same, compressed with zstd level 3.
+//!
+//! Two layouts of references: `sequential` (chunks one after the other in a few files, as in the
+//! netCDF/HDF5 files VirtualiZarr indexes, lengths 8-16 KiB like compressed chunks) and
+//! `scattered` (each chunk in one of 64 files at a random offset: the worst case for deltas).
+//! Every figure is the median of 7 runs.
+
+use std::time::Instant;
+
+use zarrgate::zarr::block::{BlockBuilder, ChunkRef, ManifestBlock};
+
+/// A small deterministic generator (xorshift), so every run sees the same blocks.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn block(n: u32, scattered: bool) -> ManifestBlock {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ u64::from(n) ^ u64::from(scattered));
+    let mut b = BlockBuilder::new(n);
+    let mut offset = 4096u64;
+    for slot in 0..n {
+        let length = 8192 + (rng.next() % 8192) as u32;
+        let (file, at) = if scattered {
+            (rng.next() % 64, rng.next() % (1 << 36))
+        } else {
+            let at = offset;
+            offset += u64::from(length);
+            (u64::from(slot) * 8 / u64::from(n), at)
+        };
+        b.push_virtual(slot, &format!("s3://era5-archive/reanalysis/2024/file-{file:03}.nc"), None, at, length);
+    }
+    b.finish()
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn get_varint(data: &[u8], at: &mut usize) -> u64 {
+    let mut v = 0u64;
+    let mut shift = 0;
+    loop {
+        let b = data[*at];
+        *at += 1;
+        v |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return v;
+        }
+        shift += 7;
+    }
+}
+
+/// The varint form: the sources as `fixed` stores them (a header with the dictionary), then per
+/// reference source, length, zigzag(offset - end of previous chunk).
+fn varint_encode(block: &ManifestBlock, urls: &[String]) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_varint(&mut out, urls.len() as u64);
+    for u in urls {
+        put_varint(&mut out, u.len() as u64);
+        out.extend_from_slice(u.as_bytes());
+    }
+    let mut end = 0u64;
+    for (_, chunk) in block.iter() {
+        if let ChunkRef::Virtual { source, offset, length } = chunk {
+            let s = urls.iter().position(|u| **u == *source.url).unwrap_or(0);
+            put_varint(&mut out, s as u64);
+            put_varint(&mut out, length);
+            let delta = offset as i64 - end as i64;
+            put_varint(&mut out, ((delta << 1) ^ (delta >> 63)) as u64);
+            end = offset + length;
+        }
+    }
+    out
+}
+
+/// Decodes the varint form into the fixed-width records the cache would hold.
+fn varint_decode(data: &[u8]) -> Vec<(u64, u32, u32)> {
+    let mut at = 0;
+    let n = get_varint(data, &mut at);
+    for _ in 0..n {
+        let len = get_varint(data, &mut at) as usize;
+        at += len;
+    }
+    let mut records = Vec::new();
+    let mut end = 0u64;
+    while at < data.len() {
+        let source = get_varint(data, &mut at) as u32;
+        let length = get_varint(data, &mut at);
+        let z = get_varint(data, &mut at);
+        let delta = ((z >> 1) as i64) ^ -((z & 1) as i64);
+        let offset = (end as i64 + delta) as u64;
+        records.push((offset, length as u32, source));
+        end = offset + length;
+    }
+    records
+}
+
+/// Median nanoseconds of `f`, over 7 runs of enough repetitions to last about 20 ms each.
+fn time(mut f: impl FnMut()) -> f64 {
+    let started = Instant::now();
+    f();
+    let once = started.elapsed().as_nanos().max(1) as f64;
+    let reps = ((20e6 / once) as usize).clamp(1, 100_000);
+    let mut runs: Vec<f64> = (0..7)
+        .map(|_| {
+            let started = Instant::now();
+            for _ in 0..reps {
+                f();
+            }
+            started.elapsed().as_nanos() as f64 / reps as f64
+        })
+        .collect();
+    runs.sort_by(f64::total_cmp);
+    runs[3]
+}
+
+fn main() {
+    let mut rows = Vec::new();
+    println!(
+        "{:<10} {:>7} {:<12} {:>10} {:>10} {:>12} {:>12}",
+        "layout", "refs", "encoding", "bytes", "B/ref", "encode us", "decode us"
+    );
+    for scattered in [false, true] {
+        for n in [1024u32, 4096, 16_384, 65_536] {
+            let b = block(n, scattered);
+            let mut urls: Vec<String> = b
+                .iter()
+                .filter_map(|(_, c)| match c {
+                    ChunkRef::Virtual { source, .. } => Some(source.url.to_string()),
+                    _ => None,
+                })
+                .collect();
+            urls.sort();
+            urls.dedup();
+            let fixed = b.encode();
+            let varint = varint_encode(&b, &urls);
+            let candidates: Vec<(&str, Vec<u8>, f64, f64)> = vec![
+                ("fixed", fixed.clone(), time(|| drop(std::hint::black_box(b.encode()))), {
+                    time(|| drop(std::hint::black_box(ManifestBlock::decode(&fixed))))
+                }),
+                ("varint", varint.clone(), time(|| drop(std::hint::black_box(varint_encode(&b, &urls)))), {
+                    time(|| drop(std::hint::black_box(varint_decode(&varint))))
+                }),
+                {
+                    let z = zstd::bulk::compress(&fixed, 3).unwrap_or_default();
+                    let enc = time(|| drop(std::hint::black_box(zstd::bulk::compress(&b.encode(), 3))));
+                    let dec = time(|| {
+                        let raw = zstd::bulk::decompress(&z, fixed.len()).unwrap_or_default();
+                        drop(std::hint::black_box(ManifestBlock::decode(&raw)));
+                    });
+                    ("fixed+zstd", z, enc, dec)
+                },
+                {
+                    let z = zstd::bulk::compress(&varint, 3).unwrap_or_default();
+                    let enc = time(|| drop(std::hint::black_box(zstd::bulk::compress(&varint_encode(&b, &urls), 3))));
+                    let dec = time(|| {
+                        let raw = zstd::bulk::decompress(&z, varint.len()).unwrap_or_default();
+                        drop(std::hint::black_box(varint_decode(&raw)));
+                    });
+                    ("varint+zstd", z, enc, dec)
+                },
+            ];
+            let layout = if scattered { "scattered" } else { "sequential" };
+            for (name, bytes, enc, dec) in candidates {
+                let per_ref = bytes.len() as f64 / f64::from(n);
+                println!(
+                    "{layout:<10} {n:>7} {name:<12} {:>10} {per_ref:>10.2} {:>12.1} {:>12.1}",
+                    bytes.len(),
+                    enc / 1e3,
+                    dec / 1e3
+                );
+                rows.push(format!(
+                    r#"{{"layout": "{layout}", "refs": {n}, "encoding": "{name}", "bytes": {}, "bytes_per_ref": {per_ref:.3}, "encode_us": {:.2}, "decode_us": {:.2}}}"#,
+                    bytes.len(),
+                    enc / 1e3,
+                    dec / 1e3
+                ));
+            }
+        }
+    }
+    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/results/block_encoding.json");
+    let json = format!("[\n  {}\n]\n", rows.join(",\n  "));
+    if let Err(e) = std::fs::write(&out, json) {
+        eprintln!("cannot write {}: {e}", out.display());
+    }
+}
