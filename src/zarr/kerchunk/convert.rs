@@ -334,6 +334,47 @@ mod tests {
         array_to_v3(&zarray, zattrs.as_object().cloned().unwrap_or_default()).unwrap()
     }
 
+    /// zarrs' own conversion (`zarrs::convert::array_metadata_v2_to_v3`) is the reference for
+    /// Zarr v2 metadata as zarr-python writes it (array-to-array filters, one compressor): on
+    /// those, everything but the attributes must come out the same. It is not used for the
+    /// conversion itself because kerchunk documents are not always like that: kerchunk puts
+    /// HDF5's whole filter pipeline (shuffle, zlib...) under `filters`, which zarrs places before
+    /// `bytes`, an invalid chain, while zarr-python reads them after it; zarrs has no `|S<n>`
+    /// (netCDF char); and a `null` float fill value becomes 0 there, NaN in VirtualiZarr.
+    #[test]
+    fn agrees_with_zarrs_on_zarr_python_metadata() {
+        let cases = [
+            json!({"dtype": "<f4", "fill_value": -9999.0, "compressor": {"id": "zlib", "level": 4}}),
+            json!({"dtype": ">f8", "fill_value": "NaN", "order": "F", "compressor": {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0}}),
+            json!({"dtype": "<f8", "fill_value": "-Infinity", "compressor": {"id": "zstd", "level": 3}, "dimension_separator": "/"}),
+            json!({"dtype": "<i2", "fill_value": -32767, "compressor": {"id": "gzip", "level": 5}}),
+            json!({"dtype": "|u1", "fill_value": 7, "compressor": {"id": "blosc", "cname": "zstd", "clevel": 3, "shuffle": 2, "blocksize": 0}}),
+            json!({"dtype": "|b1", "fill_value": true, "compressor": null}),
+            json!({"dtype": ">i8", "fill_value": 0, "compressor": {"id": "bz2", "level": 9}}),
+            json!({"dtype": "<c8", "fill_value": [1.0, -1.0], "compressor": null}),
+            json!({"dtype": "<f4", "fill_value": 1.5, "compressor": null, "filters": [{"id": "fixedscaleoffset", "offset": 0.0, "scale": 10.0, "dtype": "<f4", "astype": "<i4"}]}),
+        ];
+        for extra in cases {
+            let mut zarray =
+                json!({"zarr_format": 2, "shape": [10, 6], "chunks": [4, 3], "order": "C", "filters": null});
+            for (k, v) in extra.as_object().unwrap() {
+                zarray[k] = v.clone();
+            }
+            let v2: zarrs::metadata::v2::ArrayMetadataV2 = serde_json::from_value(zarray.clone()).unwrap();
+            let mut theirs = serde_json::to_value(zarrs::convert::array_metadata_v2_to_v3(&v2).unwrap()).unwrap();
+            if zarray["dtype"].as_str().is_some_and(|d| d.starts_with('|')) {
+                // Single bytes have no order: zarrs says little, zarr-python says nothing.
+                theirs["codecs"][0] = json!({"name": "bytes"});
+            }
+            let ours = Value::Object(convert(zarray.clone(), json!({})));
+            for field in ["shape", "data_type", "chunk_grid", "chunk_key_encoding", "fill_value", "codecs"] {
+                assert_eq!(ours[field], theirs[field], "{field} of {zarray}");
+            }
+            let mut ours = ours.as_object().cloned().unwrap();
+            assert!(crate::zarr::metadata::validate_node(&mut ours).is_ok(), "{zarray}");
+        }
+    }
+
     #[test]
     fn virtualizarr_netcdf4_array() {
         // As VirtualiZarr writes it: every codec under filters, compressor null.
