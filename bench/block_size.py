@@ -5,10 +5,10 @@ connection (TLS, as sqlx negotiates with Debian's PostgreSQL) and, interleaved, 
 "plain": sslmode=disable), see bench/cold_read.py.
 
 For each block size in BLOCKS (1024, 4096, 16384, 65536) and each storage in STORAGES:
-  default    the migration's column as it is: bytea with storage EXTENDED (TOAST may compress with
-             pglz, the server's default_toast_compression, and moves large values out of line)
-  external   `alter table blocks alter column data set storage external` before registering:
-             out of line, never compressed (the migrations are not changed; this is an experiment)
+  compressed `alter table blocks alter column data set storage extended` before registering: TOAST
+             may compress with pglz (the server's default_toast_compression) and moves large values
+             out of line (PostgreSQL's default for bytea, and the migrations' before 0002)
+  external   the migrations' column as it is since 0002: out of line, never compressed
 a fresh database, registration (PUT time), the stored size (encoded bytes, bytes after TOAST, the
 blocks and tiles tables on disk), then cold reads with the block cache off, as bench/cold_read.py
 measures them (wrk, 1 connection, RUNS (3) x SECONDS (10), random chunks): p50/p90/p99, and the
@@ -16,7 +16,7 @@ mean time of the catalog's block query (zarrgate_catalog_query_duration_seconds{
 next to the mean request time, whose difference is decoding the block and reading the chunk.
 
   python3 bench/block_size.py
-  BLOCKS=4096,65536 STORAGES=default SIZE=1e6 python3 bench/block_size.py
+  BLOCKS=4096,65536 STORAGES=external SIZE=1e6 python3 bench/block_size.py
 """
 
 import os
@@ -26,13 +26,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 from cold_read import block_stats, lat, measure_cache_off, register, store_layout  # noqa: E402
 
-ALTER = {"default": None, "external": "alter table blocks alter column data set storage external"}
+ALTER = {"compressed": "alter table blocks alter column data set storage extended", "external": None}
 
 
 def main():
     size = os.environ.get("SIZE", "1e7")
     blocks = [int(b) for b in os.environ.get("BLOCKS", "1024,4096,16384,65536").split(",")]
-    storages = os.environ.get("STORAGES", "default,external").split(",")
+    storages = os.environ.get("STORAGES", "compressed,external").split(",")
     runs = h.runs(3)
     variants = ["tls"] + [v for v in os.environ.get("VARIANTS", "plain").split(",") if v]
     seconds = h.env_int("SECONDS", 10)

@@ -147,7 +147,7 @@ impl Default for Config {
             listen: "127.0.0.1:8080".into(),
             database_url: "sqlite://./data/zarrgate.db".into(),
             database_max_connections: 16,
-            block_chunks: 65_536,
+            block_chunks: crate::zarr::grid::DEFAULT_TILE_CHUNKS as u32,
             admin_tokens: Vec::new(),
             insecure: false,
             allow_file_object_stores: true,
@@ -245,8 +245,8 @@ impl Config {
         if !matches!(self.http.missing_chunks.as_str(), "404" | "fill") {
             bail!("http.missing_chunks must be \"404\" or \"fill\", not {:?}", self.http.missing_chunks);
         }
-        if !(1..=1 << 20).contains(&self.block_chunks) {
-            bail!("block_chunks must be between 1 and 1048576, not {}", self.block_chunks);
+        if !(1..=crate::zarr::grid::MAX_TILE_CHUNKS).contains(&u64::from(self.block_chunks)) {
+            bail!("block_chunks must be between 1 and 65536, not {}", self.block_chunks);
         }
         if self.admin_tokens.iter().any(|t| t.len() < 16) {
             bail!("admin tokens must be at least 16 characters long");

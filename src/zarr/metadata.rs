@@ -9,7 +9,7 @@ use zarrs::array::{Array, ArrayMetadata};
 use zarrs::metadata::v3::{ArrayMetadataV3, GroupMetadataV3};
 use zarrs::storage::store::MemoryStore;
 
-use super::grid::{ChunkGrid, MAX_TILE_CHUNKS};
+use super::grid::{ChunkGrid, DEFAULT_TILE_CHUNKS};
 use super::key::ChunkKeyEncoding;
 
 /// What kind of node a metadata document describes.
@@ -33,7 +33,7 @@ pub struct ArrayLayout {
 /// Validates a node's `zarr.json` (with `manifest` already removed). `consolidated_metadata` on
 /// groups is dropped: the server writes its own. Returns every problem found.
 pub fn validate_node(metadata: &mut Map<String, Value>) -> Result<NodeKind, Vec<String>> {
-    validate_node_tiled(metadata, Tiling::New(MAX_TILE_CHUNKS))
+    validate_node_tiled(metadata, Tiling::New(DEFAULT_TILE_CHUNKS))
 }
 
 /// How an array's tiles (its manifest blocks) are shaped.
@@ -132,7 +132,7 @@ fn validate_array(metadata: &Map<String, Value>, tiling: Tiling<'_>) -> Result<A
 
 /// Reads the chunk grid and key encoding of an array's metadata, tiled with the default block size.
 pub fn array_layout(metadata: &Map<String, Value>) -> Result<ArrayLayout, String> {
-    array_layout_tiled(metadata, Tiling::New(MAX_TILE_CHUNKS))
+    array_layout_tiled(metadata, Tiling::New(DEFAULT_TILE_CHUNKS))
 }
 
 /// Reads the chunk grid and key encoding of an array's metadata, tiled as `tiling` says.

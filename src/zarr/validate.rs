@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 
 use super::block::BlockBuilder;
 use super::document::{Document, Problems, SourceFacts, UrlTable};
-use super::grid::{ChunkLocation, MAX_TILE_CHUNKS};
+use super::grid::{ChunkLocation, DEFAULT_TILE_CHUNKS};
 use super::key::manifest_key;
 use super::manifest::{RawManifest, RawRef};
 use super::metadata::{ArrayLayout, NodeKind, Tiling, validate_node_tiled};
@@ -106,7 +106,7 @@ pub struct ValidatedStore {
 /// Validates `doc` with the default block size. `registered` says whether a source URL falls
 /// under a registered object store.
 pub fn validate(doc: Document, registered: &dyn Fn(&str) -> bool) -> Result<ValidatedStore, Rejected> {
-    validate_tiled(doc, registered, MAX_TILE_CHUNKS)
+    validate_tiled(doc, registered, DEFAULT_TILE_CHUNKS)
 }
 
 /// Validates `doc`, tiling arrays in blocks of at most `tile_chunks` references.
