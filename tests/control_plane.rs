@@ -212,6 +212,21 @@ async fn tokens_guard_the_control_plane_only() {
     assert_eq!(server.get("/api/v1/openapi.json", &[("authorization", &auth)]).await.status(), StatusCode::OK);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_object_stores_can_be_kept_off_the_api() {
+    let server = common::TestServer::start_with(common::Backend::Sqlite, |c| c.allow_file_object_stores = false).await;
+    let url = url::Url::from_directory_path(&server.data).unwrap();
+    let (status, body) = server.put("/api/v1/object-stores/local", &json!({"url": url.as_str()})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("allow_file_object_stores = false"), "{body}");
+    let listed: Value = server.get("/api/v1/object-stores", &[]).await.json().await.unwrap();
+    assert_eq!(listed["object_stores"], json!([]), "nothing was registered: {listed}");
+    let (status, _) = server
+        .put("/api/v1/object-stores/s3", &json!({"url": "s3://bucket/", "options": {"region": "eu-west-1"}}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "other schemes still can");
+}
+
 #[test]
 fn refuses_an_open_control_plane_on_a_public_address() {
     let mut config = zarrgate::config::Config { listen: "0.0.0.0:8080".into(), ..Default::default() };

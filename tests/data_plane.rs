@@ -147,17 +147,23 @@ both_backends! {
     async fn chunks_are_never_content_encoded(server) {
         register(&server).await;
         let gz = [("accept-encoding", "gzip, deflate")];
-        for key in ["x/c/0", "g/sub/scalar/c"] {
+        for (key, length) in [("x/c/0", "16"), ("g/sub/scalar/c", "4")] {
             let r = server.get(&format!("/demo/{key}"), &gz).await;
             assert!(r.headers().get("content-encoding").is_none(), "{key}");
             assert_eq!(r.headers()["content-type"], "application/octet-stream");
+            assert_eq!(r.headers()["content-length"], length, "{key}: virtual and inline chunks say their length");
         }
-        let plain = server.bytes("/demo/zarr.json").await;
+        let plain_response = server.get("/demo/zarr.json", &[]).await;
+        let length = plain_response.headers()["content-length"].to_str().unwrap().to_owned();
+        let plain = plain_response.bytes().await.unwrap().to_vec();
+        assert_eq!(length, plain.len().to_string());
         let r = server.get("/demo/zarr.json", &gz).await;
         assert_eq!(r.headers()["content-encoding"], "gzip");
         assert_eq!(r.headers()["vary"], "accept-encoding");
         let gz_etag = r.headers()["etag"].to_str().unwrap().to_owned();
+        let gz_length = r.headers()["content-length"].to_str().unwrap().to_owned();
         let compressed = r.bytes().await.unwrap();
+        assert_eq!(gz_length, compressed.len().to_string(), "Content-Length of the compressed body");
         let mut decoded = Vec::new();
         std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&compressed[..]), &mut decoded).unwrap();
         assert_eq!(decoded, plain);
@@ -231,4 +237,27 @@ async fn ops_endpoints() {
     let r = server.get("/somewhere", &[]).await;
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     assert!(r.headers().contains_key("x-request-id"));
+}
+
+/// The value of one series of the Prometheus text from `/metrics` (0 when absent).
+async fn metric(server: &TestServer, series: &str) -> f64 {
+    let text = server.get("/metrics", &[]).await.text().await.unwrap();
+    text.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok()).unwrap_or(0.0)
+}
+
+/// Many readers asking at once for a chunk whose block is not cached make one catalog query,
+/// and every one of them gets the chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_misses_load_a_block_once() {
+    let server = TestServer::start(common::Backend::Sqlite).await;
+    register(&server).await;
+    let queries = r#"zarrgate_catalog_query_duration_seconds_count{operation="block"}"#;
+    assert_eq!(metric(&server, queries).await, 0.0, "registering caches no block");
+    let reads = (0..32).map(|_| server.bytes("/demo/x/c/2"));
+    for body in futures::future::join_all(reads).await {
+        assert_eq!(body, f32_bytes([8.0, 9.0, 10.0, 11.0]));
+    }
+    assert_eq!(metric(&server, queries).await, 1.0, "32 concurrent misses, one query");
+    assert_eq!(metric(&server, r#"zarrgate_cache_misses_total{cache="blocks"}"#).await, 1.0);
+    assert_eq!(metric(&server, r#"zarrgate_cache_hits_total{cache="blocks"}"#).await, 31.0);
 }
