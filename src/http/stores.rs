@@ -62,7 +62,9 @@ async fn register(
         other => return Err(ApiError::BadRequest(format!("missing_chunks {other:?} must be \"404\" or \"fill\""))),
     };
     let scratch = app.config.ingest.scratch();
+    let reading = std::time::Instant::now();
     let (mut doc, format) = ingest::read_document(body, limit, format, &scratch).await?;
+    let read_seconds = reading.elapsed().as_secs_f64();
     let verify = params.verify.unwrap_or(true);
     if verify {
         super::verify::record_facts(&app, &mut doc).await;
@@ -70,6 +72,7 @@ async fn register(
     ingest::resolve_whole_objects(&app, &mut doc, verify).await;
     let entries = app.sources.entries();
     let tile_chunks = u64::from(app.config.block_chunks);
+    let validating = std::time::Instant::now();
     let validated = tokio::task::spawn_blocking(move || {
         validate_tiled(doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix)), tile_chunks)
     })
@@ -89,6 +92,7 @@ async fn register(
             return Err(ApiError::Invalid { title, problems });
         }
     };
+    let validate_seconds = validating.elapsed().as_secs_f64();
     let started = std::time::Instant::now();
     let written = app.catalog.write_version(&name, &store, options).await?;
     app.observe_catalog("write_version", started);
@@ -107,7 +111,8 @@ async fn register(
     let outcome = if written.created { "created" } else { "replaced" };
     app.metrics.registrations_total.with_label_values(&[outcome]).inc();
     tracing::info!(store = %name, version = written.head.id, outcome, chunks = store.summary.chunks.virtual_ + store.summary.chunks.inline,
-        seconds = started.elapsed().as_secs_f64(), "store registered");
+        seconds = started.elapsed().as_secs_f64(), read_seconds, validate_seconds, blocks = store.block_count(),
+        spilled_to_disk = store.spilled(), "store registered");
     let status = if written.created { StatusCode::CREATED } else { StatusCode::OK };
     let body = summary_json(&written.head, written.head.created_at_ms, &store.summary);
     let location = format!("/api/v1/stores/{name}");

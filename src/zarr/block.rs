@@ -266,8 +266,13 @@ impl BlockBuilder {
 
     /// Adds a virtual reference. The caller guarantees `slot < tile_len` and unique slots.
     pub fn push_virtual(&mut self, slot: u32, url: &str, etag: Option<&str>, offset: u64, length: u32) {
-        let source = match self.source_index.get(url) {
-            Some(i) => *i,
+        // Neighbouring chunks mostly come from the same source: try the last one before hashing.
+        let last = self.entries.last().map(|(_, r)| r.source).filter(|s| (*s as usize) < self.sources.len());
+        let source = match last
+            .filter(|s| &*self.sources[*s as usize].url == url)
+            .or_else(|| self.source_index.get(url).copied())
+        {
+            Some(i) => i,
             None => {
                 let i = self.sources.len() as u32;
                 self.sources.push(BlockSource { url: url.into(), etag: etag.map(Into::into) });

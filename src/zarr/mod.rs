@@ -6,6 +6,7 @@ pub mod document;
 pub mod fill;
 pub mod grid;
 pub mod hierarchy;
+pub mod json_stream;
 pub mod kerchunk;
 pub mod key;
 pub mod manifest;

@@ -1,16 +1,20 @@
 //! Streaming reader of the native manifest document (`{"nodes": {...}, "sources": {...}}`):
-//! references go straight into compact per-array buffers, never into a JSON tree.
+//! the outer objects are walked as they arrive ([`JsonStream`]), and references go straight
+//! into compact per-array scratch logs, never into a JSON tree.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use base64::Engine;
-use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+use std::io::Read;
+
+use serde::de::{DeserializeSeed, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
-use super::document::{DocNode, Document, Problems, SourceFacts, UrlTable};
-use super::manifest::{RawManifest, RawRef, normalize_source_url, split_manifest_key};
+use super::document::{DocNode, Document, SourceFacts, UrlTable};
+use super::json_stream::JsonStream;
+use super::manifest::{RawManifest, RawRef, normalize_source_url};
 use super::spill::Scratch;
 
 /// Base64 as Python writes it, padding optional.
@@ -26,222 +30,244 @@ pub const BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpos
 pub struct SyntaxError(#[from] pub serde_json::Error);
 
 /// Reads a native document from `reader` as it arrives, its references kept in `scratch`.
-pub fn parse_reader(reader: impl std::io::Read, scratch: &Scratch) -> Result<Document, SyntaxError> {
+pub fn parse_reader(reader: impl Read, scratch: &Scratch) -> Result<Document, SyntaxError> {
     let mut doc = Document::new(scratch);
-    let mut de = serde_json::Deserializer::from_reader(reader);
-    DocumentSeed(&mut doc).deserialize(&mut de)?;
-    de.end()?;
+    let mut s = JsonStream::new(reader);
+    read_document(&mut s, &mut doc)?;
+    s.end()?;
     Ok(doc)
 }
 
 /// Reads a native document held in memory.
 pub fn parse_slice(bytes: &[u8]) -> Result<Document, SyntaxError> {
-    let mut doc = Document::default();
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    DocumentSeed(&mut doc).deserialize(&mut de)?;
-    de.end()?;
-    Ok(doc)
+    parse_reader(bytes, &Scratch::in_memory())
 }
 
-struct DocumentSeed<'a>(&'a mut Document);
-
-impl<'de> DeserializeSeed<'de> for DocumentSeed<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for DocumentSeed<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str(r#"a manifest document {"nodes": {...}}"#)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let doc = self.0;
-        let mut saw_nodes = false;
-        while let Some(key) = map.next_key::<String>()? {
-            match key.as_str() {
-                "nodes" => {
-                    saw_nodes = true;
-                    map.next_value_seed(NodesSeed(doc))?;
-                }
-                "delete" => doc.delete = map.next_value()?,
-                "sources" => {
-                    let sources: BTreeMap<String, SourceFacts> = map.next_value()?;
-                    for (url, facts) in sources {
-                        match normalize_source_url(&url).map(|u| (u, facts.check())) {
-                            Ok((url, Ok(()))) => {
-                                doc.sources.insert(url, facts);
-                            }
-                            Ok((url, Err(why))) => doc.problems.push(format!("sources: {url}: {why}")),
-                            Err(e) => doc.problems.push(format!("sources: {e}")),
+fn read_document<R: Read>(s: &mut JsonStream<R>, doc: &mut Document) -> Result<(), serde_json::Error> {
+    s.begin_object(r#"a manifest document {"nodes": {...}}"#)?;
+    let (mut first, mut key) = (true, String::new());
+    let mut saw_nodes = false;
+    while s.next_key(&mut first, &mut key)? {
+        match key.as_str() {
+            "nodes" => {
+                saw_nodes = true;
+                read_nodes(s, doc)?;
+            }
+            "delete" => doc.delete = s.value()?,
+            "sources" => {
+                let sources: BTreeMap<String, SourceFacts> = s.value()?;
+                for (url, facts) in sources {
+                    match normalize_source_url(&url).map(|u| (u, facts.check())) {
+                        Ok((url, Ok(()))) => {
+                            doc.sources.insert(url, facts);
                         }
+                        Ok((url, Err(why))) => doc.problems.push(format!("sources: {url}: {why}")),
+                        Err(e) => doc.problems.push(format!("sources: {e}")),
                     }
                 }
-                other => {
-                    doc.problems.push(format!(
-                        "unknown top-level key {other:?} (expected \"nodes\", \"sources\" or, to PATCH, \"delete\")"
-                    ));
-                    map.next_value::<IgnoredAny>()?;
-                }
+            }
+            other => {
+                doc.problems.push(format!(
+                    "unknown top-level key {other:?} (expected \"nodes\", \"sources\" or, to PATCH, \"delete\")"
+                ));
+                s.skip_value()?;
             }
         }
-        if !saw_nodes {
-            doc.problems.push(r#"the document has no "nodes""#);
+    }
+    if !saw_nodes {
+        doc.problems.push(r#"the document has no "nodes""#);
+    }
+    Ok(())
+}
+
+fn read_nodes<R: Read>(s: &mut JsonStream<R>, doc: &mut Document) -> Result<(), serde_json::Error> {
+    s.begin_object("an object of nodes by path")?;
+    let (mut first, mut path) = (true, String::new());
+    let mut paths = PathCache::new();
+    while s.next_key(&mut first, &mut path)? {
+        let node = read_node(s, doc, &path, &mut paths)?;
+        if doc.nodes.insert(path.clone(), node).is_some() {
+            doc.problems.push(format!("node {path:?} appears twice"));
         }
-        Ok(())
     }
+    Ok(())
 }
 
-struct NodesSeed<'a>(&'a mut Document);
-
-impl<'de> DeserializeSeed<'de> for NodesSeed<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
+/// One node: its `zarr.json` keys as they are, its `manifest` read reference by reference.
+fn read_node<R: Read>(
+    s: &mut JsonStream<R>,
+    doc: &mut Document,
+    path: &str,
+    paths: &mut PathCache,
+) -> Result<DocNode, serde_json::Error> {
+    s.begin_object(&format!("node {path:?} as a zarr.json object"))?;
+    let (mut first, mut key) = (true, String::new());
+    let mut metadata = Map::new();
+    let mut manifest: Option<RawManifest> = None;
+    while s.next_key(&mut first, &mut key)? {
+        if key != "manifest" {
+            metadata.insert(key.clone(), s.value::<Value>()?);
+        } else if manifest.is_some() {
+            doc.problems.push(format!("node {path:?}: \"manifest\" appears twice"));
+            s.skip_value()?;
+        } else {
+            let mut target = doc.new_manifest();
+            read_manifest(s, doc, path, paths, &mut target)?;
+            manifest = Some(target);
+        }
     }
+    Ok(DocNode { metadata, manifest })
 }
 
-impl<'de> Visitor<'de> for NodesSeed<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an object of nodes by path")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let doc = self.0;
-        while let Some(path) = map.next_key::<String>()? {
-            let seed = NodeSeed {
-                path: &path,
-                urls: &mut doc.urls,
-                problems: &mut doc.problems,
-                manifest: RawManifest::new(&doc.scratch),
-            };
-            let node = map.next_value_seed(seed)?;
-            if doc.nodes.insert(path.clone(), node).is_some() {
-                doc.problems.push(format!("node {path:?} appears twice"));
+fn read_manifest<R: Read>(
+    s: &mut JsonStream<R>,
+    doc: &mut Document,
+    path: &str,
+    paths: &mut PathCache,
+    manifest: &mut RawManifest,
+) -> Result<(), serde_json::Error> {
+    s.begin_object(&format!("the manifest of array {path:?}: an object of chunk references"))?;
+    let (mut first, mut key) = (true, String::new());
+    let mut indices = Vec::new();
+    while s.next_key(&mut first, &mut key)? {
+        let urls = &mut doc.urls;
+        let entry = s.with_value(|de| EntrySeed { urls, paths }.deserialize(de))?;
+        if !chunk_indices(&key, &mut indices) {
+            doc.problems.push(format!("array {path:?}: manifest key {key:?} is not chunk indices joined by '.'"));
+            continue;
+        }
+        match entry {
+            Ok(EntryValue::Missing) => manifest.push(&indices, RawRef::Clear),
+            Ok(EntryValue::Inline(bytes)) => manifest.push_inline(&indices, &bytes),
+            Ok(EntryValue::Virtual { url, offset, length }) => {
+                manifest.push(&indices, RawRef::Virtual { url, offset, length });
             }
+            Err(problem) => doc.problems.push(format!("array {path:?}, chunk {key:?}: {problem}")),
         }
-        Ok(())
     }
+    Ok(())
 }
 
-struct NodeSeed<'a> {
-    path: &'a str,
-    urls: &'a mut UrlTable,
-    problems: &'a mut Problems,
-    /// Where the node's manifest goes, if it has one.
-    manifest: RawManifest,
-}
-
-impl<'de> DeserializeSeed<'de> for NodeSeed<'_> {
-    type Value = DocNode;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<DocNode, D::Error> {
-        d.deserialize_map(self)
+/// Reads a manifest key (`"1.0.2"`, `""` for 0-d) into `indices`; false when it is not chunk
+/// indices joined by `.` (or has more than 255).
+fn chunk_indices(key: &str, indices: &mut Vec<u64>) -> bool {
+    indices.clear();
+    if key.is_empty() {
+        return true;
     }
-}
-
-impl<'de> Visitor<'de> for NodeSeed<'_> {
-    type Value = DocNode;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "node {:?} as a zarr.json object", self.path)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DocNode, A::Error> {
-        let mut metadata = Map::new();
-        let mut manifest = Some(self.manifest);
-        let mut seen = false;
-        while let Some(key) = map.next_key::<String>()? {
-            if key == "manifest" {
-                let Some(target) = manifest.as_mut().filter(|_| !seen) else {
-                    self.problems.push(format!("node {:?}: \"manifest\" appears twice", self.path));
-                    map.next_value::<IgnoredAny>()?;
-                    continue;
-                };
-                seen = true;
-                map.next_value_seed(ManifestSeed {
-                    path: self.path,
-                    urls: self.urls,
-                    problems: self.problems,
-                    target,
-                })?;
-            } else {
-                let value: Value = map.next_value()?;
-                metadata.insert(key, value);
-            }
+    for part in key.split('.') {
+        match (!part.is_empty() && part.bytes().all(|b| b.is_ascii_digit())).then(|| part.parse::<u64>()) {
+            Some(Ok(i)) if indices.len() < 255 => indices.push(i),
+            _ => return false,
         }
-        Ok(DocNode { metadata, manifest: manifest.filter(|_| seen) })
     }
+    true
 }
 
-struct ManifestSeed<'a> {
-    path: &'a str,
-    urls: &'a mut UrlTable,
-    problems: &'a mut Problems,
-    target: &'a mut RawManifest,
-}
-
-impl<'de> DeserializeSeed<'de> for ManifestSeed<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
-    }
-}
+/// The URL number of every reference path seen in the document, or why it cannot be used: a
+/// manifest repeats a few paths millions of times, and normalising a path is the costliest
+/// thing about a reference.
+pub(super) type PathCache = HashMap<Box<str>, Result<u32, String>>;
 
 /// One manifest entry: `{"path", "offset", "length"}` or `{"data"}`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Entry {
-    path: Option<String>,
-    offset: Option<serde_json::Number>,
-    length: Option<serde_json::Number>,
-    data: Option<String>,
+struct EntrySeed<'a> {
+    urls: &'a mut UrlTable,
+    paths: &'a mut PathCache,
 }
 
-impl<'de> Visitor<'de> for ManifestSeed<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "the manifest of array {:?}: an object of chunk references", self.path)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let manifest = self.target;
-        while let Some(key) = map.next_key::<String>()? {
-            let entry: Entry = map.next_value()?;
-            let Some(indices) = split_manifest_key(&key) else {
-                self.problems
-                    .push(format!("array {:?}: manifest key {key:?} is not chunk indices joined by '.'", self.path));
-                continue;
-            };
-            let at = || format!("array {:?}, chunk {key:?}", self.path);
-            match read_entry(entry) {
-                Ok(EntryValue::Missing) => manifest.push(&indices, RawRef::Clear),
-                Ok(EntryValue::Inline(bytes)) => manifest.push_inline(&indices, &bytes),
-                Ok(EntryValue::Virtual { url, offset, length }) => {
-                    let url = self.urls.intern(url);
-                    manifest.push(&indices, RawRef::Virtual { url, offset, length });
-                }
-                Err(problem) => self.problems.push(format!("{}: {problem}", at())),
-            }
-        }
-        Ok(())
-    }
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "lowercase")]
+enum Field {
+    Path,
+    Offset,
+    Length,
+    Data,
 }
 
 enum EntryValue {
     Missing,
     Inline(Vec<u8>),
-    Virtual { url: String, offset: u64, length: u64 },
+    Virtual { url: u32, offset: u64, length: u64 },
 }
 
-fn read_entry(entry: Entry) -> Result<EntryValue, String> {
-    match entry {
-        Entry { data: Some(data), path: None, offset: None, length: None } => BASE64
+impl<'de> DeserializeSeed<'de> for EntrySeed<'_> {
+    type Value = Result<EntryValue, String>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EntrySeed<'_> {
+    type Value = Result<EntryValue, String>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(r#"a chunk reference {"path", "offset", "length"} or {"data"}"#)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (mut path, mut offset, mut length, mut data) = (None, None, None, None);
+        while let Some(field) = map.next_key::<Field>()? {
+            match field {
+                Field::Path => {
+                    path = Some(map.next_value_seed(PathSeed { urls: &mut *self.urls, paths: &mut *self.paths })?)
+                }
+                Field::Offset => offset = map.next_value::<Option<serde_json::Number>>()?,
+                Field::Length => length = map.next_value::<Option<serde_json::Number>>()?,
+                Field::Data => data = map.next_value::<Option<String>>()?,
+            }
+        }
+        Ok(read_entry(path.flatten(), offset, length, data))
+    }
+}
+
+/// A reference's `path`, normalised and numbered once per distinct text: `Ok(None)` for `""` (a
+/// missing chunk) or `null`.
+struct PathSeed<'a> {
+    urls: &'a mut UrlTable,
+    paths: &'a mut PathCache,
+}
+
+impl<'de> DeserializeSeed<'de> for PathSeed<'_> {
+    type Value = Option<Result<Option<u32>, String>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for PathSeed<'_> {
+    type Value = Option<Result<Option<u32>, String>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a path or URL")
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_str<E: serde::de::Error>(self, path: &str) -> Result<Self::Value, E> {
+        if path.is_empty() {
+            return Ok(Some(Ok(None)));
+        }
+        if let Some(known) = self.paths.get(path) {
+            return Ok(Some(known.clone().map(Some)));
+        }
+        let numbered = normalize_source_url(path).map(|url| self.urls.intern(url)).map_err(|e| e.to_string());
+        self.paths.insert(path.into(), numbered.clone());
+        Ok(Some(numbered.map(Some)))
+    }
+}
+
+fn read_entry(
+    path: Option<Result<Option<u32>, String>>,
+    offset: Option<serde_json::Number>,
+    length: Option<serde_json::Number>,
+    data: Option<String>,
+) -> Result<EntryValue, String> {
+    match (path, data) {
+        (None, Some(data)) if offset.is_none() && length.is_none() => BASE64
             .decode(data.as_bytes())
             .map(EntryValue::Inline)
             .map_err(|e| format!("\"data\" is not valid base64 ({e})")),
-        Entry { data: Some(_), .. } => Err("has both \"data\" and \"path\"/\"offset\"/\"length\"".into()),
-        Entry { path: Some(path), .. } if path.is_empty() => Ok(EntryValue::Missing),
-        Entry { path: Some(path), offset, length, data: None } => {
-            let url = normalize_source_url(&path).map_err(|e| e.to_string())?;
+        (_, Some(_)) => Err("has both \"data\" and \"path\"/\"offset\"/\"length\"".into()),
+        (Some(Ok(None)), None) => Ok(EntryValue::Missing),
+        (Some(Err(why)), None) => Err(why),
+        (Some(Ok(Some(url))), None) => {
             let number = |n: Option<serde_json::Number>, name: &str| match n {
                 None => Err(format!("\"{name}\" is missing")),
                 Some(n) => n.as_u64().ok_or_else(|| format!("\"{name}\" {n} is not a non-negative integer")),
@@ -252,7 +278,7 @@ fn read_entry(entry: Entry) -> Result<EntryValue, String> {
             }
             Ok(EntryValue::Virtual { url, offset, length })
         }
-        Entry { path: None, .. } => Err("has neither \"path\" nor \"data\"".into()),
+        (None, None) => Err("has neither \"path\" nor \"data\"".into()),
     }
 }
 

@@ -437,6 +437,11 @@ impl ValidatedStore {
         self.index.len()
     }
 
+    /// True when the encoded blocks did not fit the registration's memory budget.
+    pub fn spilled(&self) -> bool {
+        self.blocks.spilled()
+    }
+
     /// The source URLs the store references.
     pub fn urls(&self) -> &[String] {
         &self.urls
