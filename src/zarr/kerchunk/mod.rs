@@ -9,13 +9,15 @@ pub mod parquet;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::io::Read;
 
 use base64::Engine;
-use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{IgnoredAny, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 use super::document::{DocNode, Document, Problems, UrlTable};
+use super::json_stream::JsonStream;
 use super::key::ChunkKeyEncoding;
 use super::manifest::{RawRef, normalize_source_url};
 use super::metadata::array_layout;
@@ -26,12 +28,48 @@ use super::spill::{Scratch, SpillLog, get_bytes, get_u8, get_varint, put_varint}
 pub const WHOLE_OBJECT: u64 = u64::MAX;
 
 /// Reads kerchunk references from `reader` as they arrive, keeping them in `scratch`.
-pub fn parse_reader(reader: impl std::io::Read, scratch: &Scratch) -> Result<Document, SyntaxError> {
-    let mut refs = Collected::new(scratch);
-    let mut de = serde_json::Deserializer::from_reader(reader);
-    TopSeed(&mut refs).deserialize(&mut de)?;
-    de.end()?;
-    Ok(refs.assemble())
+pub fn parse_reader(reader: impl Read, scratch: &Scratch) -> Result<Document, SyntaxError> {
+    let mut c = Collected::new(scratch);
+    let mut s = JsonStream::new(reader);
+    s.begin_object("kerchunk references: an object")?;
+    let (mut first, mut key) = (true, String::new());
+    while s.next_key(&mut first, &mut key)? {
+        match key.as_str() {
+            "version" => {
+                let v: Value = s.value()?;
+                if v != 1 {
+                    c.problems.push(format!("kerchunk version {v} is not supported (0 or 1)"));
+                }
+            }
+            "refs" => {
+                s.begin_object("\"refs\": an object of references")?;
+                let (mut first, mut key) = (true, String::new());
+                while s.next_key(&mut first, &mut key)? {
+                    add_ref(&mut s, &mut c, &key)?;
+                }
+            }
+            "templates" => c.templates = s.value()?,
+            "gen" => c.generators = s.value()?,
+            _ => add_ref(&mut s, &mut c, &key)?,
+        }
+    }
+    s.end()?;
+    Ok(c.assemble())
+}
+
+/// One reference: a metadata document, or a chunk's.
+fn add_ref<R: Read>(s: &mut JsonStream<R>, c: &mut Collected, key: &str) -> Result<(), serde_json::Error> {
+    match split_metadata_key(key) {
+        Some((node, name)) => {
+            let value: Value = s.value()?;
+            c.add_metadata(key, node, name, value);
+        }
+        None => {
+            let value: RefValue = s.value()?;
+            c.add_chunk(key, value);
+        }
+    }
+    Ok(())
 }
 
 /// Reads kerchunk references held in memory.
@@ -338,77 +376,6 @@ impl<'de> Visitor<'de> for RefValueVisitor {
             },
             _ => RefValue::Bad("a reference needs [url] or [url, offset, length]".into()),
         })
-    }
-}
-
-struct TopSeed<'a>(&'a mut Collected);
-
-impl<'de> DeserializeSeed<'de> for TopSeed<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for TopSeed<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("kerchunk references: an object")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let c = self.0;
-        while let Some(key) = map.next_key::<String>()? {
-            match key.as_str() {
-                "version" => {
-                    let v: Value = map.next_value()?;
-                    if v != 1 {
-                        c.problems.push(format!("kerchunk version {v} is not supported (0 or 1)"));
-                    }
-                }
-                "refs" => map.next_value_seed(RefsSeed(c))?,
-                "templates" => c.templates = map.next_value()?,
-                "gen" => c.generators = map.next_value()?,
-                _ => add_ref(c, key, &mut map)?,
-            }
-        }
-        Ok(())
-    }
-}
-
-fn add_ref<'de, A: MapAccess<'de>>(c: &mut Collected, key: String, map: &mut A) -> Result<(), A::Error> {
-    match split_metadata_key(&key) {
-        Some((node, name)) => {
-            let value: Value = map.next_value()?;
-            let (node, name) = (node.to_owned(), name.to_owned());
-            c.add_metadata(&key, &node, &name, value);
-        }
-        None => {
-            let value: RefValue = map.next_value()?;
-            c.add_chunk(&key, value);
-        }
-    }
-    Ok(())
-}
-
-struct RefsSeed<'a>(&'a mut Collected);
-
-impl<'de> DeserializeSeed<'de> for RefsSeed<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for RefsSeed<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("\"refs\": an object of references")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key::<String>()? {
-            add_ref(self.0, key, &mut map)?;
-        }
-        Ok(())
     }
 }
 
