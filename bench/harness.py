@@ -503,9 +503,10 @@ class Nginx:
     """nginx serving `root` as static files: the baseline. Tuned as one would for static files:
     sendfile, open_file_cache, no access log, unlimited keep-alive requests, one worker per core."""
 
-    def __init__(self, bench, root):
+    def __init__(self, bench, root, sendfile=True):
         self.bench = bench
         self.root = root
+        self.sendfile = sendfile
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.prefix = os.path.join(bench.work, f"nginx-{self.port}")
@@ -517,6 +518,8 @@ class Nginx:
         with open(os.path.join(BENCH, "nginx.conf")) as f:
             text = f.read()
         text = text.replace("@PORT@", str(self.port)).replace("@ROOT@", self.root).replace("@PREFIX@", self.prefix)
+        if not self.sendfile:
+            text = text.replace("sendfile on;", "sendfile off;")
         with open(conf, "w") as f:
             f.write(text)
         self.proc = subprocess.Popen(["nginx", "-p", self.prefix, "-c", conf, "-g", "daemon off;"],

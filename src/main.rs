@@ -9,6 +9,12 @@ use tracing_subscriber::EnvFilter;
 use zarrgate::app::{self, App};
 use zarrgate::config::Config;
 
+/// mimalloc instead of the system allocator: it keeps freed pages for reuse instead of
+/// unmapping and faulting them in again on every large chunk, and returns memory to the OS once
+/// idle (bench/README.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "zarrgate", version, about = "Serve archival files as a Zarr v3 store over HTTP")]
 struct Cli {

@@ -1,9 +1,9 @@
 //! Reading `file://` sources: canonicalised under the store's root (neither `..` nor a symlink
-//! escapes it), ranged with positioned reads, in pieces of at most 1 MiB per blocking call.
+//! escapes it), ranged reads in pieces of at most 1 MiB per blocking call.
 
 use std::fs::File;
-use std::io;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -87,16 +87,16 @@ pub(super) fn open(
     Ok((file, first))
 }
 
-fn read_piece(file: &File, start: u64, end: u64) -> Result<Bytes, LocalError> {
-    let mut buf = vec![0u8; (end - start) as usize];
-    let mut filled = 0usize;
-    while filled < buf.len() {
-        match file.read_at(&mut buf[filled..], start + filled as u64) {
-            Ok(0) => return Err(LocalError::Truncated { size: start + filled as u64 }),
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(LocalError::Io(e)),
-        }
+/// Reads `start..end` of `file` (whose position only this request uses). `read_to_end` reads
+/// into the buffer's spare capacity without zeroing it first: filling a megabyte with zeros
+/// before overwriting it was a fifth of a large chunk's cost.
+fn read_piece(mut file: &File, start: u64, end: u64) -> Result<Bytes, LocalError> {
+    let len = end - start;
+    let mut buf = Vec::with_capacity(usize::try_from(len).map_err(|e| LocalError::Io(io::Error::other(e)))?);
+    file.seek(SeekFrom::Start(start)).map_err(LocalError::Io)?;
+    file.take(len).read_to_end(&mut buf).map_err(LocalError::Io)?;
+    if (buf.len() as u64) < len {
+        return Err(LocalError::Truncated { size: start + buf.len() as u64 });
     }
     Ok(buf.into())
 }
