@@ -15,9 +15,11 @@ Two ways of being cold, both measured:
                 cached on the pooled connection, new memory to fault in.
   warm          for reference, the same wrk run with the default cache after every block was read
                 once: what a read costs when the block is cached.
-Neither clears PostgreSQL's buffers or the page cache (this machine's PostgreSQL is shared, and
-/proc/sys/vm/drop_caches is not writable here): "cold" is zarrgate-cold, as it is on a server whose
-database holds its working set in memory (1e7 references are 160 MB of blocks).
+  restarted     for the largest store, the fresh-server batches again (RESTART_BATCHES, 10), each
+                after restarting PostgreSQL (pg_ctlcluster ... restart): its shared buffers are empty
+                too, so every block comes from the operating system's page cache (RESTART_PG=0
+                skips this; it restarts the machine's PostgreSQL, so nothing else may be using it).
+The page cache is never emptied (/proc/sys/vm/drop_caches is not writable here).
 
   python3 bench/cold_read.py                  # 1e4,1e5,1e6,1e7; then python3 bench/plot_cold.py
   SIZES=1e6 RUNS=3 SECONDS=5 python3 bench/cold_read.py
@@ -141,6 +143,18 @@ def fresh_batch(bench, url, meta, block_chunks, k, rng):
         return {"first_ms": times[0], "chunk_ms": times[1:]}
 
 
+def restart_postgres():
+    """Restarts this machine's PostgreSQL (empty shared buffers) and waits until it answers."""
+    version = sorted(os.listdir("/etc/postgresql"))[0]
+    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"], check=True,
+                   capture_output=True)
+    for _ in range(100):
+        if subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1"]).returncode == 0:
+            return
+        time.sleep(0.1)
+    raise RuntimeError("PostgreSQL did not come back after its restart")
+
+
 def curl_discard(urls):
     args = []
     for u in urls:
@@ -193,7 +207,7 @@ def main():
     seconds = h.env_int("SECONDS", 10)
     batches = h.env_int("BATCHES", 20)
     k = h.env_int("K", 20)
-    block_chunks = h.env_int("ZARRGATE_BLOCK_CHUNKS", 65536)
+    block_chunks = h.env_int("ZARRGATE_BLOCK_CHUNKS", 1024)
     bench = h.Bench()
     quiet = h.Quiet()
     rng = random.Random(7)
@@ -224,6 +238,18 @@ def main():
                 chunk_ms = sorted(t for f in fresh for t in f["chunk_ms"])
                 h.log(f"{size} fresh server: p50 {h.percentile(chunk_ms, 50):.2f} ms, "
                       f"p99 {h.percentile(chunk_ms, 99):.2f} ms over {len(chunk_ms)} reads")
+                restarted = []
+                if size == sizes[-1] and os.environ.get("RESTART_PG", "1") != "0":
+                    for b in range(h.env_int("RESTART_BATCHES", 10)):
+                        what = f"{size} PostgreSQL-restarted batch {b + 1}"
+
+                        def batch():
+                            restart_postgres()
+                            return fresh_batch(bench, db.url, meta, block_chunks, k, rng)
+                        restarted.append(h.repeat_quietly(quiet, what, batch))
+                    ms = sorted(t for f in restarted for t in f["chunk_ms"])
+                    h.log(f"{size} PostgreSQL restarted: p50 {h.percentile(ms, 50):.2f} ms, "
+                          f"p99 {h.percentile(ms, 99):.2f} ms over {len(ms)} reads")
                 warm_keys = list(h.tile_keys(grid, tile))
                 warm = []
                 for r in range(runs):
@@ -233,6 +259,7 @@ def main():
                 blocks = block_stats(db)
             results.append({"size": size, "refs": meta["refs"], "grid": grid, "tile": tile, "tiles": tiles,
                             "block_chunks": block_chunks, "register": reg, "cache_off": off, "fresh": fresh,
+                            "restarted": restarted,
                             "variants": measured,
                             "warm": warm, "blocks": blocks})
         data = {"machine": h.machine(), "commit": bench.commit, "provenance": bench.provenance(), "seconds": seconds, "results": results}
@@ -271,6 +298,11 @@ def render(data):
             h.fmt(h.median(first)),
             h.fmt_spread(lat(warm, "p50"), 3), h.fmt_spread(lat(warm, "p99"), 3),
         ])
+        if r.get("restarted"):
+            ms = sorted(t for f in r["restarted"] for t in f["chunk_ms"])
+            rows.append([f"{r['refs']:,} (PostgreSQL restarted)", "", "", "", "", "",
+                         h.fmt(h.percentile(ms, 50)), h.fmt(h.percentile(ms, 90)), h.fmt(h.percentile(ms, 99)),
+                         h.fmt(h.median([f["first_ms"] for f in r["restarted"]])), "", ""])
         for variant, vruns in r.get("variants", {}).items():
             rows.append([f"{r['refs']:,} ({VARIANT_NAMES.get(variant, variant)})", "", h.fmt_spread(lat(vruns, "p50")),
                          h.fmt_spread(lat(vruns, "p90")), h.fmt_spread(lat(vruns, "p99")),
@@ -285,6 +317,12 @@ def render(data):
                 f"p99 {p99:.2f} ms (<= {TARGET_P99_MS} ms: {verdict(p99, TARGET_P99_MS)})\n"
                 f"- {r['refs']:,} references, fresh server: p50 {f50:.2f} ms ({verdict(f50, TARGET_P50_MS)}), "
                 f"p99 {f99:.2f} ms ({verdict(f99, TARGET_P99_MS)})")
+            if r.get("restarted"):
+                ms = sorted(t for f in r["restarted"] for t in f["chunk_ms"])
+                r50, r99 = h.percentile(ms, 50), h.percentile(ms, 99)
+                verdicts.append(f"- {r['refs']:,} references, fresh server and PostgreSQL restarted (empty shared "
+                                f"buffers): p50 {r50:.2f} ms ({verdict(r50, TARGET_P50_MS)}), "
+                                f"p99 {r99:.2f} ms ({verdict(r99, TARGET_P99_MS)})")
     out = h.table(["references", "blocks (x mean size)", "cache off p50 ms", "p90 ms", "p99 ms", "block misses",
                    "fresh p50 ms", "p90 ms", "p99 ms", "first request ms", "warm p50 ms", "warm p99 ms"], rows)
     return out + "\n\n" + "\n".join(verdicts)

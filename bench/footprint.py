@@ -27,7 +27,7 @@ TARGET = 24
 
 
 def one(bench, url, meta, env):
-    grid, tile, tiles = store_layout(meta, h.env_int("ZARRGATE_BLOCK_CHUNKS", 65536))
+    grid, tile, tiles = store_layout(meta, h.env_int("ZARRGATE_BLOCK_CHUNKS", 1024))
     keys = list(h.tile_keys(grid, tile))
     with h.Server(bench, url, env=env) as server:
         status, _, _ = server.get(f"/{STORE}/zarr.json")
