@@ -20,7 +20,23 @@ SECTIONS = [
     ("footprint", "Cached footprint", "footprint"),
     ("rss_load", "RSS under random-read load", "rss_load"),
     ("block_size", "Block size and TOAST", "block_size"),
+    ("kerchunk", "Kerchunk JSON and parquet registration", "kerchunk"),
 ]
+
+
+def render_block_encoding():
+    """bench/results/block_encoding.json, written by `cargo run --release --example block_encoding`."""
+    path = os.path.join(h.RESULTS, "block_encoding.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        rows = json.load(f)
+    table = h.table(["layout", "references", "encoding", "bytes", "B/ref", "encode us", "decode us"],
+                    [[r["layout"], f"{r['refs']:,}", r["encoding"], f"{r['bytes']:,}", h.fmt(r["bytes_per_ref"]),
+                      h.fmt(r["encode_us"], 1), h.fmt(r["decode_us"], 1)] for r in rows])
+    when = __import__("datetime").datetime.fromtimestamp(os.path.getmtime(path), __import__("datetime").timezone.utc)
+    return (f"### Block encodings\n\n`bench/block_encoding.rs` (`cargo run --release --example block_encoding`), "
+            f"{when.isoformat(timespec='seconds')}, median of 7 runs\n\n{table}\n")
 
 
 def render_all():
@@ -34,6 +50,9 @@ def render_all():
         mod = __import__(module)
         m = data["machine"]
         parts.append(f"### {title}\n\n`bench/{module}.py`, {m['date']}, commit {data['commit']}\n\n{mod.render(data)}\n")
+    encodings = render_block_encoding()
+    if encodings:
+        parts.append(encodings)
     return "\n".join(parts)
 
 
