@@ -35,6 +35,8 @@ pub struct App {
     pub metrics: Metrics,
     /// `Cache-Control` of responses under a store's current version.
     pub current_cache_control: axum::http::HeaderValue,
+    /// Turns of registrations (PUT, PATCH), `ingest.max_concurrent` of them.
+    registrations: tokio::sync::Semaphore,
     token_digests: Vec<[u8; 32]>,
     loaded_object_stores: tokio::sync::Mutex<Vec<ObjectStoreRecord>>,
 }
@@ -69,6 +71,7 @@ impl App {
         let metrics = Metrics::new().context("registering metrics")?;
         metrics.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
         let app = App {
+            registrations: tokio::sync::Semaphore::new(config.ingest.max_concurrent.max(1) as usize),
             token_digests: config.admin_tokens.iter().map(|t| Sha256::digest(t.as_bytes()).into()).collect(),
             caches: Caches::new(&config.cache, &metrics),
             current_cache_control: axum::http::HeaderValue::from_str(&format!(
@@ -88,6 +91,16 @@ impl App {
             tokio::spawn(follow_changes(Arc::downgrade(&state.0), changes));
         }
         Ok(state)
+    }
+
+    /// A registration's turn: it waits up to `ingest.queue_seconds` while `ingest.max_concurrent`
+    /// others run (each may hold `ingest.memory_bytes`), then gives up with 503.
+    pub async fn registration_turn(&self) -> Result<tokio::sync::SemaphorePermit<'_>, ApiError> {
+        let wait = Duration::from_secs(self.config.ingest.queue_seconds);
+        match tokio::time::timeout(wait, self.registrations.acquire()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => Err(ApiError::Busy(self.config.ingest.max_concurrent)),
+        }
     }
 
     /// True if `token` is one of the admin tokens. Every digest is compared, in constant time.

@@ -56,7 +56,8 @@ pub struct HttpConfig {
     pub cors: bool,
     /// Seconds in-flight requests get to finish after SIGTERM.
     pub drain_seconds: u64,
-    /// `"404"` or `"fill"`: how stores registered without `?missing_chunks=` answer missing chunks.
+    /// `"404"` or `"fill"`: how new stores registered without `?missing_chunks=` answer missing
+    /// chunks (a replacement keeps the store's current policy).
     pub missing_chunks: String,
 }
 
@@ -84,11 +85,15 @@ pub struct IngestConfig {
     pub memory_bytes: u64,
     /// Directory of the spill files; empty for the system's temporary directory.
     pub scratch_dir: String,
+    /// Registrations (PUT and PATCH) running at once; each may hold `memory_bytes`.
+    pub max_concurrent: u32,
+    /// Seconds a registration waits for its turn before it is answered 503.
+    pub queue_seconds: u64,
 }
 
 impl Default for IngestConfig {
     fn default() -> Self {
-        Self { memory_bytes: 256 << 20, scratch_dir: String::new() }
+        Self { memory_bytes: 256 << 20, scratch_dir: String::new(), max_concurrent: 2, queue_seconds: 60 }
     }
 }
 
@@ -247,6 +252,9 @@ impl Config {
         }
         if !(1..=crate::zarr::grid::MAX_TILE_CHUNKS).contains(&u64::from(self.block_chunks)) {
             bail!("block_chunks must be between 1 and 65536, not {}", self.block_chunks);
+        }
+        if self.ingest.max_concurrent == 0 {
+            bail!("ingest.max_concurrent must be at least 1");
         }
         if self.admin_tokens.iter().any(|t| t.len() < 16) {
             bail!("admin tokens must be at least 16 characters long");

@@ -42,8 +42,15 @@ pub enum ApiError {
     /// 502/504: a source object could not be read as registered.
     #[error(transparent)]
     Source(#[from] SourceError),
-    /// 503: the catalog cannot be reached.
-    #[error("the catalog database is unavailable: {0}")]
+    /// 503: as many registrations as `ingest.max_concurrent` allows are running, and none ended
+    /// within `ingest.queue_seconds`.
+    #[error(
+        "{0} registration(s) are already running (ingest.max_concurrent) and none finished in time; nothing was changed, retry later"
+    )]
+    Busy(u32),
+    /// 503: the catalog cannot be reached; the cause (the driver's message) is logged, not
+    /// returned.
+    #[error("the catalog database is unavailable; the server log has the cause")]
     Unavailable(String),
     /// 507: the scratch space a registration spills to is full or unwritable; the cause is
     /// logged, not returned.
@@ -69,7 +76,7 @@ impl ApiError {
             Self::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
             Self::Source(SourceError::Timeout { .. }) => StatusCode::GATEWAY_TIMEOUT,
             Self::Source(_) => StatusCode::BAD_GATEWAY,
-            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable(_) | Self::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Scratch(_) => StatusCode::INSUFFICIENT_STORAGE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -97,6 +104,7 @@ impl ApiError {
                 SourceError::Upstream { .. } => "source-error",
             },
             Self::Unavailable(_) => "catalog-unavailable",
+            Self::Busy(_) => "busy",
             Self::Scratch(_) => "scratch-space",
             Self::Internal(_) => "internal",
         }
@@ -166,9 +174,11 @@ pub async fn as_problem(response: Response) -> Response {
         (_, false) => text,
     };
     let mut response = problem(status, kind, &detail, None);
-    for name in [header::ALLOW, header::WWW_AUTHENTICATE, header::CONTENT_RANGE] {
-        if let Some(v) = parts.headers.get(&name) {
-            response.headers_mut().insert(name, v.clone());
+    // Everything else the answer carried stays: Allow, WWW-Authenticate, Content-Range, and the
+    // CORS headers without which a browser reports a CORS failure instead of this problem.
+    for (name, value) in &parts.headers {
+        if ![header::CONTENT_TYPE, header::CONTENT_LENGTH, header::CACHE_CONTROL].contains(name) {
+            response.headers_mut().append(name, value.clone());
         }
     }
     response
@@ -181,7 +191,7 @@ impl IntoResponse for ApiError {
             Self::Internal(cause) => tracing::error!(%cause, "internal error"),
             Self::Scratch(cause) => tracing::error!(%cause, "registration failed: scratch space (ingest.scratch_dir)"),
             Self::Unavailable(cause) => tracing::error!(%cause, "catalog unavailable"),
-            Self::Source(cause @ SourceError::Upstream { detail, .. }) => {
+            Self::Source(cause @ (SourceError::Upstream { detail, .. } | SourceError::Forbidden { detail, .. })) => {
                 tracing::warn!(%cause, %detail, kind = cause.kind(), "upstream failure")
             }
             Self::Source(cause) => tracing::warn!(%cause, kind = cause.kind(), "upstream failure"),
@@ -203,6 +213,9 @@ impl IntoResponse for ApiError {
                 if let Ok(v) = HeaderValue::from_str(&format!("bytes */{len}")) {
                     headers.insert(header::CONTENT_RANGE, v);
                 }
+            }
+            Self::Busy(_) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("10"));
             }
             _ => {}
         }

@@ -298,3 +298,56 @@ async fn configured_object_stores_are_read_only() {
     assert!(body["detail"].as_str().unwrap().contains("configuration file"), "{body}");
     assert_eq!(server.delete("/api/v1/object-stores/archive").await, StatusCode::CONFLICT);
 }
+
+/// Registrations take turns (`ingest.max_concurrent`): one whose upload is under way holds the
+/// only turn, the next waits `ingest.queue_seconds` and is refused with 503 and Retry-After,
+/// changing nothing; once the first ends, registrations go through again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registrations_take_turns() {
+    use tokio::io::AsyncWriteExt;
+    let server = common::TestServer::start_with(common::Backend::Sqlite, |c| {
+        c.ingest.max_concurrent = 1;
+        c.ingest.queue_seconds = 1;
+    })
+    .await;
+    server.local_store().await;
+    let (status, _) = server.put("/api/v1/stores/turns", &demo(&server, "first", 0.0).await).await;
+    assert_eq!(status, StatusCode::CREATED);
+
+    // An upload that sends half its body and waits.
+    let body = demo(&server, "slow", 50.0).await.to_string();
+    let addr = server.url.trim_start_matches("http://").to_owned();
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!("PUT /api/v1/stores/slow HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n", body.len());
+    slow.write_all(head.as_bytes()).await.unwrap();
+    slow.write_all(&body.as_bytes()[..body.len() / 2]).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+
+    let started = std::time::Instant::now();
+    let r = server
+        .client
+        .put(format!("{}/api/v1/stores/turns", server.url))
+        .body(demo(&server, "second", 9.0).await.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(started.elapsed() >= std::time::Duration::from_millis(900), "answered before its turn could come");
+    assert_eq!(r.headers()["retry-after"], "10");
+    let problem: Value = r.json().await.unwrap();
+    assert_eq!(problem["type"], "urn:zarrgate:problem:busy", "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("ingest.max_concurrent"), "{problem}");
+    assert_eq!(server.bytes("/turns/x/c/1").await, f32_bytes([2.0, 3.0]), "the store is as it was");
+
+    // The stalled upload gives up; the turn is free again.
+    drop(slow);
+    let mut status = StatusCode::SERVICE_UNAVAILABLE;
+    for _ in 0..50 {
+        (status, _) = server.put("/api/v1/stores/turns", &demo(&server, "third", 7.0).await).await;
+        if status != StatusCode::SERVICE_UNAVAILABLE {
+            break;
+        }
+    }
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(server.bytes("/turns/x/c/1").await, f32_bytes([9.0, 10.0]));
+}

@@ -445,6 +445,20 @@ async fn misbehave(mut socket: TcpStream, file: Arc<Vec<u8>>) {
             tokio::time::sleep(Duration::from_secs(60)).await;
             return;
         }
+        // The right range of a rewritten object: ignores If-Match, answers with the new ETag.
+        "other-etag" => {
+            assert!(text.to_ascii_lowercase().contains("if-match: \"registered\""), "no If-Match sent: {text}");
+            let head = partial(n, a, b).replacen("\r\n", "\r\nETag: \"rewritten\"\r\n", 1);
+            (head, &file[a..b])
+        }
+        // A refusal whose body quotes what the upstream saw (S3 quotes the signed request).
+        "forbidden-verbose" => {
+            let body = "SignatureDoesNotMatch: AKIASECRETKEYID canonical request at http://10.0.0.5/internal";
+            (
+                format!("HTTP/1.1 403 Forbidden\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()),
+                &[],
+            )
+        }
         "forbidden" => (status("403 Forbidden"), &[]),
         "unauthorized" => (status("401 Unauthorized"), &[]),
         "gone" => (status("404 Not Found"), &[]),
@@ -487,6 +501,7 @@ async fn misbehaving_http_sources() {
     // A URL that merely contains "416" (the status of an unsatisfiable range).
     manifest.insert("14".into(), vref(&format!("{base}error/era5-2416.bin"), 1000));
     manifest.insert("15".into(), vref(&format!("{down}data.bin"), 1000));
+    manifest.insert("11".into(), vref(&format!("{base}forbidden-verbose/data.bin"), 1000));
     register(&server, "bad", &store_doc(Value::Object(manifest))).await;
     let key = |mode: &str| format!("/bad/x/c/{}", modes.iter().position(|m| *m == mode).unwrap());
 
@@ -539,13 +554,51 @@ async fn misbehaving_http_sources() {
     )
     .await;
 
+    // What the upstream said stays in the log: a public 502 names the store and URL only.
+    let body = assert_problem(
+        server.get("/bad/x/c/11", &[]).await,
+        StatusCode::BAD_GATEWAY,
+        "source-forbidden",
+        "forbidden-verbose/data.bin",
+    )
+    .await;
+    assert!(!body.to_string().contains("AKIASECRETKEYID"), "upstream text in a public answer: {body}");
+    assert!(!body.to_string().contains("10.0.0.5"), "upstream text in a public answer: {body}");
+
     let count = |outcome: &'static str| upstream_outcome(&server, "bad", outcome);
     assert_eq!(count("timeout").await, 1.0);
-    assert_eq!(count("forbidden").await, 2.0);
+    assert_eq!(count("forbidden").await, 3.0);
     assert_eq!(count("not-found").await, 1.0);
     // At least the 500s and the refused connection (a body that fails after the headers may count
     // as an upstream request that succeeded).
     assert!(count("error").await >= 3.0);
+}
+
+/// An origin (or a proxy in front of it) that ignores `If-Match` and hands over a rewritten
+/// object's bytes: the ETag it answers with gives it away, and the client gets a 502, never the
+/// new bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_ignoring_if_match_is_refused() {
+    let server = TestServer::start(Backend::Sqlite).await;
+    let file = Arc::new(pattern(4096, 3));
+    let base = misbehaving_server(file.clone()).await;
+    // No allow_http: an http:// URL says it.
+    register_object_store(&server, "rewritten", &base, json!({})).await;
+    let url = format!("{base}other-etag/data.bin");
+    let mut doc = store_doc(json!({"0": vref(&url, 1000)}));
+    doc["sources"] = json!({url.clone(): {"etag": "\"registered\""}});
+    register(&server, "rewritten", &doc).await;
+    for range in [None, Some("bytes=0-9")] {
+        let headers: Vec<(&str, &str)> = range.map(|r| ("Range", r)).into_iter().collect();
+        assert_problem(
+            server.get("/rewritten/x/c/0", &headers).await,
+            StatusCode::BAD_GATEWAY,
+            "source-modified",
+            &url,
+        )
+        .await;
+    }
+    assert_eq!(upstream_outcome(&server, "rewritten", "modified").await, 2.0);
 }
 
 // ------------------------------------------------------------------------------------------

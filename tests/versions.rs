@@ -83,6 +83,16 @@ both_backends! {
         assert_eq!(server.get("/filled/x/c/2", &[]).await.status(), StatusCode::NOT_FOUND, "outside the grid stays 404");
         let (status, body) = server.put("/api/v1/stores/bad?missing_chunks=zero", &doc(&server, "b", 0.0, false)).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+        // A plain re-registration (a nightly job) keeps the store's policy; the summary says it.
+        let (status, summary) = server.put("/api/v1/stores/filled", &doc(&server, "f2", 5.0, false)).await;
+        assert_eq!((status, summary["missing_chunks"].as_str()), (StatusCode::OK, Some("fill")), "{summary}");
+        assert_eq!(server.bytes("/filled/x/c/1").await, f32_bytes([-1.0; 4]), "still fill values");
+        let holes: Value = server.get("/api/v1/stores/holes", &[]).await.json().await.unwrap();
+        assert_eq!(holes["missing_chunks"], "404", "{holes}");
+        let (status, summary) = server.put("/api/v1/stores/filled?missing_chunks=404", &doc(&server, "f3", 5.0, false)).await;
+        assert_eq!((status, summary["missing_chunks"].as_str()), (StatusCode::OK, Some("404")), "{summary}");
+        assert_eq!(server.get("/filled/x/c/1", &[]).await.status(), StatusCode::NOT_FOUND);
     }
 
     async fn sources_are_checked_at_registration_and_on_every_read(server) {

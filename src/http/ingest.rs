@@ -187,19 +187,18 @@ pub async fn resolve_whole_objects(app: &AppState, doc: &mut Document, verified:
             None => ask.push((u, url)),
         }
     }
-    let asked: BTreeMap<u32, Result<u64, String>> = futures::stream::iter(ask)
-        .map(|(u, url)| async move {
-            let size = app
-                .sources
-                .head(&url)
-                .await
-                .map(|facts| facts.size)
-                .map_err(|e| format!("cannot learn the length of {url} for its [url] reference: {e}"));
-            (u, size)
-        })
-        .buffer_unordered(16)
-        .collect()
-        .await;
+    let asked: BTreeMap<u32, Result<u64, String>> =
+        futures::stream::iter(ask)
+            .map(|(u, url)| async move {
+                let size =
+                    app.sources.head(&url).await.map(|facts| facts.size).map_err(|e| {
+                        format!("cannot learn the length of {url} for its [url] reference: {}", e.explain())
+                    });
+                (u, size)
+            })
+            .buffer_unordered(16)
+            .collect()
+            .await;
     let mut sizes = known;
     sizes.extend(asked);
     for (_, size) in sizes.iter().filter(|(_, s)| s.is_err()) {

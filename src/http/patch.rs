@@ -61,6 +61,7 @@ pub(super) async fn patch(
     names::check("store", &name)?;
     let limit = app.config.http.max_body_bytes;
     ingest::check_declared_length(&headers, limit)?;
+    let _turn = app.registration_turn().await?;
     let record = app.catalog.store(&name).await?.ok_or_else(|| no_store(&name))?;
     let head = record.head.clone();
     let options = match params.missing_chunks.as_deref() {

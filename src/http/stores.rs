@@ -30,7 +30,8 @@ pub fn router() -> Router<AppState> {
 #[serde(deny_unknown_fields)]
 struct RegisterParams {
     format: Option<String>,
-    /// `404` or `fill`: how this version answers missing chunks (default: `http.missing_chunks`).
+    /// `404` or `fill`: how this version answers missing chunks (default: the store's current
+    /// setting, or `http.missing_chunks` for a new store).
     missing_chunks: Option<String>,
     /// Ask every source for its facts at registration (default true).
     verify: Option<bool>,
@@ -55,12 +56,21 @@ async fn register(
         None if tar => Some(Format::KerchunkParquet),
         None => None,
     };
-    let missing = params.missing_chunks.as_deref().unwrap_or(&app.config.http.missing_chunks);
-    let options = match missing {
-        "404" => VersionOptions { fill_missing: false },
-        "fill" => VersionOptions { fill_missing: true },
-        other => return Err(ApiError::BadRequest(format!("missing_chunks {other:?} must be \"404\" or \"fill\""))),
+    // A replacement keeps the store's setting unless told otherwise: a routine re-registration
+    // must not turn the fill-value chunks a CDN relies on back into 404s.
+    let fill_missing = match params.missing_chunks.as_deref() {
+        Some("404") => false,
+        Some("fill") => true,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!("missing_chunks {other:?} must be \"404\" or \"fill\"")));
+        }
+        None => match app.catalog.current_version(&name).await? {
+            Some(current) => current.fill_missing,
+            None => app.config.http.missing_chunks == "fill",
+        },
     };
+    let options = VersionOptions { fill_missing };
+    let _turn = app.registration_turn().await?;
     let scratch = app.config.ingest.scratch();
     let reading = std::time::Instant::now();
     let (mut doc, format) = ingest::read_document(body, limit, format, &scratch).await?;
@@ -137,6 +147,7 @@ pub(super) fn summary_json(head: &VersionHead, store_created_at_ms: i64, summary
         "sources": summary.sources,
         "referenced_bytes": summary.referenced_bytes,
         "inline_bytes": summary.inline_bytes,
+        "missing_chunks": if head.fill_missing { "fill" } else { "404" },
     })
 }
 

@@ -43,9 +43,10 @@ pub async fn record_facts(app: &AppState, doc: &mut Document) {
                 }
                 doc.sources.insert(url, facts(&now));
             }
-            Err(e) => {
-                doc.problems.push(format!("{url} cannot be read: {e} (register with ?verify=false to skip this check)"))
-            }
+            Err(e) => doc.problems.push(format!(
+                "{url} cannot be read: {} (register with ?verify=false to skip this check)",
+                e.explain()
+            )),
         }
     }
     tracing::info!(sources = count, seconds = started.elapsed().as_secs_f64(), "source facts recorded");
@@ -90,7 +91,7 @@ pub(super) async fn verify(State(app): State<AppState>, Path(name): Path<String>
                         (status, Some(facts(&now)), None)
                     }
                     Err(SourceError::NotFound { .. }) => ("missing", None, None),
-                    Err(e) => ("error", None, Some(e.to_string())),
+                    Err(e) => ("error", None, Some(e.explain())),
                 };
                 json!({"url": url, "status": status, "recorded": then, "current": now, "detail": detail})
             }

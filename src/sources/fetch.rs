@@ -22,8 +22,11 @@ pub enum SourceError {
     /// The object is gone.
     #[error("source object {url} does not exist in object store {store} (deleted or moved?)")]
     NotFound { url: String, store: String },
-    /// The object store refused access.
-    #[error("object store {store} refused access to {url}: {detail}")]
+    /// The object store refused access; `detail` (the upstream's answer, which may quote the
+    /// signed request) is logged, not shown to clients.
+    #[error(
+        "object store {store} refused access to {url}: check its credentials and permissions; the server log has the upstream's answer"
+    )]
     Forbidden { url: String, store: String, detail: String },
     /// The object's ETag differs from the one recorded at registration.
     #[error(
@@ -45,6 +48,15 @@ pub enum SourceError {
 }
 
 impl SourceError {
+    /// The message with the upstream's own words after it, for the log and for answers to
+    /// administrators (registration, verify); never for a data-plane answer.
+    pub fn explain(&self) -> String {
+        match self {
+            Self::Forbidden { detail, .. } | Self::Upstream { detail, .. } => format!("{self} (upstream: {detail})"),
+            _ => self.to_string(),
+        }
+    }
+
     /// The object store involved (empty when none serves the URL).
     pub fn store(&self) -> &str {
         match self {
@@ -133,6 +145,18 @@ impl SourceRegistry {
                         store: entry.name.clone(),
                         needed: range.end,
                         size: result.meta.size.to_string(),
+                    });
+                }
+                // object_store sends If-Match but does not check the answer: an origin or proxy
+                // that ignores the header would hand over a rewritten object's bytes.
+                if let (Some(expected), Some(actual)) = (if_match, result.meta.e_tag.as_deref())
+                    && expected != actual
+                {
+                    tracing::warn!(url, store = %entry.name, expected, actual, "source answered with another ETag despite If-Match");
+                    return Err(SourceError::Modified {
+                        url: url.into(),
+                        store: entry.name.clone(),
+                        expected: expected.into(),
                     });
                 }
                 result.into_stream().map_err(io::Error::other).boxed()

@@ -118,7 +118,8 @@ impl ObjectStoreEntry {
     ) -> Result<Self, SourceConfigError> {
         let prefix = normalize_prefix(url)?;
         let parsed = Url::parse(&prefix).map_err(|e| SourceConfigError::Url(format!("{url} is not a URL: {e}")))?;
-        let opts = string_options(options)?;
+        let mut opts = string_options(options)?;
+        plain_http(&parsed, &mut opts)?;
         let (base, client): (Base, Option<Arc<dyn ObjectStore>>) = match parsed.scheme() {
             "file" => {
                 if !opts.is_empty() {
@@ -212,6 +213,27 @@ fn string_options(options: &Map<String, Value>) -> Result<Vec<(String, String)>,
             _ => Err(SourceConfigError::Option(format!("option {k:?} must be a string, number or boolean"))),
         })
         .collect()
+}
+
+/// A store whose URL or endpoint is `http://` asked for plain HTTP: `allow_http` is implied
+/// (object_store refuses `http://` without it, and every read would fail with a message that
+/// does not say why); an explicit `allow_http: false` beside it is a contradiction.
+fn plain_http(url: &Url, opts: &mut Vec<(String, String)>) -> Result<(), SourceConfigError> {
+    let plain = url.scheme() == "http"
+        || opts.iter().any(|(k, v)| k.contains("endpoint") && v.to_ascii_lowercase().starts_with("http://"));
+    if !plain {
+        return Ok(());
+    }
+    match opts.iter().find(|(k, _)| k == "allow_http") {
+        Some((_, v)) if v.eq_ignore_ascii_case("false") => Err(SourceConfigError::Option(format!(
+            "{url} (or its endpoint) is plain http://, but allow_http is false: use https://, or drop allow_http"
+        ))),
+        Some(_) => Ok(()),
+        None => {
+            opts.push(("allow_http".into(), "true".into()));
+            Ok(())
+        }
+    }
 }
 
 fn unknown_option(key: &str, kind: &str) -> SourceConfigError {
@@ -370,6 +392,20 @@ mod tests {
         assert!(registry.resolve("s3://other/x.nc").is_none());
         let deep = registry.get("deep").unwrap();
         assert_eq!(deep.object_path("s3://bucket/era5/a%20b.nc").unwrap().as_ref(), "era5/a b.nc");
+    }
+
+    #[test]
+    fn plain_http_is_allowed_when_asked_for_and_a_contradiction_is_refused() {
+        for (url, options) in [
+            ("http://example.org/files/", json!({})),
+            ("s3://bucket/", json!({"endpoint": "http://127.0.0.1:9000", "region": "us-east-1"})),
+        ] {
+            assert!(entry("plain", url, options.clone()).is_ok(), "{url} {options}");
+            let mut refused = options;
+            refused["allow_http"] = json!(false);
+            let e = entry("plain", url, refused).unwrap_err().to_string();
+            assert!(e.contains("allow_http is false"), "{e}");
+        }
     }
 
     #[test]
