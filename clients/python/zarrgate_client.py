@@ -32,6 +32,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -120,7 +121,7 @@ def _join(prefix: str, name: str) -> str:
 
 def _group_node(attributes: Mapping) -> dict:
     return {"zarr_format": 3, "node_type": "group",
-            "attributes": _json_clean(dict(attributes), "group attributes")}
+            "attributes": _json_clean(dict(attributes))}
 
 
 def _add_manifest_group(nodes: dict, path: str, group: Any, mask: bool) -> None:
@@ -167,7 +168,7 @@ def _virtual_array_node(marr: Any, attrs: Mapping | None, dims: Any, where: str,
         if fv is not None:
             attributes["_FillValue"] = fv
     node["attributes"] = _cf_attributes(attributes, marr.dtype, where)
-    node["fill_value"] = _json_clean(node["fill_value"], f"{where} fill_value")
+    node["fill_value"] = _json_clean(node["fill_value"])
     # ChunkManifest.dict(): keys "i.j.k" ("" when 0-d), missing chunks left out
     node["manifest"] = {
         key: {"path": e["path"], "offset": int(e["offset"]), "length": int(e["length"])}
@@ -212,7 +213,7 @@ def _cf_attributes(attrs: Mapping, dtype: Any, where: str) -> dict:
         elif dt.kind in "iu" and isinstance(fv, float) and fv.is_integer():
             fv = int(fv)
         out["_FillValue"] = fv
-    return _json_clean(out, f"attributes of {where}")
+    return _json_clean(out)
 
 
 def _loaded_array_node(name: str, var: Any) -> dict:
@@ -234,8 +235,8 @@ def _loaded_array_node(name: str, var: Any) -> dict:
     xr.Dataset({name: plain}).to_zarr(store, mode="w", zarr_format=3, consolidated=False)
     files = {k: v.to_bytes() for k, v in store._store_dict.items()}
     node = json.loads(files.pop(f"{name}/zarr.json"))
-    node["attributes"] = _json_clean(node.get("attributes", {}), f"attributes of {name}")
-    node["fill_value"] = _json_clean(node["fill_value"], f"{name} fill_value")
+    node["attributes"] = _json_clean(node.get("attributes", {}))
+    node["fill_value"] = _json_clean(node["fill_value"])
     manifest = {}
     for key, data in files.items():
         prefix, _, chunk_key = key.partition("/")
@@ -263,26 +264,22 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"cannot put {type(obj).__name__} into JSON")
 
 
-def _json_clean(value: Any, where: str) -> Any:
-    """Plain JSON values; refuse NaN/Infinity floats, which strict JSON
-    parsers (the server's) reject. Zarr fill values use "NaN" strings instead."""
+def _json_clean(value: Any) -> Any:
+    """Plain JSON values. Non-finite floats, which strict JSON cannot carry, become the strings
+    "NaN", "Infinity" and "-Infinity", as zarr-python writes them in zarr.json (and as the
+    server reads kerchunk's bare NaN tokens)."""
     value = json.loads(json.dumps(value, default=_json_default))
 
-    def check(v: Any) -> None:
+    def clean(v: Any) -> Any:
         if isinstance(v, float) and not math.isfinite(v):
-            raise ValueError(
-                f"{where} contain the non-finite number {v!r}, which JSON cannot carry; "
-                "drop or replace that attribute (e.g. vds[name].attrs.pop(...)) before converting"
-            )
+            return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
         if isinstance(v, dict):
-            for x in v.values():
-                check(x)
-        elif isinstance(v, list):
-            for x in v:
-                check(x)
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [clean(x) for x in v]
+        return v
 
-    check(value)
-    return value
+    return clean(value)
 
 
 # --------------------------------------------------------------------------
@@ -290,17 +287,28 @@ def _json_clean(value: Any, where: str) -> Any:
 # --------------------------------------------------------------------------
 
 def register(base_url: str, store: str, doc_or_vds: Any, token: str | None = None,
-             timeout: float = DEFAULT_TIMEOUT) -> dict:
+             timeout: float = DEFAULT_TIMEOUT, *, verify: bool | None = None,
+             missing_chunks: str | None = None) -> dict:
     """Register (or replace) ``store`` on the zarrgate at ``base_url``.
 
     ``doc_or_vds`` is a native document (a dict with ``nodes``, or kerchunk
     references, which the server detects) or anything
-    :func:`manifeststore_to_native` accepts. Returns the server's store
-    summary; raises :class:`ZarrgateError` with the problem ``detail`` on a
-    non-2xx answer.
+    :func:`manifeststore_to_native` accepts. ``verify=False`` skips asking
+    every source for its ETag and size; ``missing_chunks`` is ``"404"`` or
+    ``"fill"`` (default: the store's current setting). Returns the server's
+    store summary; raises :class:`ZarrgateError` with the problem ``detail``
+    on a non-2xx answer.
     """
     doc = doc_or_vds if isinstance(doc_or_vds, dict) else manifeststore_to_native(doc_or_vds)
-    return _put(f"{base_url.rstrip('/')}/api/v1/stores/{store}", doc, token, timeout)
+    query = {}
+    if verify is not None:
+        query["verify"] = "true" if verify else "false"
+    if missing_chunks is not None:
+        query["missing_chunks"] = missing_chunks
+    url = f"{base_url.rstrip('/')}/api/v1/stores/{store}"
+    if query:
+        url += "?" + urllib.parse.urlencode(query)
+    return _put(url, doc, token, timeout)
 
 
 def register_object_store(base_url: str, name: str, url: str, options: dict | None = None,

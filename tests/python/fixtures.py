@@ -119,6 +119,24 @@ def make_netcdf4_packed(directory: str | Path) -> Path:
     return path
 
 
+def make_netcdf4_nonfinite_attributes(directory: str | Path) -> Path:
+    """netCDF4: float32 ``air`` whose attributes hold NaN and infinities (``valid_max``,
+    ``missing_value``, a global ``comment_max``), which strict JSON cannot carry."""
+    path = Path(directory) / "nonfinite.nc"
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+        _add_lat_lon(nc)
+        nc.createDimension("time", NT)
+        air = nc.createVariable("air", "f4", ("time", "lat", "lon"), zlib=True, chunksizes=(1, NY, NX))
+        air.valid_max = np.float32(np.inf)
+        air.missing_value = np.float32(np.nan)
+        air.units = "K"
+        nc.comment_max = -np.inf
+        values = _air_values()
+        values[0, 1, 1] = np.nan
+        air[:] = values
+    return path
+
+
 def make_hdf5_contiguous(directory: str | Path) -> Path:
     """Plain HDF5 (h5py, not netCDF): contiguous float64 and int32 datasets.
 

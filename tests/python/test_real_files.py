@@ -45,6 +45,19 @@ def test_packed_int16_with_scale_factor_and_add_offset(server, source_dir, store
     assert served.t2m.encoding["scale_factor"] == np.float32(0.01)
 
 
+def test_nonfinite_attributes_are_carried_as_strings(server, source_dir, store_name):
+    # JSON has no NaN or infinity: the client writes them as the strings zarr-python's fill
+    # values use, and the numbers read back are the file's.
+    path = fixtures.make_netcdf4_nonfinite_attributes(source_dir)
+    _, served = _serve(server, store_name, virtual_dataset(path))
+    expected = open_file(path)
+    np.testing.assert_array_equal(served.air.values, expected.air.values)
+    assert np.isnan(served.air.values[0, 1, 1])
+    assert served.air.attrs == {"units": "K", "valid_max": "Infinity"}
+    assert served.air.encoding["missing_value"] == "NaN"
+    assert served.attrs == {"comment_max": "-Infinity"}
+
+
 def test_hdf5_contiguous_datasets(server, source_dir, store_name):
     path = fixtures.make_hdf5_contiguous(source_dir)
     summary, served = _serve(server, store_name, virtual_dataset(path))

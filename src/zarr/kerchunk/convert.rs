@@ -33,7 +33,7 @@ pub fn array_to_v3(zarray: &Value, zattrs: Map<String, Value>) -> Result<Map<Str
         .get("dtype")
         .and_then(Value::as_str)
         .ok_or("`.zarray` has no string dtype (structured dtypes are not supported)")?;
-    let (data_type, endian, kind) = data_type(dtype)?;
+    let (mut data_type, endian, kind) = data_type(dtype)?;
     let ndim = shape.as_array().map_or(0, Vec::len);
     let mut codecs = Vec::new();
     if zarray.get("order").and_then(Value::as_str) == Some("F") && ndim > 1 {
@@ -62,6 +62,10 @@ pub fn array_to_v3(zarray: &Value, zattrs: Map<String, Value>) -> Result<Map<Str
         } else {
             return Err(format!("codec {id:?} cannot be converted to Zarr v3 (zarr-python has no numcodecs.{id})"));
         }
+    }
+    // An object dtype is text with vlen-utf8 and bytes with vlen-bytes, as zarr-python reads it.
+    if array_to_bytes.as_ref().is_some_and(|c| c["name"] == "vlen-bytes") {
+        data_type = json!("variable_length_bytes");
     }
     codecs.push(array_to_bytes.unwrap_or_else(|| match endian {
         Some(e) => json!({"name": "bytes", "configuration": {"endian": e}}),
@@ -439,7 +443,13 @@ mod tests {
             json!({}),
         );
         assert_eq!(strings["codecs"], json!([{"name": "vlen-utf8"}]));
-        assert_eq!(strings["fill_value"], "");
+        assert_eq!((&strings["data_type"], &strings["fill_value"]), (&json!("string"), &json!("")));
+        let mut bytes = convert(
+            json!({"shape": [2], "chunks": [2], "dtype": "|O", "fill_value": null, "filters": [{"id": "vlen-bytes"}]}),
+            json!({}),
+        );
+        assert_eq!((&bytes["data_type"], &bytes["fill_value"]), (&json!("variable_length_bytes"), &json!("")));
+        crate::zarr::metadata::validate_node(&mut bytes).expect("zarrs reads variable_length_bytes");
     }
 
     #[test]

@@ -38,7 +38,10 @@ pub fn parse_reader(reader: impl Read, scratch: &Scratch) -> Result<Document, Sy
             "version" => {
                 let v: Value = s.value()?;
                 if v != 1 {
-                    c.problems.push(format!("kerchunk version {v} is not supported (0 or 1)"));
+                    c.problems.push(format!(
+                        "kerchunk \"version\": {v} is not supported: version 1 documents say \"version\": 1 \
+                         (with \"refs\"), version 0 documents are a flat object of references with no \"version\""
+                    ));
                 }
             }
             "refs" => {
