@@ -16,11 +16,11 @@ fn doc(manifest: &str) -> Document {
 
 #[test]
 fn builds_blocks_and_implicit_groups() {
-    let store = validate(
-        doc(r#"{"1.1": {"path": "/d/a.nc", "offset": 8, "length": 4}, "0.0": {"data": "AAAAAA=="}}"#),
-        &|u| u.starts_with("file:///d/"),
-    )
-    .unwrap();
+    let store =
+        validate(doc(r#"{"1.1": {"path": "/d/a.nc", "offset": 8, "length": 4}, "0.0": {"data": "AAAAAA=="}}"#), &|u| {
+            u.starts_with("file:///d/")
+        })
+        .unwrap();
     let paths: Vec<&str> = store.nodes.iter().map(|n| n.path.as_str()).collect();
     assert_eq!(paths, ["", "g", "g/air"]);
     assert_eq!(store.summary.chunks, ChunkCounts { virtual_: 1, inline: 1, missing: 2 });
