@@ -11,14 +11,19 @@
 //!   chunk ended (consecutive chunks of one file cost one byte for it).
 //! - `fixed+zstd`, `varint+zstd`: the same, compressed with zstd level 3.
 //!
-//! Two layouts of references: `sequential` (chunks one after the other in a few files, as in the
-//! netCDF/HDF5 files VirtualiZarr indexes, lengths 8-16 KiB like compressed chunks) and
-//! `scattered` (each chunk in one of 64 files at a random offset: the worst case for deltas).
+//! - `fixed (v1 strings)`: the previous source dictionary, for the `file per chunk` layout: a URL
+//!   and an ETag string per source, kept as two heap strings each in memory.
+//!
+//! Three layouts of references: `sequential` (chunks one after the other in a few files, as in
+//! the netCDF/HDF5 files VirtualiZarr indexes, lengths 8-16 KiB like compressed chunks),
+//! `scattered` (each chunk in one of 64 files at a random offset: the worst case for deltas) and
+//! `file per chunk` (each chunk the one chunk of a daily file with an S3 MD5 ETag: contiguous
+//! netCDF3/HDF5 time series). `memory B/ref` is the decoded block's weight in the cache.
 //! Every figure is the median of 7 runs.
 
 use std::time::Instant;
 
-use zarrgate::zarr::block::{BlockBuilder, ChunkRef, ManifestBlock};
+use zarrgate::zarr::block::{BlockBuilder, ChunkRef, ManifestBlock, SourceCheck};
 
 /// A small deterministic generator (xorshift), so every run sees the same blocks.
 struct Rng(u64);
@@ -32,22 +37,67 @@ impl Rng {
     }
 }
 
-fn block(n: u32, scattered: bool) -> ManifestBlock {
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ u64::from(n) ^ u64::from(scattered));
+#[derive(Clone, Copy, PartialEq)]
+enum Layout {
+    Sequential,
+    Scattered,
+    FilePerChunk,
+}
+
+impl Layout {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Sequential => "sequential",
+            Self::Scattered => "scattered",
+            Self::FilePerChunk => "file per chunk",
+        }
+    }
+}
+
+fn block(n: u32, layout: Layout) -> ManifestBlock {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ u64::from(n) ^ layout as u64);
     let mut b = BlockBuilder::new(n);
     let mut offset = 4096u64;
     for slot in 0..n {
         let length = 8192 + (rng.next() % 8192) as u32;
-        let (file, at) = if scattered {
+        if layout == Layout::FilePerChunk {
+            let url = format!("s3://era5-archive/reanalysis/2t/era5_2t_{:06}.nc", 20_000 + slot);
+            let etag = format!("\"{:016x}{:016x}\"", rng.next(), rng.next());
+            b.push_virtual(slot, &url, SourceCheck::ETag(etag.into()), 4096, length);
+            continue;
+        }
+        let (file, at) = if layout == Layout::Scattered {
             (rng.next() % 64, rng.next() % (1 << 36))
         } else {
             let at = offset;
             offset += u64::from(length);
             (u64::from(slot) * 8 / u64::from(n), at)
         };
-        b.push_virtual(slot, &format!("s3://era5-archive/reanalysis/2024/file-{file:03}.nc"), None, at, length);
+        let url = format!("s3://era5-archive/reanalysis/2024/file-{file:03}.nc");
+        b.push_virtual(slot, &url, SourceCheck::Unchecked, at, length);
     }
     b.finish()
+}
+
+/// Stored and in-memory bytes of the block with version 1's dictionary: per source a URL and an
+/// ETag, each a length and the text when stored, each a heap string (16-byte pointer and length,
+/// 16 bytes of allocator overhead) in memory.
+fn v1_sizes(b: &ManifestBlock, n: u32) -> (usize, usize) {
+    let mut seen = std::collections::HashSet::new();
+    let (mut stored, mut memory) = (29 + 16 * n as usize, 64 + 16 * n as usize);
+    for (_, chunk) in b.iter() {
+        if let ChunkRef::Virtual { source, .. } = chunk
+            && seen.insert(source.url.to_string())
+        {
+            let etag = match &source.check {
+                SourceCheck::ETag(e) => e.len(),
+                _ => 0,
+            };
+            stored += 8 + source.url.len() + etag;
+            memory += 32 + source.url.len() + etag + 2 * 16;
+        }
+    }
+    (stored, memory)
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -139,12 +189,31 @@ fn time(mut f: impl FnMut()) -> f64 {
 fn main() {
     let mut rows = Vec::new();
     println!(
-        "{:<10} {:>7} {:<12} {:>10} {:>10} {:>12} {:>12}",
-        "layout", "refs", "encoding", "bytes", "B/ref", "encode us", "decode us"
+        "{:<15} {:>7} {:<19} {:>10} {:>10} {:>12} {:>12} {:>12}",
+        "layout", "refs", "encoding", "bytes", "B/ref", "memory B/ref", "encode us", "decode us"
     );
-    for scattered in [false, true] {
-        for n in [1024u32, 4096, 16_384, 65_536] {
-            let b = block(n, scattered);
+    let mut row = |layout: Layout, n: u32, name: &str, bytes: usize, memory: Option<usize>, enc: f64, dec: f64| {
+        let per_ref = bytes as f64 / f64::from(n);
+        let memory = memory.map(|m| m as f64 / f64::from(n));
+        let shown = memory.map_or("-".to_owned(), |m| format!("{m:.2}"));
+        let layout = layout.name();
+        println!(
+            "{layout:<15} {n:>7} {name:<19} {bytes:>10} {per_ref:>10.2} {shown:>12} {:>12.1} {:>12.1}",
+            enc / 1e3,
+            dec / 1e3
+        );
+        let memory = memory.map_or("null".to_owned(), |m| format!("{m:.3}"));
+        let us = |x: f64| if x.is_nan() { "null".to_owned() } else { format!("{:.2}", x / 1e3) };
+        rows.push(format!(
+            r#"{{"layout": "{layout}", "refs": {n}, "encoding": "{name}", "bytes": {bytes}, "bytes_per_ref": {per_ref:.3}, "memory_bytes_per_ref": {memory}, "encode_us": {}, "decode_us": {}}}"#,
+            us(enc),
+            us(dec)
+        ));
+    };
+    for layout in [Layout::Sequential, Layout::Scattered, Layout::FilePerChunk] {
+        let sizes: &[u32] = if layout == Layout::FilePerChunk { &[1024, 4096] } else { &[1024, 4096, 16_384, 65_536] };
+        for &n in sizes {
+            let b = block(n, layout);
             let mut urls: Vec<String> = b
                 .iter()
                 .filter_map(|(_, c)| match c {
@@ -155,49 +224,32 @@ fn main() {
             urls.sort();
             urls.dedup();
             let fixed = b.encode();
-            let varint = varint_encode(&b, &urls);
-            let candidates: Vec<(&str, Vec<u8>, f64, f64)> = vec![
-                ("fixed", fixed.clone(), time(|| drop(std::hint::black_box(b.encode()))), {
-                    time(|| drop(std::hint::black_box(ManifestBlock::decode(&fixed))))
-                }),
-                ("varint", varint.clone(), time(|| drop(std::hint::black_box(varint_encode(&b, &urls)))), {
-                    time(|| drop(std::hint::black_box(varint_decode(&varint))))
-                }),
-                {
-                    let z = zstd::bulk::compress(&fixed, 3).unwrap_or_default();
-                    let enc = time(|| drop(std::hint::black_box(zstd::bulk::compress(&b.encode(), 3))));
-                    let dec = time(|| {
-                        let raw = zstd::bulk::decompress(&z, fixed.len()).unwrap_or_default();
-                        drop(std::hint::black_box(ManifestBlock::decode(&raw)));
-                    });
-                    ("fixed+zstd", z, enc, dec)
-                },
-                {
-                    let z = zstd::bulk::compress(&varint, 3).unwrap_or_default();
-                    let enc = time(|| drop(std::hint::black_box(zstd::bulk::compress(&varint_encode(&b, &urls), 3))));
-                    let dec = time(|| {
-                        let raw = zstd::bulk::decompress(&z, varint.len()).unwrap_or_default();
-                        drop(std::hint::black_box(varint_decode(&raw)));
-                    });
-                    ("varint+zstd", z, enc, dec)
-                },
-            ];
-            let layout = if scattered { "scattered" } else { "sequential" };
-            for (name, bytes, enc, dec) in candidates {
-                let per_ref = bytes.len() as f64 / f64::from(n);
-                println!(
-                    "{layout:<10} {n:>7} {name:<12} {:>10} {per_ref:>10.2} {:>12.1} {:>12.1}",
-                    bytes.len(),
-                    enc / 1e3,
-                    dec / 1e3
-                );
-                rows.push(format!(
-                    r#"{{"layout": "{layout}", "refs": {n}, "encoding": "{name}", "bytes": {}, "bytes_per_ref": {per_ref:.3}, "encode_us": {:.2}, "decode_us": {:.2}}}"#,
-                    bytes.len(),
-                    enc / 1e3,
-                    dec / 1e3
-                ));
+            let enc = time(|| drop(std::hint::black_box(b.encode())));
+            let dec = time(|| drop(std::hint::black_box(ManifestBlock::decode(&fixed))));
+            row(layout, n, "fixed", fixed.len(), Some(b.weight()), enc, dec);
+            if layout == Layout::FilePerChunk {
+                let (stored, memory) = v1_sizes(&b, n);
+                row(layout, n, "fixed (v1 strings)", stored, Some(memory), f64::NAN, f64::NAN);
+                continue;
             }
+            let varint = varint_encode(&b, &urls);
+            let enc = time(|| drop(std::hint::black_box(varint_encode(&b, &urls))));
+            let dec = time(|| drop(std::hint::black_box(varint_decode(&varint))));
+            row(layout, n, "varint", varint.len(), None, enc, dec);
+            let z = zstd::bulk::compress(&fixed, 3).unwrap_or_default();
+            let enc = time(|| drop(std::hint::black_box(zstd::bulk::compress(&b.encode(), 3))));
+            let dec = time(|| {
+                let raw = zstd::bulk::decompress(&z, fixed.len()).unwrap_or_default();
+                drop(std::hint::black_box(ManifestBlock::decode(&raw)));
+            });
+            row(layout, n, "fixed+zstd", z.len(), None, enc, dec);
+            let z = zstd::bulk::compress(&varint, 3).unwrap_or_default();
+            let enc = time(|| drop(std::hint::black_box(zstd::bulk::compress(&varint_encode(&b, &urls), 3))));
+            let dec = time(|| {
+                let raw = zstd::bulk::decompress(&z, varint.len()).unwrap_or_default();
+                drop(std::hint::black_box(varint_decode(&raw)));
+            });
+            row(layout, n, "varint+zstd", z.len(), None, enc, dec);
         }
     }
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/results/block_encoding.json");

@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """Cached manifest footprint: bytes of memory per virtual reference once every block is cached.
 
-For each size (SIZES, default 1e6,1e7), a fresh PostgreSQL database holds native-<size>.json; then
+Two layouts: `native-<size>.json` (SIZES, default 1e6,1e7: chunks one after another in 8 source
+files) and `files-<size>.json` (FILE_SIZES, default 1e6: every chunk the one chunk of its own daily
+file, with a declared S3-style MD5 ETag; registered with ?verify=false, and its blocks loaded with
+HEAD, which never reads a source, so the million files need not exist).
+
+For each store, a fresh PostgreSQL database holds it; then
 RUNS (3) times, on a fresh server with the default block cache (512 MiB, or FOOTPRINT_CACHE_BYTES):
 GET zarr.json, wait, note the RSS ("idle"); read one chunk in every tile of array `var` (so every
 block is loaded once); let the cache settle; note zarrgate_cache_bytes{cache="blocks"} (the cache's
@@ -21,7 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
-from cold_read import STORE, register, store_layout  # noqa: E402
+from cold_read import STORE, register, settle, store_layout  # noqa: E402
 
 TARGET = 24
 
@@ -29,6 +34,7 @@ TARGET = 24
 def one(bench, url, meta, env):
     grid, tile, tiles = store_layout(meta, h.env_int("ZARRGATE_BLOCK_CHUNKS", 1024))
     keys = list(h.tile_keys(grid, tile))
+    method = "HEAD" if meta.get("one_file_per_chunk") else "GET"
     with h.Server(bench, url, env=env) as server:
         status, _, _ = server.get(f"/{STORE}/zarr.json")
         assert status == 200
@@ -36,13 +42,13 @@ def one(bench, url, meta, env):
         idle = server.rss_kib()
         started = time.time()
         for key in keys:
-            status, _, _ = server.get(f"/{STORE}/var/{key}")
+            status, _, _ = server.request(method, f"/{STORE}/var/{key}")
             assert status == 200, (key, status)
         load_seconds = time.time() - started
         for _ in range(200):  # cache housekeeping runs on later operations
-            server.get(f"/{STORE}/var/{keys[0]}")
+            server.request(method, f"/{STORE}/var/{keys[0]}")
         time.sleep(1)
-        server.get(f"/{STORE}/var/{keys[0]}")
+        server.request(method, f"/{STORE}/var/{keys[0]}")
         hits, misses, weight, entries = server.cache()
         after = server.rss_kib()
         refs = meta["refs"]
@@ -52,7 +58,8 @@ def one(bench, url, meta, env):
 
 
 def main():
-    sizes = os.environ.get("SIZES", "1e6,1e7").split(",")
+    sizes = [s for s in os.environ.get("SIZES", "1e6,1e7").split(",") if s]
+    file_sizes = [s for s in os.environ.get("FILE_SIZES", "1e6").split(",") if s]
     runs = h.runs(3)
     env = {}
     if os.environ.get("FOOTPRINT_CACHE_BYTES"):
@@ -61,18 +68,25 @@ def main():
     quiet = h.Quiet()
     results = []
     try:
-        bench.generate(sizes)
+        bench.generate(sizes, per_file_sizes=file_sizes)
         quiet.wait("footprint")
-        for size in sizes:
-            meta = bench.meta(size)
-            with h.Postgres(f"footprint_{size}") as db:
-                register(bench, db.url, size)
+        for kind, size in [("native", s) for s in sizes] + [("files", s) for s in file_sizes]:
+            meta = bench.meta(size, kind)
+            with h.Postgres(f"footprint_{kind}_{size}") as db:
+                if kind == "native":
+                    register(bench, db.url, size)
+                else:
+                    with h.Server(bench, db.url) as server:
+                        server.object_store(bench.data)
+                        server.register(STORE, bench.manifest(size, kind), "?verify=false")
+                    settle(db.url)
                 stored = db.query("select coalesce(sum(octet_length(b.data)), 0) from tiles t "
                                   "join blocks b on b.id = t.block_id where t.node = 'var'")[0][0]
                 for r in range(runs):
-                    what = f"footprint {size} run {r + 1}/{runs}"
+                    what = f"footprint {kind} {size} run {r + 1}/{runs}"
                     res = h.repeat_quietly(quiet, what, lambda: one(bench, db.url, meta, env))
-                    res.update({"size": size, "refs": meta["refs"], "stored_per_ref": int(stored) / meta["refs"]})
+                    res.update({"size": size, "layout": kind, "refs": meta["refs"],
+                                "stored_per_ref": int(stored) / meta["refs"]})
                     h.log(f"{what}: weight {res['weight_per_ref']:.1f} B/ref, RSS {res['rss_per_ref']:.1f} B/ref")
                     results.append(res)
         data = {"machine": h.machine(), "commit": bench.commit, "provenance": bench.provenance(), "results": results}
@@ -85,19 +99,20 @@ def main():
 def render(data):
     rows, verdicts = [], []
     groups = {}
+    names = {"native": "8 files", "files": "a file per chunk"}
     for r in data["results"]:
-        groups.setdefault(r["size"], []).append(r)
-    for size, rs in groups.items():
+        groups.setdefault((r.get("layout", "native"), r["size"]), []).append(r)
+    for (layout, size), rs in groups.items():
         col = lambda k: [r[k] for r in rs]  # noqa: E731
-        rows.append([f"{rs[0]['refs']:,}", len(rs), f"{rs[0]['tiles']:,} / {h.median(col('entries')):,.0f}",
+        rows.append([names.get(layout, layout), f"{rs[0]['refs']:,}", len(rs), f"{rs[0]['tiles']:,} / {h.median(col('entries')):,.0f}",
                      h.fmt(h.median(col("weight")) / h.MIB, 1), h.fmt_spread(col("weight_per_ref"), 1),
                      h.fmt(h.median(col("idle_rss_mib")), 0), h.fmt(h.median(col("rss_mib")), 0),
                      h.fmt_spread(col("rss_per_ref"), 1), h.fmt(rs[0]["stored_per_ref"], 1)])
         w, rss = h.median(col("weight_per_ref")), h.median(col("rss_per_ref"))
         v = lambda x: "met" if x <= TARGET else f"missed by {x / TARGET:.2f}x"  # noqa: E731
-        verdicts.append(f"- {rs[0]['refs']:,} references: cache weight {w:.1f} B/ref ({v(w)}), "
+        verdicts.append(f"- {rs[0]['refs']:,} references, {names.get(layout, layout)}: cache weight {w:.1f} B/ref ({v(w)}), "
                         f"RSS growth {rss:.1f} B/ref ({v(rss)}) vs <= {TARGET} B/ref")
-    out = h.table(["references", "runs", "tiles / cached blocks", "cache weight MiB", "weight B/ref",
+    out = h.table(["sources", "references", "runs", "tiles / cached blocks", "cache weight MiB", "weight B/ref",
                    "idle RSS MiB", "RSS after MiB", "RSS growth B/ref", "stored B/ref"], rows)
     return out + "\n\n" + "\n".join(verdicts)
 

@@ -186,6 +186,44 @@ def native(out, n, paths, file_size, args):
     return path
 
 
+def per_file(out, n, seed):
+    """files-<N>.json: array `var` of N chunks, each the one chunk of its own daily file (a
+    contiguous netCDF3/HDF5 time series), every file with a declared S3-style MD5 ETag. The files
+    do not exist: the footprint benchmark loads blocks with HEAD, which never reads a source, and
+    registers with ?verify=false so that the declared ETags are the ones recorded."""
+    name = f"files-{label(n)}"
+    path = os.path.join(out, name + ".json")
+    params = {"n": n, "seed": seed, "v": 1}
+    if not write_if_changed(path, params):
+        return path
+    rng = random.Random(seed * 7_000_003 + n)
+    daily = os.path.join(out, "data", "daily")
+    side = 128
+    started = time.perf_counter()
+    urls = [f"{daily}/era5_2t_{i:07d}.nc" for i in range(n)]
+    meta = {"zarr_format": 3, "node_type": "array", "shape": [n, side, side], "data_type": "uint8",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1, side, side]}},
+            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+            "fill_value": 0, "codecs": [{"name": "bytes"}, {"name": "zstd", "configuration": {"level": 3, "checksum": False}}],
+            "dimension_names": ["time", "y", "x"], "attributes": {}}
+    with open(path + ".tmp", "w", buffering=8 * MIB) as f:
+        f.write('{"nodes": {"": {"zarr_format": 3, "node_type": "group"},\n')
+        f.write(f'"var": {json.dumps(meta)[:-1]}, "manifest": {{\n')
+        f.write(",\n".join(f'"{i}.0.0":{{"path":"{u}","offset":4096,"length":{8192 + rng.randrange(8192)}}}'
+                             for i, u in enumerate(urls)))
+        f.write('}}},\n"sources": {\n')
+        f.write(",\n".join(f'"{u}":{{"etag":"\\"{rng.getrandbits(128):032x}\\""}}' for u in urls))
+        f.write("}}\n")
+    os.replace(path + ".tmp", path)
+    stamp(path, params)
+    with open(os.path.join(out, name + ".meta.json"), "w") as f:
+        json.dump({"store_file": path, "array": "var", "grid": [n, 1, 1], "chunk_shape": [1, side, side], "refs": n,
+                   "inline_fraction": 0.0, "separator": "/", "one_file_per_chunk": True}, f)
+    print(f"{path}: {n:,} references to as many files, {os.path.getsize(path):,} bytes "
+          f"in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return path
+
+
 def inline1k(out, seed):
     """inline1k.json and its static mirror inline1k/data/c/I/J."""
     path = os.path.join(out, "inline1k.json")
@@ -257,12 +295,16 @@ def main():
                         help="chunks are 1 x S x S bytes (3-D) or 1 x S (2-D), stored length in [S*S/2, S*S]")
     parser.add_argument("--inline-fraction", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--per-file-sizes", default="",
+                        help="comma-separated reference counts of files-<N>.json (one source file per chunk)")
     args = parser.parse_args()
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     paths, file_size = ensure_data(out, args.files, args.data_bytes, args.seed)
     for text in filter(None, args.sizes.split(",")):
         native(out, parse_size(text), paths, file_size, args)
+    for text in filter(None, args.per_file_sizes.split(",")):
+        per_file(out, parse_size(text), args.seed)
     if args.extras:
         inline1k(out, args.seed)
         big1m(out, paths, file_size)

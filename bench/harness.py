@@ -93,19 +93,19 @@ class Bench:
         """What was measured: the commit, the files of src/ that differ from it, the binary's hash."""
         return {"commit": self.commit, "dirty": self.dirty, "binary_sha256": self.binary_info}
 
-    def generate(self, sizes=(), extras=False):
+    def generate(self, sizes=(), extras=False, per_file_sizes=()):
         """Runs gen_native.py for what is not generated yet."""
         cmd = [sys.executable, os.path.join(BENCH, "gen_native.py"), "--out", self.dir,
-               "--sizes", ",".join(sizes)]
+               "--sizes", ",".join(sizes), "--per-file-sizes", ",".join(per_file_sizes)]
         if extras:
             cmd.append("--extras")
         subprocess.run(cmd, check=True)
 
-    def manifest(self, size):
-        return os.path.join(self.dir, f"native-{size}.json")
+    def manifest(self, size, kind="native"):
+        return os.path.join(self.dir, f"{kind}-{size}.json")
 
-    def meta(self, size):
-        with open(os.path.join(self.dir, f"native-{size}.meta.json")) as f:
+    def meta(self, size, kind="native"):
+        with open(os.path.join(self.dir, f"{kind}-{size}.meta.json")) as f:
             return json.load(f)
 
     def cleanup(self):

@@ -31,9 +31,11 @@ def render_block_encoding():
         return None
     with open(path) as f:
         rows = json.load(f)
-    table = h.table(["layout", "references", "encoding", "bytes", "B/ref", "encode us", "decode us"],
+    table = h.table(["layout", "references", "encoding", "stored bytes", "stored B/ref", "memory B/ref", "encode us",
+                     "decode us"],
                     [[r["layout"], f"{r['refs']:,}", r["encoding"], f"{r['bytes']:,}", h.fmt(r["bytes_per_ref"]),
-                      h.fmt(r["encode_us"], 1), h.fmt(r["decode_us"], 1)] for r in rows])
+                      h.fmt(r.get("memory_bytes_per_ref")), h.fmt(r["encode_us"], 1), h.fmt(r["decode_us"], 1)]
+                     for r in rows])
     when = __import__("datetime").datetime.fromtimestamp(os.path.getmtime(path), __import__("datetime").timezone.utc)
     return (f"### Block encodings\n\n`bench/block_encoding.rs` (`cargo run --release --example block_encoding`), "
             f"{when.isoformat(timespec='seconds')}, median of 7 runs\n\n{table}\n")

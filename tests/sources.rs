@@ -451,6 +451,11 @@ async fn misbehave(mut socket: TcpStream, file: Arc<Vec<u8>>) {
             let head = partial(n, a, b).replacen("\r\n", "\r\nETag: \"rewritten\"\r\n", 1);
             (head, &file[a..b])
         }
+        // A weak ETag, which never satisfies If-Match (as nginx answers): 412 when asked.
+        "weak" if text.to_ascii_lowercase().contains("if-match:") => (status("412 Precondition Failed"), &[]),
+        "weak" => (partial(n, a, b).replacen("\r\n", "\r\nETag: W/\"weak1\"\r\n", 1), &file[a..b]),
+        // No ETag at all: only the object's size (in Content-Range) can tell a rewrite.
+        "plain" => (partial(n, a, b), &file[a..b]),
         // A refusal whose body quotes what the upstream saw (S3 quotes the signed request).
         "forbidden-verbose" => {
             let body = "SignatureDoesNotMatch: AKIASECRETKEYID canonical request at http://10.0.0.5/internal";
@@ -574,31 +579,43 @@ async fn misbehaving_http_sources() {
     assert!(count("error").await >= 3.0);
 }
 
-/// An origin (or a proxy in front of it) that ignores `If-Match` and hands over a rewritten
-/// object's bytes: the ETag it answers with gives it away, and the client gets a 502, never the
-/// new bytes.
+/// Whatever an origin does with `If-Match`, an answer for another object than the one
+/// registered is a 502, never its bytes: one that ignores the header gives itself away by its
+/// ETag; a weak ETag (which never satisfies If-Match) is compared on the answer instead; an
+/// object with no ETag is checked by its size.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_source_ignoring_if_match_is_refused() {
+async fn answers_for_another_object_are_refused() {
     let server = TestServer::start(Backend::Sqlite).await;
     let file = Arc::new(pattern(4096, 3));
     let base = misbehaving_server(file.clone()).await;
     // No allow_http: an http:// URL says it.
-    register_object_store(&server, "rewritten", &base, json!({})).await;
-    let url = format!("{base}other-etag/data.bin");
-    let mut doc = store_doc(json!({"0": vref(&url, 1000)}));
-    doc["sources"] = json!({url.clone(): {"etag": "\"registered\""}});
-    register(&server, "rewritten", &doc).await;
-    for range in [None, Some("bytes=0-9")] {
-        let headers: Vec<(&str, &str)> = range.map(|r| ("Range", r)).into_iter().collect();
-        assert_problem(
-            server.get("/rewritten/x/c/0", &headers).await,
-            StatusCode::BAD_GATEWAY,
-            "source-modified",
-            &url,
-        )
-        .await;
+    register_object_store(&server, "origin", &base, json!({})).await;
+    let url = |mode: &str| format!("{base}{mode}/data.bin");
+    let cases = [
+        ("other-etag", json!({"etag": "\"registered\""}), false),
+        ("weak", json!({"etag": "W/\"weak1\""}), true),
+        ("weak", json!({"etag": "W/\"weak0\""}), false),
+        ("plain", json!({"size": 4096}), true),
+        ("plain", json!({"size": 4000}), false),
+    ];
+    for (i, (mode, facts, same)) in cases.iter().enumerate() {
+        let name = format!("case{i}");
+        let mut doc = store_doc(json!({"0": vref(&url(mode), 1000)}));
+        doc["sources"] = json!({url(mode): facts});
+        register(&server, &name, &doc).await;
+        for range in [None, Some("bytes=0-9")] {
+            let headers: Vec<(&str, &str)> = range.map(|r| ("Range", r)).into_iter().collect();
+            let r = server.get(&format!("/{name}/x/c/0"), &headers).await;
+            if *same {
+                assert!(r.status().is_success(), "{mode} {facts}: {}", r.status());
+                let want = if range.is_some() { &file[1000..1010] } else { &file[1000..1000 + CHUNK as usize] };
+                assert_eq!(&r.bytes().await.unwrap()[..], want, "{mode} {facts}");
+            } else {
+                assert_problem(r, StatusCode::BAD_GATEWAY, "source-modified", &url(mode)).await;
+            }
+        }
     }
-    assert_eq!(upstream_outcome(&server, "rewritten", "modified").await, 2.0);
+    assert_eq!(upstream_outcome(&server, "origin", "modified").await, 6.0);
 }
 
 // ------------------------------------------------------------------------------------------

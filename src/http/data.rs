@@ -15,7 +15,7 @@ use super::range::{Plan, plan};
 use crate::app::AppState;
 use crate::cache::{VersionView, etag};
 use crate::error::ApiError;
-use crate::zarr::block::{BlockSource, ChunkRef};
+use crate::zarr::block::{BlockSource, ChunkRef, SourceCheck};
 use crate::zarr::hierarchy::Node;
 use crate::zarr::{ChunkLocation, Resolved};
 
@@ -171,20 +171,25 @@ async fn chunk(
             Ok(bytes_response(bytes, &tag, "application/octet-stream", headers, served))
         }
         ChunkRef::Virtual { source, offset, length } => {
-            virtual_chunk(app, source, offset, length, headers, served).await
+            virtual_chunk(app, &source, offset, length, headers, served).await
         }
     }
 }
 
 async fn virtual_chunk(
     app: &AppState,
-    source: &BlockSource,
+    source: &BlockSource<'_>,
     offset: u64,
     length: u64,
     headers: &HeaderMap,
     served: &Served,
 ) -> Result<Response, ApiError> {
-    let identity = format!("{}\n{offset}\n{length}\n{}", source.url, source.etag.as_deref().unwrap_or(""));
+    // Named by what the source was recorded as: new bytes get a new tag only when that is known.
+    let identity = match &source.check {
+        SourceCheck::ETag(e) => format!("{}\n{offset}\n{length}\n{e}", source.url),
+        SourceCheck::Size(n) => format!("{}\n{offset}\n{length}\nsize {n}", source.url),
+        SourceCheck::Unchecked => format!("{}\n{offset}\n{length}\n", source.url),
+    };
     let tag = tag_value(&etag('v', identity.as_bytes()));
     let (status, range) = match plan(headers, length, tag.to_str().unwrap_or_default()) {
         Plan::NotModified => return Ok(not_modified(&tag, served)),
@@ -196,8 +201,7 @@ async fn virtual_chunk(
         Response::new(Body::empty())
     } else {
         let started = Instant::now();
-        let fetched =
-            app.sources.fetch(&source.url, offset + range.start..offset + range.end, source.etag.as_deref()).await;
+        let fetched = app.sources.fetch(&source.url, offset + range.start..offset + range.end, &source.check).await;
         let m = &app.metrics;
         match fetched {
             Ok(fetched) => {

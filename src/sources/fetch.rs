@@ -12,6 +12,7 @@ use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 
 use super::local::{self, LocalError};
 use super::registry::{Base, ObjectStoreEntry, SourceRegistry};
+use crate::zarr::block::SourceCheck;
 
 /// A failure reading a source object. Every variant is an upstream fault (5xx), never "missing".
 #[derive(Debug, Clone, thiserror::Error)]
@@ -28,11 +29,12 @@ pub enum SourceError {
         "object store {store} refused access to {url}: check its credentials and permissions; the server log has the upstream's answer"
     )]
     Forbidden { url: String, store: String, detail: String },
-    /// The object's ETag differs from the one recorded at registration.
+    /// The object's ETag (or, when it has none, its size) differs from the one recorded at
+    /// registration.
     #[error(
-        "source object {url} changed since registration (recorded ETag {expected}): its bytes no longer match the manifest; re-register the store"
+        "source object {url} changed since registration (recorded: {recorded}): its bytes no longer match the manifest; re-register the store"
     )]
-    Modified { url: String, store: String, expected: String },
+    Modified { url: String, store: String, recorded: String },
     /// The object is shorter than the manifest says.
     #[error(
         "source object {url} is shorter than the manifest says: it ends at byte {size}, the chunk needs bytes up to {needed}"
@@ -110,18 +112,19 @@ impl SourceRegistry {
         self.resolve(url).ok_or_else(|| SourceError::Unregistered { url: url.to_owned() })
     }
 
-    /// Reads `range` of `url`, conditional on `if_match` when given.
-    pub async fn fetch(&self, url: &str, range: Range<u64>, if_match: Option<&str>) -> Result<Fetched, SourceError> {
+    /// Reads `range` of `url`, refusing an object that no longer passes `check`: conditional on
+    /// a strong recorded ETag, and the answer's ETag or size compared with the recorded one.
+    pub async fn fetch(&self, url: &str, range: Range<u64>, check: &SourceCheck<'_>) -> Result<Fetched, SourceError> {
         let entry = self.entry_for(url)?;
         let len = range.end - range.start;
         let body = match (&entry.base, &entry.client) {
             (Base::Local { root }, _) => {
                 let rel = relative(&entry, url)?;
-                let (root, want, tag) = (root.clone(), range.clone(), if_match.map(str::to_owned));
-                let opened = tokio::task::spawn_blocking(move || local::open(&root, &rel, want, tag.as_deref()))
+                let (root, want, owned) = (root.clone(), range.clone(), check.clone().into_owned());
+                let opened = tokio::task::spawn_blocking(move || local::open(&root, &rel, want, &owned))
                     .await
                     .map_err(|e| upstream(&entry, url, e.to_string()))?;
-                let (file, first) = opened.map_err(|e| local_error(&entry, url, &range, if_match, e))?;
+                let (file, first) = opened.map_err(|e| local_error(&entry, url, &range, check, e))?;
                 let first_end = range.start + first.len() as u64;
                 let rest = local::rest(file, first_end, range.end);
                 futures::stream::once(async move { Ok(first) }).chain(rest).boxed()
@@ -129,16 +132,19 @@ impl SourceRegistry {
             (_, Some(client)) => {
                 let path =
                     entry.object_path(url).ok_or_else(|| upstream(&entry, url, "not a valid object path".into()))?;
-                let options = GetOptions {
-                    range: Some(GetRange::Bounded(range.clone())),
-                    if_match: if_match.map(str::to_owned),
-                    ..GetOptions::default()
+                // A weak ETag never satisfies If-Match (RFC 9110 compares strongly): such a
+                // source is read unconditionally and its answer's ETag compared below.
+                let if_match = match check {
+                    SourceCheck::ETag(e) if !e.starts_with("W/") => Some(e.to_string()),
+                    _ => None,
                 };
+                let options =
+                    GetOptions { range: Some(GetRange::Bounded(range.clone())), if_match, ..GetOptions::default() };
                 let seconds = self.settings.timeout.as_secs();
                 let result = tokio::time::timeout(self.settings.timeout, client.get_opts(&path, options))
                     .await
                     .map_err(|_| SourceError::Timeout { url: url.into(), store: entry.name.clone(), seconds })?
-                    .map_err(|e| classify(&entry, url, &range, if_match, seconds, e))?;
+                    .map_err(|e| classify(&entry, url, &range, check, seconds, e))?;
                 if result.range != range {
                     return Err(SourceError::Truncated {
                         url: url.into(),
@@ -149,14 +155,18 @@ impl SourceRegistry {
                 }
                 // object_store sends If-Match but does not check the answer: an origin or proxy
                 // that ignores the header would hand over a rewritten object's bytes.
-                if let (Some(expected), Some(actual)) = (if_match, result.meta.e_tag.as_deref())
-                    && expected != actual
-                {
-                    tracing::warn!(url, store = %entry.name, expected, actual, "source answered with another ETag despite If-Match");
+                let changed = match check {
+                    SourceCheck::ETag(expected) => result.meta.e_tag.as_deref().is_some_and(|e| e != expected),
+                    SourceCheck::Size(size) => result.meta.size != *size,
+                    SourceCheck::Unchecked => false,
+                };
+                if changed {
+                    tracing::warn!(url, store = %entry.name, recorded = %recorded(check), etag = ?result.meta.e_tag,
+                        size = result.meta.size, "source answered for another object than the one registered");
                     return Err(SourceError::Modified {
                         url: url.into(),
                         store: entry.name.clone(),
-                        expected: expected.into(),
+                        recorded: recorded(check),
                     });
                 }
                 result.into_stream().map_err(io::Error::other).boxed()
@@ -179,7 +189,7 @@ impl SourceRegistry {
                 let facts = tokio::task::spawn_blocking(move || local::head(&root, &rel))
                     .await
                     .map_err(|e| upstream(&entry, url, e.to_string()))?
-                    .map_err(|e| local_error(&entry, url, &(0..0), None, e))?;
+                    .map_err(|e| local_error(&entry, url, &(0..0), &SourceCheck::Unchecked, e))?;
                 let modified: chrono::DateTime<chrono::Utc> = facts.modified.into();
                 Ok(ObjectFacts { size: facts.size, etag: Some(facts.etag), last_modified: Some(modified.to_rfc3339()) })
             }
@@ -190,7 +200,7 @@ impl SourceRegistry {
                 let meta = tokio::time::timeout(self.settings.timeout, client.head(&path))
                     .await
                     .map_err(|_| SourceError::Timeout { url: url.into(), store: entry.name.clone(), seconds })?
-                    .map_err(|e| classify(&entry, url, &(0..0), None, seconds, e))?;
+                    .map_err(|e| classify(&entry, url, &(0..0), &SourceCheck::Unchecked, seconds, e))?;
                 Ok(ObjectFacts {
                     size: meta.size,
                     etag: meta.e_tag,
@@ -214,7 +224,7 @@ fn local_error(
     entry: &ObjectStoreEntry,
     url: &str,
     range: &Range<u64>,
-    if_match: Option<&str>,
+    check: &SourceCheck<'_>,
     e: LocalError,
 ) -> SourceError {
     let (url, store) = (url.to_owned(), entry.name.clone());
@@ -226,7 +236,7 @@ fn local_error(
             detail: "the path resolves outside the object store's directory".into(),
         },
         LocalError::Denied(e) => SourceError::Forbidden { url, store, detail: e.to_string() },
-        LocalError::Modified => SourceError::Modified { url, store, expected: if_match.unwrap_or_default().to_owned() },
+        LocalError::Modified => SourceError::Modified { url, store, recorded: recorded(check) },
         LocalError::Truncated { size } => {
             SourceError::Truncated { url, store, needed: range.end, size: size.to_string() }
         }
@@ -238,7 +248,7 @@ fn classify(
     entry: &ObjectStoreEntry,
     url: &str,
     range: &Range<u64>,
-    if_match: Option<&str>,
+    check: &SourceCheck<'_>,
     seconds: u64,
     e: object_store::Error,
 ) -> SourceError {
@@ -248,9 +258,7 @@ fn classify(
         object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
             SourceError::Forbidden { url, store, detail: e.to_string() }
         }
-        object_store::Error::Precondition { .. } => {
-            SourceError::Modified { url, store, expected: if_match.unwrap_or_default().to_owned() }
-        }
+        object_store::Error::Precondition { .. } => SourceError::Modified { url, store, recorded: recorded(check) },
         other => {
             let text = error_chain(&other);
             // Not "timeout": after a retry object_store's message says "retry_timeout: ..." whatever
@@ -266,6 +274,15 @@ fn classify(
                 SourceError::Upstream { url, store, detail: text }
             }
         }
+    }
+}
+
+/// What was recorded of a source, for messages.
+fn recorded(check: &SourceCheck<'_>) -> String {
+    match check {
+        SourceCheck::ETag(e) => format!("ETag {e}"),
+        SourceCheck::Size(n) => format!("size {n} bytes"),
+        SourceCheck::Unchecked => "nothing".into(),
     }
 }
 

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use futures::Stream;
 
+use crate::zarr::block::SourceCheck;
+
 /// Bytes read per blocking call.
 const PIECE: u64 = 1 << 20;
 
@@ -64,20 +66,23 @@ pub(super) fn head(root: &Path, relative: &str) -> Result<LocalFacts, LocalError
     facts(&file)
 }
 
-/// Opens `relative` under `root`, checks it against `if_match` and `range`, and reads the first
+/// Opens `relative` under `root`, checks it against `check` and `range`, and reads the first
 /// piece (blocking). The rest is read by [`rest`].
 pub(super) fn open(
     root: &Path,
     relative: &str,
     range: std::ops::Range<u64>,
-    if_match: Option<&str>,
+    check: &SourceCheck<'_>,
 ) -> Result<(File, Bytes), LocalError> {
     let path = confined(root, relative)?;
     let file = File::open(path).map_err(map_open)?;
     let facts = facts(&file)?;
-    if let Some(expected) = if_match
-        && expected != facts.etag
-    {
+    let changed = match check {
+        SourceCheck::ETag(expected) => *expected != facts.etag,
+        SourceCheck::Size(size) => *size != facts.size,
+        SourceCheck::Unchecked => false,
+    };
+    if changed {
         return Err(LocalError::Modified);
     }
     if range.end > facts.size {
@@ -140,15 +145,18 @@ mod tests {
         let root = std::fs::canonicalize(root_dir.path()).unwrap();
         std::fs::write(root.join("ok.bin"), b"0123456789").unwrap();
         std::os::unix::fs::symlink(outside.path().join("secret"), root.join("link")).unwrap();
-        assert!(matches!(open(&root, "link", 0..3, None), Err(LocalError::Escapes)));
+        let none = SourceCheck::Unchecked;
+        assert!(matches!(open(&root, "link", 0..3, &none), Err(LocalError::Escapes)));
         let rel = format!("../{}/secret", outside.path().file_name().unwrap().to_str().unwrap());
-        assert!(matches!(open(&root, &rel, 0..3, None), Err(LocalError::Escapes | LocalError::NotFound)));
-        let (_, first) = open(&root, "ok.bin", 2..5, None).unwrap();
+        assert!(matches!(open(&root, &rel, 0..3, &none), Err(LocalError::Escapes | LocalError::NotFound)));
+        let (_, first) = open(&root, "ok.bin", 2..5, &none).unwrap();
         assert_eq!(&first[..], b"234");
-        assert!(matches!(open(&root, "ok.bin", 5..11, None), Err(LocalError::Truncated { size: 10 })));
-        assert!(matches!(open(&root, "nope", 0..1, None), Err(LocalError::NotFound)));
+        assert!(matches!(open(&root, "ok.bin", 5..11, &none), Err(LocalError::Truncated { size: 10 })));
+        assert!(matches!(open(&root, "nope", 0..1, &none), Err(LocalError::NotFound)));
         let etag = head(&root, "ok.bin").unwrap().etag;
-        assert!(open(&root, "ok.bin", 0..1, Some(&etag)).is_ok());
-        assert!(matches!(open(&root, "ok.bin", 0..1, Some("other")), Err(LocalError::Modified)));
+        assert!(open(&root, "ok.bin", 0..1, &SourceCheck::ETag(etag.into())).is_ok());
+        assert!(matches!(open(&root, "ok.bin", 0..1, &SourceCheck::ETag("other".into())), Err(LocalError::Modified)));
+        assert!(open(&root, "ok.bin", 0..1, &SourceCheck::Size(10)).is_ok());
+        assert!(matches!(open(&root, "ok.bin", 0..1, &SourceCheck::Size(11)), Err(LocalError::Modified)));
     }
 }

@@ -1,15 +1,22 @@
 //! Manifest blocks: the chunk references of one tile of an array's chunk grid, in a compact
 //! binary form (16 bytes per reference) that is both the stored row and the cached value.
 //!
-//! Layout (little-endian): `"ZGB" 1`, flags (bit 0: sparse), tile length, source count,
-//! record count, inline length; the block's own source dictionary (url, etag); for sparse
-//! blocks the sorted slots; the records `(offset u64, length u32, source u32)`; inline bytes.
+//! Layout (little-endian): `"ZGB" 2`, flags (bit 0: sparse), tile length, source count,
+//! record count, inline length, the source dictionary's length and the dictionary itself
+//! ([`sources`]); for sparse blocks the sorted slots; the records `(offset u64, length u32,
+//! source u32)`; inline bytes. Version 1 blocks (a plain list of URL and ETag strings) are
+//! still read.
+
+mod sources;
 
 use std::collections::HashMap;
 
 use bytes::Bytes;
 
-const MAGIC: &[u8; 4] = b"ZGB\x01";
+pub use sources::{BlockSource, SourceCheck, SourceTable};
+
+const MAGIC_V1: &[u8; 4] = b"ZGB\x01";
+const MAGIC: &[u8; 4] = b"ZGB\x02";
 const MISSING: u32 = u32::MAX;
 const INLINE: u32 = u32::MAX - 1;
 /// The largest number of distinct sources in one block.
@@ -25,20 +32,11 @@ struct Record {
 
 const MISSING_RECORD: Record = Record { offset: 0, length: 0, source: MISSING };
 
-/// A source object referenced from a block, with its recorded ETag when known.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BlockSource {
-    /// Absolute URL of the source object.
-    pub url: Box<str>,
-    /// The ETag recorded at registration; reads are conditional on it.
-    pub etag: Option<Box<str>>,
-}
-
 /// Where the bytes of one chunk are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChunkRef<'a> {
     /// `length` bytes at `offset` in `source`.
-    Virtual { source: &'a BlockSource, offset: u64, length: u64 },
+    Virtual { source: BlockSource<'a>, offset: u64, length: u64 },
     /// The bytes themselves.
     Inline(Bytes),
     /// No chunk: readers use the fill value.
@@ -49,7 +47,7 @@ pub enum ChunkRef<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ManifestBlock {
     tile_len: u32,
-    sources: Vec<BlockSource>,
+    sources: SourceTable,
     /// Sorted slots of the records when sparse; `None` when `records` covers every slot.
     slots: Option<Box<[u32]>>,
     records: Box<[Record]>,
@@ -64,7 +62,13 @@ pub struct BlockError(&'static str);
 impl ManifestBlock {
     /// A block with no references (a tile with nothing stored).
     pub fn empty(tile_len: u32) -> Self {
-        Self { tile_len, sources: Vec::new(), slots: Some(Box::new([])), records: Box::new([]), inline: Bytes::new() }
+        Self {
+            tile_len,
+            sources: SourceTable::default(),
+            slots: Some(Box::new([])),
+            records: Box::new([]),
+            inline: Bytes::new(),
+        }
     }
 
     /// The reference at `slot`.
@@ -108,13 +112,8 @@ impl ManifestBlock {
 
     /// Approximate heap footprint, the weight used by the block cache.
     pub fn weight(&self) -> usize {
-        let sources: usize = self
-            .sources
-            .iter()
-            .map(|s| s.url.len() + s.etag.as_ref().map_or(0, |e| e.len()) + size_of::<BlockSource>())
-            .sum();
         size_of::<Self>()
-            + sources
+            + self.sources.weight()
             + self.slots.as_ref().map_or(0, |s| s.len() * 4)
             + self.records.len() * size_of::<Record>()
             + self.inline.len()
@@ -127,28 +126,26 @@ impl ManifestBlock {
                 let start = r.offset as usize;
                 ChunkRef::Inline(self.inline.slice(start..start + r.length as usize))
             }
-            s => ChunkRef::Virtual { source: &self.sources[s as usize], offset: r.offset, length: u64::from(r.length) },
+            // Every record's source was checked against the dictionary when the block was decoded.
+            s => match self.sources.get(s) {
+                Some(source) => ChunkRef::Virtual { source, offset: r.offset, length: u64::from(r.length) },
+                None => ChunkRef::Missing,
+            },
         }
     }
 
     /// Serialises the block for storage.
     pub fn encode(&self) -> Vec<u8> {
-        let url_bytes: usize =
-            self.sources.iter().map(|s| 8 + s.url.len() + s.etag.as_ref().map_or(0, |e| e.len())).sum();
-        let mut out = Vec::with_capacity(32 + url_bytes + self.records.len() * 20 + self.inline.len());
+        let table = self.sources.as_bytes();
+        let mut out = Vec::with_capacity(32 + table.len() + self.records.len() * 20 + self.inline.len());
         out.extend_from_slice(MAGIC);
         out.push(u8::from(self.slots.is_some()));
         for n in [self.tile_len, self.sources.len() as u32, self.records.len() as u32] {
             out.extend_from_slice(&n.to_le_bytes());
         }
         out.extend_from_slice(&(self.inline.len() as u64).to_le_bytes());
-        for s in &self.sources {
-            for text in [Some(&s.url), s.etag.as_ref()] {
-                let text = text.map_or("", |t| t);
-                out.extend_from_slice(&(text.len() as u32).to_le_bytes());
-                out.extend_from_slice(text.as_bytes());
-            }
-        }
+        out.extend_from_slice(&(table.len() as u32).to_le_bytes());
+        out.extend_from_slice(table);
         for slot in self.slots.iter().flat_map(|s| s.iter()) {
             out.extend_from_slice(&slot.to_le_bytes());
         }
@@ -164,21 +161,31 @@ impl ManifestBlock {
     /// Reads a stored block, checking every index against the block's own bounds.
     pub fn decode(data: &[u8]) -> Result<Self, BlockError> {
         let mut r = Reader(data);
-        if r.take(4)? != MAGIC {
-            return Err(BlockError("unknown format"));
-        }
+        let version = match r.take(4)? {
+            m if m == MAGIC => 2,
+            m if m == MAGIC_V1 => 1,
+            _ => return Err(BlockError("unknown format")),
+        };
         let sparse = r.take(1)?[0] == 1;
-        let (tile_len, n_sources, n_records) = (r.u32()?, r.u32()? as usize, r.u32()? as usize);
+        let (tile_len, n_sources, n_records) = (r.u32()?, r.u32()?, r.u32()? as usize);
         let inline_len = usize::try_from(r.u64()?).map_err(|_| BlockError("inline too large"))?;
         if n_records > tile_len as usize || (!sparse && n_records != tile_len as usize) {
             return Err(BlockError("record count does not match the tile"));
         }
-        let mut sources = Vec::with_capacity(n_sources.min(data.len() / 8));
-        for _ in 0..n_sources {
-            let url = r.text()?;
-            let etag = r.text()?;
-            sources.push(BlockSource { url, etag: (!etag.is_empty()).then_some(etag) });
-        }
+        let sources = if version == 1 {
+            let mut listed = Vec::with_capacity((n_sources as usize).min(data.len() / 8));
+            for _ in 0..n_sources {
+                let url = r.text()?;
+                let etag = r.text()?;
+                listed.push((url, etag));
+            }
+            let checks: Vec<SourceCheck<'_>> =
+                listed.iter().map(|(_, e)| SourceCheck::from_facts((!e.is_empty()).then_some(&**e), None)).collect();
+            SourceTable::build(listed.iter().zip(&checks).map(|((url, _), check)| (&**url, check)))
+        } else {
+            let table_len = r.u32()? as usize;
+            SourceTable::decode(Bytes::copy_from_slice(r.take(table_len)?), n_sources)?
+        };
         let slots = if sparse {
             let raw = r.take(n_records.checked_mul(4).ok_or(BlockError("too many records"))?)?;
             let slots: Box<[u32]> = raw.chunks_exact(4).map(le_u32).collect();
@@ -252,7 +259,7 @@ fn le_u64(b: &[u8]) -> u64 {
 #[derive(Debug)]
 pub struct BlockBuilder {
     tile_len: u32,
-    sources: Vec<BlockSource>,
+    sources: Vec<(Box<str>, SourceCheck<'static>)>,
     source_index: HashMap<Box<str>, u32>,
     entries: Vec<(u32, Record)>,
     inline: Vec<u8>,
@@ -264,22 +271,22 @@ impl BlockBuilder {
         Self { tile_len, sources: Vec::new(), source_index: HashMap::new(), entries: Vec::new(), inline: Vec::new() }
     }
 
-    /// Adds a virtual reference. The caller guarantees `slot < tile_len` and unique slots.
-    pub fn push_virtual(&mut self, slot: u32, url: &str, etag: Option<&str>, offset: u64, length: u32) {
+    /// Adds a virtual reference to `url`, which reads check against `check`. The caller
+    /// guarantees `slot < tile_len` and unique slots.
+    pub fn push_virtual(&mut self, slot: u32, url: &str, check: SourceCheck<'_>, offset: u64, length: u32) {
         // Neighbouring chunks mostly come from the same source: try the last one before hashing.
         let last = self.entries.last().map(|(_, r)| r.source).filter(|s| (*s as usize) < self.sources.len());
-        let source = match last
-            .filter(|s| &*self.sources[*s as usize].url == url)
-            .or_else(|| self.source_index.get(url).copied())
-        {
-            Some(i) => i,
-            None => {
-                let i = self.sources.len() as u32;
-                self.sources.push(BlockSource { url: url.into(), etag: etag.map(Into::into) });
-                self.source_index.insert(url.into(), i);
-                i
-            }
-        };
+        let source =
+            match last.filter(|s| &*self.sources[*s as usize].0 == url).or_else(|| self.source_index.get(url).copied())
+            {
+                Some(i) => i,
+                None => {
+                    let i = self.sources.len() as u32;
+                    self.sources.push((url.into(), check.into_owned()));
+                    self.source_index.insert(url.into(), i);
+                    i
+                }
+            };
         self.entries.push((slot, Record { offset, length, source }));
     }
 
@@ -303,6 +310,22 @@ impl BlockBuilder {
     /// Freezes the block: dense when at least 80% of the slots are used, sparse otherwise.
     pub fn finish(mut self) -> ManifestBlock {
         self.entries.sort_unstable_by_key(|(slot, _)| *slot);
+        // Sources in URL order, so that each shares the longest prefix with the one before it.
+        let mut order: Vec<u32> = (0..self.sources.len() as u32).collect();
+        order.sort_unstable_by(|a, b| self.sources[*a as usize].0.cmp(&self.sources[*b as usize].0));
+        let mut position = vec![0u32; order.len()];
+        for (new, old) in order.iter().enumerate() {
+            position[*old as usize] = new as u32;
+        }
+        for (_, r) in &mut self.entries {
+            if r.source != INLINE {
+                r.source = position[r.source as usize];
+            }
+        }
+        let sources = SourceTable::build(order.iter().map(|i| {
+            let (url, check) = &self.sources[*i as usize];
+            (&**url, check)
+        }));
         let dense = self.entries.len() as u64 * 20 >= u64::from(self.tile_len) * 16;
         let (slots, records) = if dense {
             let mut records = vec![MISSING_RECORD; self.tile_len as usize];
@@ -314,7 +337,7 @@ impl BlockBuilder {
             let slots = self.entries.iter().map(|(s, _)| *s).collect();
             (Some(slots), self.entries.iter().map(|(_, r)| *r).collect())
         };
-        ManifestBlock { tile_len: self.tile_len, sources: self.sources, slots, records, inline: self.inline.into() }
+        ManifestBlock { tile_len: self.tile_len, sources, slots, records, inline: self.inline.into() }
     }
 }
 
@@ -328,8 +351,10 @@ mod tests {
         for slot in (0..n).rev() {
             match slot % 3 {
                 0 => b.push_inline(slot, format!("chunk{slot}").as_bytes()),
-                1 => b.push_virtual(slot, "s3://b/a.nc", Some("\"e1\""), u64::from(slot) * 100, 100),
-                _ => b.push_virtual(slot, "s3://b/b.nc", None, 1 << 40, 7),
+                1 => {
+                    b.push_virtual(slot, "s3://b/a.nc", SourceCheck::ETag("\"e1\"".into()), u64::from(slot) * 100, 100)
+                }
+                _ => b.push_virtual(slot, "s3://b/b.nc", SourceCheck::Size(1 << 41), 1 << 40, 7),
             }
         }
         b.finish()
@@ -344,8 +369,8 @@ mod tests {
             match block.get(1) {
                 ChunkRef::Virtual { source, offset, length } => {
                     assert_eq!(
-                        (&*source.url, source.etag.as_deref(), offset, length),
-                        ("s3://b/a.nc", Some("\"e1\""), 100, 100)
+                        (&*source.url, source.check, offset, length),
+                        ("s3://b/a.nc", SourceCheck::ETag("\"e1\"".into()), 100, 100)
                     );
                 }
                 other => panic!("{other:?}"),
@@ -368,10 +393,52 @@ mod tests {
     }
 
     #[test]
+    fn version_1_blocks_are_still_read() {
+        let mut v1 = MAGIC_V1.to_vec();
+        v1.push(0);
+        for n in [2u32, 1, 2] {
+            v1.extend_from_slice(&n.to_le_bytes());
+        }
+        v1.extend_from_slice(&0u64.to_le_bytes());
+        for text in ["s3://b/a.nc", "\"e1\""] {
+            v1.extend_from_slice(&(text.len() as u32).to_le_bytes());
+            v1.extend_from_slice(text.as_bytes());
+        }
+        for (offset, length, source) in [(8u64, 4u32, 0u32), (0, 0, MISSING)] {
+            v1.extend_from_slice(&offset.to_le_bytes());
+            v1.extend_from_slice(&length.to_le_bytes());
+            v1.extend_from_slice(&source.to_le_bytes());
+        }
+        let block = ManifestBlock::decode(&v1).unwrap();
+        let expected = BlockSource { url: "s3://b/a.nc".into(), check: SourceCheck::ETag("\"e1\"".into()) };
+        assert_eq!(block.get(0), ChunkRef::Virtual { source: expected, offset: 8, length: 4 });
+        assert_eq!(block.get(1), ChunkRef::Missing);
+        assert_eq!(ManifestBlock::decode(&block.encode()).unwrap(), block, "written again as version 2");
+    }
+
+    #[test]
+    fn a_thousand_files_in_a_block_cost_little_more_than_their_records() {
+        let mut b = BlockBuilder::new(1024);
+        for slot in (0..1024u32).rev() {
+            let url = format!("s3://bucket/era5/2t/era5_2t_{}.nc", 20_000 + slot);
+            let etag = format!("\"{:032x}\"", u128::from(slot).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c834));
+            b.push_virtual(slot, &url, SourceCheck::ETag(etag.into()), 1234, 5678);
+        }
+        let block = b.finish();
+        // 16 bytes of record, 16 of MD5, about 10 of file name suffix and lengths (about 120
+        // with a URL and an ETag string per source).
+        assert!(block.weight() < 1024 * 45, "{} bytes per reference", block.weight() / 1024);
+        match block.get(700) {
+            ChunkRef::Virtual { source, .. } => assert_eq!(source.url, "s3://bucket/era5/2t/era5_2t_20700.nc"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn dense_footprint_is_16_bytes_per_reference() {
         let mut b = BlockBuilder::new(65_536);
         for slot in 0..65_536 {
-            b.push_virtual(slot, "file:///data/x.nc", None, u64::from(slot) * 1000, 1000);
+            b.push_virtual(slot, "file:///data/x.nc", SourceCheck::Unchecked, u64::from(slot) * 1000, 1000);
         }
         let block = b.finish();
         assert!(block.weight() < 65_536 * 17, "weight {}", block.weight());

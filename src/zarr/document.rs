@@ -75,6 +75,13 @@ pub struct SourceFacts {
 }
 
 impl SourceFacts {
+    /// What reads of this object check: its ETag when known, else its size.
+    pub fn read_check(&self) -> crate::zarr::block::SourceCheck<'_> {
+        crate::zarr::block::SourceCheck::from_facts(self.etag.as_deref(), self.size)
+    }
+}
+
+impl SourceFacts {
     /// What is wrong with declared facts: the ETag becomes an `If-Match` header and both strings
     /// are stored as text, so they must be printable.
     pub fn check(&self) -> Result<(), String> {

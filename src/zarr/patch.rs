@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::block::{BlockBuilder, ChunkRef, ManifestBlock};
+use super::block::{BlockBuilder, ChunkRef, ManifestBlock, SourceCheck};
 use super::document::{Document, SourceFacts};
 use super::grid::ChunkLocation;
 use super::hierarchy::Hierarchy;
@@ -44,7 +44,7 @@ pub struct PatchPlan {
     pub removed: Vec<NodePath>,
     /// URLs the set entries use, by number, with their recorded ETags.
     pub urls: Vec<String>,
-    etags: Vec<Option<String>>,
+    checks: Vec<SourceCheck<'static>>,
     /// Facts of the new sources.
     pub sources: BTreeMap<String, SourceFacts>,
 }
@@ -219,15 +219,16 @@ pub fn plan(
     let sources: BTreeMap<String, SourceFacts> =
         sources.into_iter().filter(|(u, _)| urls.number(u).is_some()).collect();
     let urls = urls.all().to_vec();
-    let etags = urls.iter().map(|u| sources.get(u).and_then(|f| f.etag.clone())).collect();
-    Ok(PatchPlan { nodes: nodes.into_values().collect(), arrays, removed, urls, etags, sources })
+    let checks =
+        urls.iter().map(|u| sources.get(u).map_or(SourceCheck::Unchecked, |f| f.read_check().into_owned())).collect();
+    Ok(PatchPlan { nodes: nodes.into_values().collect(), arrays, removed, urls, checks, sources })
 }
 
 /// A reference owned outside any block, for rebuilding an array from its old blocks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OwnedRef {
     /// Bytes of a source object.
-    Virtual { url: String, etag: Option<String>, offset: u64, length: u32 },
+    Virtual { url: String, check: SourceCheck<'static>, offset: u64, length: u32 },
     /// The bytes themselves.
     Inline(bytes::Bytes),
 }
@@ -237,8 +238,8 @@ impl OwnedRef {
     pub fn from_chunk(chunk: ChunkRef<'_>) -> Option<Self> {
         match chunk {
             ChunkRef::Virtual { source, offset, length } => Some(Self::Virtual {
-                url: source.url.to_string(),
-                etag: source.etag.as_deref().map(str::to_owned),
+                url: source.url.into_owned(),
+                check: source.check.into_owned(),
                 offset,
                 length: length as u32,
             }),
@@ -249,8 +250,8 @@ impl OwnedRef {
 
     fn push(&self, builder: &mut BlockBuilder, slot: u32) {
         match self {
-            Self::Virtual { url, etag, offset, length } => {
-                builder.push_virtual(slot, url, etag.as_deref(), *offset, *length)
+            Self::Virtual { url, check, offset, length } => {
+                builder.push_virtual(slot, url, check.as_borrowed(), *offset, *length)
             }
             Self::Inline(bytes) => builder.push_inline(slot, bytes),
         }
@@ -264,7 +265,7 @@ impl PatchPlan {
                 builder.push_virtual(
                     slot,
                     &self.urls[url as usize],
-                    self.etags[url as usize].as_deref(),
+                    self.checks[url as usize].as_borrowed(),
                     offset,
                     length as u32,
                 );

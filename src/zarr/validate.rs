@@ -13,7 +13,7 @@ use extsort::{ExternalSorter, Sortable};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::block::BlockBuilder;
+use super::block::{BlockBuilder, SourceCheck};
 use super::document::{Document, Problems, SourceFacts, UrlTable};
 use super::grid::{ChunkLocation, DEFAULT_TILE_CHUNKS};
 use super::key::manifest_key;
@@ -156,9 +156,12 @@ pub fn validate_tiled(
     let urls_list = urls.all().to_vec();
     let sources: BTreeMap<String, SourceFacts> =
         sources.into_iter().filter(|(u, _)| urls.number(u).is_some()).collect();
-    let etags: Vec<Option<String>> = urls_list.iter().map(|u| sources.get(u).and_then(|f| f.etag.clone())).collect();
+    let checks: Vec<SourceCheck<'static>> = urls_list
+        .iter()
+        .map(|u| sources.get(u).map_or(SourceCheck::Unchecked, |f| f.read_check().into_owned()))
+        .collect();
     let refs = RefCheck { urls: &urls, sources: &sources, object_sizes: &object_sizes };
-    let mut out = BlockOutput { blocks: SpillLog::new(&scratch), index: Vec::new(), urls: &urls_list, etags: &etags };
+    let mut out = BlockOutput { blocks: SpillLog::new(&scratch), index: Vec::new(), urls: &urls_list, checks: &checks };
     let mut summary = Summary { sources: urls_list.len() as u64, ..Summary::default() };
     for (path, manifest) in manifests {
         let Ok(node) = nodes.binary_search_by(|n| n.path.cmp(&path)) else { continue };
@@ -205,7 +208,7 @@ struct BlockOutput<'a> {
     blocks: SpillLog,
     index: Vec<(usize, u64, u64, u64)>,
     urls: &'a [String],
-    etags: &'a [Option<String>],
+    checks: &'a [SourceCheck<'static>],
 }
 
 /// A reference at its packed location: what the sort orders.
@@ -328,8 +331,8 @@ fn add_array(
         let (_, block) = building.get_or_insert_with(|| (at.tile, BlockBuilder::new(grid.tile_len())));
         match r {
             RawRef::Virtual { url, offset, length } => {
-                let (url, etag) = (&out.urls[url as usize], out.etags[url as usize].as_deref());
-                block.push_virtual(at.slot, url, etag, offset, length as u32);
+                let (url, check) = (&out.urls[url as usize], out.checks[url as usize].as_borrowed());
+                block.push_virtual(at.slot, url, check, offset, length as u32);
             }
             RawRef::Inline { start, len } => {
                 a.manifest.inline_bytes(start, len, &mut inline)?;
