@@ -103,13 +103,25 @@ both_backends! {
     }
 
     async fn reshaping_across_tiles_rebuilds_the_array(server) {
-        let server = server.restart_with(|c| c.block_chunks = 4).await;
-        server.local_store().await;
-        let path = series(&server, 8);
-        let doc = json!({"nodes": {"t": f32_array(&[4, 2], &[1, 1], json!({"manifest": {"0.0": {"path": path, "offset": 0, "length": 4}, "3.1": {"path": path, "offset": 28, "length": 4}}}))}});
-        assert_eq!(server.put("/api/v1/stores/s", &doc).await.0, StatusCode::CREATED);
-        // Twice as many columns: the tiles are renumbered, the old references moved.
-        let (status, body) = patch(&server, "s", &json!({"nodes": {"t": {"shape": [4, 4], "manifest": {"3.3": {"path": path, "offset": 4, "length": 4}}}}})).await;
+        let start = |server: common::TestServer, memory_bytes: u64| async move {
+            let server = server.restart_with(|c| { c.block_chunks = 4; c.ingest.memory_bytes = memory_bytes; }).await;
+            server.local_store().await;
+            let path = series(&server, 8);
+            let doc = json!({"nodes": {"t": f32_array(&[4, 2], &[1, 1], json!({"manifest": {"0.0": {"path": path, "offset": 0, "length": 4}, "3.1": {"path": path, "offset": 28, "length": 4}}}))}});
+            assert_eq!(server.put("/api/v1/stores/s", &doc).await.0, StatusCode::CREATED);
+            // Twice as many columns: the tiles are renumbered, the old references moved.
+            let reshape = json!({"nodes": {"t": {"shape": [4, 4], "manifest": {"3.3": {"path": path, "offset": 4, "length": 4}}}}});
+            (server, reshape)
+        };
+        // Memory for one old reference only (ingest.memory_bytes / 300): refused, nothing changed.
+        let (server, reshape) = start(server, 300).await;
+        let (status, body) = patch(&server, "s", &reshape).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert!(body["problems"][0].as_str().unwrap().contains("register the whole store again with PUT"), "{body}");
+        assert_eq!(server.get("/s/t/c/3/3", &[]).await.status(), StatusCode::NOT_FOUND, "nothing changed");
+
+        let (server, reshape) = start(server, 1 << 20).await;
+        let (status, body) = patch(&server, "s", &reshape).await;
         assert_eq!(status, StatusCode::OK, "{body}");
         assert_eq!(server.bytes("/s/t/c/0/0").await, f32_bytes([0.0]));
         assert_eq!(server.bytes("/s/t/c/3/1").await, f32_bytes([3.5]));

@@ -115,6 +115,10 @@ pub(super) async fn patch(
         dropped_nodes.push(path.as_str().to_owned());
     }
     let mut problems = Vec::new();
+    // A rebuild holds every old reference of the array at once (its coordinates and owned
+    // strings: about 300 bytes each); past what one registration may hold, PUT (which streams)
+    // is the way.
+    let rebuild_limit = usize::try_from(app.config.ingest.memory_bytes / REBUILD_BYTES_PER_REF).unwrap_or(usize::MAX);
     for array in &plan.arrays {
         let node = array.path.as_str();
         if array.rebuild {
@@ -126,6 +130,17 @@ pub(super) async fn patch(
                     for (slot, chunk) in block.iter() {
                         let coords = base_layout.grid.coords_of(ChunkLocation { tile, slot }).unwrap_or_default();
                         old.extend(OwnedRef::from_chunk(chunk).map(|r| (coords, r)));
+                    }
+                    if old.len() > rebuild_limit {
+                        return Err(invalid(
+                            &name,
+                            vec![format!(
+                                "array {node}: this PATCH changes its shape so that every stored reference must be laid \
+                                 out again, and it has more than {rebuild_limit} of them, more than one registration may \
+                                 hold in memory (ingest.memory_bytes); register the whole store again with PUT, which \
+                                 streams, or grow the array along its first dimension only"
+                            )],
+                        ));
                     }
                 }
                 dropped_nodes.push(node.to_owned());
@@ -194,6 +209,10 @@ pub(super) async fn patch(
         "store patched");
     Ok(Json(summary_json(&written.head, record.store_created_at_ms, &summary)).into_response())
 }
+
+/// Memory a rebuilt array's old reference takes while it is laid out again (coordinates, URL and
+/// ETag strings, the builder's copy), for the limit `ingest.memory_bytes` sets.
+const REBUILD_BYTES_PER_REF: u64 = 300;
 
 /// A source the base version already reads keeps the facts recorded for it: its stored chunks
 /// are conditional on that ETag, and new chunks from it must be too. A source that changed since
