@@ -43,7 +43,7 @@ use super::{Collected, WHOLE_OBJECT, convert};
 use crate::zarr::document::Document;
 use crate::zarr::manifest::{RawManifest, RawRef, normalize_source_url};
 use crate::zarr::metadata::array_layout;
-use crate::zarr::spill::Scratch;
+use crate::zarr::spill::{Scratch, SpillLog};
 
 /// The name of the metadata file at the root of the reference directory.
 const ZMETADATA: &str = ".zmetadata";
@@ -70,7 +70,7 @@ pub fn parse_tar(reader: impl Read, scratch: &Scratch) -> Result<Document, Archi
         Some(body) => ArchiveError::Io(body),
         None => ArchiveError::Invalid(format!("the body is not a valid tar archive ({what}: {e})")),
     };
-    let mut import = Import { scratch: scratch.clone(), ..Import::default() };
+    let mut import = Import { scratch: scratch.clone(), waiting_bytes: SpillLog::new(scratch), ..Import::default() };
     let mut parquet_files = 0usize;
     for entry in archive.entries().map_err(|e| fail(e, "reading its first header"))? {
         let mut entry = entry.map_err(|e| fail(e, "reading an entry header"))?;
@@ -131,8 +131,10 @@ impl<R: Read> Read for Tracked<R> {
 struct Import {
     /// Known once `.zmetadata` was read.
     meta: Option<Meta>,
-    /// Parquet files read before `.zmetadata`, by path in the archive.
-    waiting: Vec<(String, Vec<u8>)>,
+    /// Parquet files read before `.zmetadata`: path in the archive, offset and length in
+    /// `waiting_bytes` (which spills to scratch files past the budget, as references do).
+    waiting: Vec<(String, u64, usize)>,
+    waiting_bytes: SpillLog,
     /// Where the references go.
     scratch: Scratch,
 }
@@ -197,7 +199,10 @@ impl Import {
             .collect();
         let (seen, urls) = (BTreeSet::new(), HashMap::new());
         self.meta = Some(Meta { prefix, record_size, doc, grids, declared, seen, urls });
-        for (name, bytes) in std::mem::take(&mut self.waiting) {
+        let waiting_bytes = std::mem::take(&mut self.waiting_bytes);
+        for (name, at, len) in std::mem::take(&mut self.waiting) {
+            let mut bytes = Vec::with_capacity(len);
+            waiting_bytes.read_at(at, len, &mut bytes).map_err(ArchiveError::Io)?;
             self.parquet(name, bytes);
         }
         Ok(())
@@ -206,7 +211,10 @@ impl Import {
     fn parquet(&mut self, name: String, bytes: Vec<u8>) {
         match &mut self.meta {
             Some(meta) => meta.parquet(&name, bytes),
-            None => self.waiting.push((name, bytes)),
+            None => {
+                let at = self.waiting_bytes.append(&bytes);
+                self.waiting.push((name, at, bytes.len()));
+            }
         }
     }
 

@@ -101,7 +101,10 @@ fn rows_are_chunks_in_c_order_across_files() {
         ("refs.parq/g/air/refs.0.parq", &file0),
         ("refs.parq/.zmetadata", &zmetadata(4)),
     ]);
+    // The files that wait are kept like references: in memory, or past the budget on disk.
+    let on_disk = parse_tar(body.as_slice(), &Scratch::new(0, None)).unwrap();
     let doc = parse_tar(body.as_slice(), &Scratch::in_memory()).unwrap();
+    assert_eq!(entries(&on_disk, "g/air"), entries(&doc, "g/air"));
     assert!(doc.problems.is_empty(), "{:?}", doc.problems.clone().into_vec());
     assert_eq!(doc.nodes.keys().collect::<Vec<_>>(), ["", "g/air", "s"]);
     assert_eq!(doc.nodes[""].metadata["attributes"], json!({"title": "parquet"}));
