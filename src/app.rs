@@ -67,6 +67,7 @@ impl App {
             timeout: Duration::from_secs(config.sources.timeout_seconds.max(1)),
             connect_timeout: Duration::from_secs(config.sources.connect_timeout_seconds.max(1)),
             retries: config.sources.retries,
+            api_ambient_credentials: config.sources.api_ambient_credentials,
         };
         let metrics = Metrics::new().context("registering metrics")?;
         metrics.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);

@@ -42,6 +42,9 @@ pub struct Config {
     pub ingest: IngestConfig,
     /// Object stores declared here (credentials from the environment or the options).
     pub object_stores: Vec<ObjectStoreConfig>,
+    /// The file this configuration was read from, if any.
+    #[serde(skip)]
+    pub file: Option<std::path::PathBuf>,
 }
 
 /// HTTP behaviour.
@@ -131,6 +134,9 @@ pub struct SourcesConfig {
     pub retries: usize,
     /// Source objects asked for their ETag and size at once when a store is registered.
     pub verify_concurrency: usize,
+    /// s3/gs/az stores registered over the API without credentials use the server's ambient
+    /// identity (instance metadata, workload identity) instead of reading anonymously.
+    pub api_ambient_credentials: bool,
 }
 
 /// An object store declared in the configuration file.
@@ -164,6 +170,7 @@ impl Default for Config {
             retention: RetentionConfig::default(),
             ingest: IngestConfig::default(),
             object_stores: Vec::new(),
+            file: None,
         }
     }
 }
@@ -193,7 +200,13 @@ impl Default for CacheConfig {
 
 impl Default for SourcesConfig {
     fn default() -> Self {
-        Self { timeout_seconds: 30, connect_timeout_seconds: 5, retries: 3, verify_concurrency: 32 }
+        Self {
+            timeout_seconds: 30,
+            connect_timeout_seconds: 5,
+            retries: 3,
+            verify_concurrency: 32,
+            api_ambient_credentials: false,
+        }
     }
 }
 
@@ -232,9 +245,23 @@ impl Config {
         {
             table["database_url"] = toml::Value::String(url);
         }
-        let config: Config = table.try_into().context("invalid configuration")?;
+        let mut config: Config = table.try_into().context("invalid configuration")?;
+        config.file = file.map(Path::to_path_buf);
         config.check()?;
         Ok(config)
+    }
+
+    /// Files of zarrgate's own that no `file://` object store may expose: the SQLite catalog
+    /// (with its journal beside it) and the configuration file.
+    pub fn own_files(&self) -> Vec<std::path::PathBuf> {
+        let mut files: Vec<std::path::PathBuf> = self.file.iter().cloned().collect();
+        if let Some(rest) = self.database_url.strip_prefix("sqlite:") {
+            let path = rest.trim_start_matches("//").split('?').next().unwrap_or_default();
+            if !path.is_empty() && path != ":memory:" {
+                files.push(path.into());
+            }
+        }
+        files
     }
 
     /// The listen address, parsed.

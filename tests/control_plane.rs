@@ -351,3 +351,24 @@ async fn registrations_take_turns() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(server.bytes("/turns/x/c/1").await, f32_bytes([9.0, 10.0]));
 }
+
+/// A `file://` object store registered over the API can never expose zarrgate's own files:
+/// the SQLite catalog (which holds object store secrets) and the configuration file.
+#[tokio::test]
+async fn file_object_stores_never_expose_the_catalog_or_the_configuration() {
+    let config_dir = tempfile::tempdir().unwrap();
+    let config_file = config_dir.path().join("zarrgate.toml");
+    std::fs::write(&config_file, "").unwrap();
+    let server = common::TestServer::start_with(common::Backend::Sqlite, |c| c.file = Some(config_file.clone())).await;
+    for dir in [server.dir().to_path_buf(), config_dir.path().to_path_buf()] {
+        let url = url::Url::from_directory_path(std::fs::canonicalize(&dir).unwrap()).unwrap();
+        let (status, body) = server.put("/api/v1/object-stores/own", &json!({"url": url.as_str()})).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{url}: {body}");
+        assert!(body["problems"][0].as_str().unwrap().contains("zarrgate's own"), "{body}");
+    }
+    let (status, body) =
+        server.get("/api/v1/object-stores", &[]).await.json::<Value>().await.map(|b| (200, b)).unwrap();
+    assert_eq!((status, body["object_stores"].as_array().map(Vec::len)), (200, Some(0)), "{body}");
+    // The data directory beside the catalog holds sources only: fine.
+    server.local_store().await;
+}

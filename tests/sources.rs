@@ -618,6 +618,23 @@ async fn answers_for_another_object_are_refused() {
     assert_eq!(upstream_outcome(&server, "origin", "modified").await, 6.0);
 }
 
+/// An s3 object store registered over the API with no credentials reads anonymously: it
+/// never borrows the server's own cloud identity (instance metadata, which is not there to
+/// answer here, so a read that tried it would fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_object_stores_without_credentials_read_anonymously() {
+    let server = TestServer::start(Backend::Sqlite).await;
+    let file = Arc::new(pattern(4096, 5));
+    let base = misbehaving_server(file.clone()).await;
+    // Path-style requests to the endpoint: s3://plain/data.bin is GET /plain/data.bin.
+    let endpoint = base.trim_end_matches('/');
+    register_object_store(&server, "public", "s3://plain/", json!({"endpoint": endpoint, "region": "us-east-1"})).await;
+    register(&server, "public", &store_doc(json!({"0": vref("s3://plain/data.bin", 1000)}))).await;
+    let r = server.get("/public/x/c/0", &[]).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(&r.bytes().await.unwrap()[..], &file[1000..1000 + CHUNK as usize]);
+}
+
 // ------------------------------------------------------------------------------------------
 // S3 through moto
 // ------------------------------------------------------------------------------------------

@@ -28,6 +28,14 @@ struct Registration {
     options: Map<String, Value>,
 }
 
+/// True when `file` (or, if it does not exist yet, its directory) lies under `root`.
+fn exposes(root: &std::path::Path, file: &std::path::Path) -> bool {
+    let canonical = std::fs::canonicalize(file).or_else(|_| {
+        std::fs::canonicalize(file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(".".as_ref()))
+    });
+    canonical.is_ok_and(|c| c.starts_with(root))
+}
+
 fn entry_json(e: &ObjectStoreEntry) -> Value {
     json!({"name": e.name, "url": e.prefix, "options": redact_options(&e.options), "origin": e.origin})
 }
@@ -59,6 +67,19 @@ async fn register(
             problems: vec![e.to_string()],
         }
     })?;
+    if let Some(root) = entry.local_root()
+        && let Some(own) = app.config.own_files().into_iter().find(|f| exposes(root, f))
+    {
+        return Err(ApiError::Invalid {
+            title: format!("object store {name:?} cannot be registered: it would expose zarrgate's own files"),
+            problems: vec![format!(
+                "{} holds {}, which is zarrgate's own (its catalog or configuration) and must never be served; \
+                 register a directory that holds only source files",
+                root.display(),
+                own.display()
+            )],
+        });
+    }
     if let Some(other) = app.sources.entries().iter().find(|e| e.prefix == entry.prefix && e.name != name) {
         return Err(ApiError::Conflict(format!("object store {:?} already serves {}", other.name, entry.prefix)));
     }

@@ -55,6 +55,10 @@ pub struct SourceSettings {
     pub connect_timeout: Duration,
     /// Retries of transient failures.
     pub retries: usize,
+    /// s3/gs/az stores registered over the API with no credentials of their own may use the
+    /// server's ambient identity (instance metadata, workload identity); otherwise they read
+    /// anonymously.
+    pub api_ambient_credentials: bool,
 }
 
 /// Who declared an object store.
@@ -164,6 +168,14 @@ impl ObjectStoreEntry {
             }
         };
         Ok(Self { name: name.to_owned(), prefix, options: options.clone(), origin, base, client })
+    }
+
+    /// The directory of a `file://` store (canonical).
+    pub fn local_root(&self) -> Option<&std::path::Path> {
+        match &self.base {
+            Base::Local { root } => Some(root),
+            _ => None,
+        }
     }
 
     /// The object path of `url` (which starts with this store's prefix) inside the client.
@@ -315,7 +327,23 @@ fn build_bucket<B: BucketBuilder>(
     for (k, v) in opts {
         b = b.config(B::Key::from_str(k).map_err(|_| unknown_option(k, B::KIND))?, v);
     }
+    // Whoever holds an admin token must not publish what the server's own cloud identity can
+    // read: a store registered over the API without credentials reads anonymously.
+    let anonymous = origin == Origin::Api
+        && !s.api_ambient_credentials
+        && !opts.iter().any(|(k, _)| k.contains("skip_signature") || is_credential(k));
+    if anonymous {
+        let key = B::Key::from_str("skip_signature").map_err(|_| unknown_option("skip_signature", B::KIND))?;
+        b = b.config(key, "true");
+    }
     b.finish().map_err(|e| build_error(prefix, e))
+}
+
+/// True for an option key that gives credentials (keys, secrets, tokens, SAS, service accounts).
+fn is_credential(key: &str) -> bool {
+    ["key", "secret", "token", "sas", "service_account", "credential", "password", "client_id", "role_arn"]
+        .iter()
+        .any(|c| key.contains(c))
 }
 
 /// `options` with every value that may be a secret replaced by `"***"`.
@@ -373,7 +401,12 @@ mod tests {
     use serde_json::json;
 
     fn settings() -> SourceSettings {
-        SourceSettings { timeout: Duration::from_secs(5), connect_timeout: Duration::from_secs(1), retries: 1 }
+        SourceSettings {
+            timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(1),
+            retries: 1,
+            api_ambient_credentials: false,
+        }
     }
 
     fn entry(name: &str, url: &str, options: Value) -> Result<ObjectStoreEntry, SourceConfigError> {
