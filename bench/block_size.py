@@ -59,9 +59,7 @@ def main():
                 results.append({"size": size, "refs": meta["refs"], "block_chunks": chunks, "storage": storage,
                                 "tile": tile, "tiles": tiles, "register": reg, "blocks": stats,
                                 "cache_off": measured.pop("tls"), "variants": measured})
-        data = {"machine": h.machine(), "commit": bench.commit, "provenance": bench.provenance(), "seconds": seconds, "results": results}
-        h.save("block_size", data)
-        print(render(data))
+        bench.publish("block_size", results, render, seconds=seconds)
     finally:
         bench.cleanup()
 

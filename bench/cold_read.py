@@ -262,9 +262,7 @@ def main():
                             "restarted": restarted,
                             "variants": measured,
                             "warm": warm, "blocks": blocks})
-        data = {"machine": h.machine(), "commit": bench.commit, "provenance": bench.provenance(), "seconds": seconds, "results": results}
-        h.save(os.environ.get("RESULT_NAME", "cold_read"), data)
-        print(render(data))
+        bench.publish(os.environ.get("RESULT_NAME", "cold_read"), results, render, seconds=seconds)
     finally:
         bench.cleanup()
 

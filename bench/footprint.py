@@ -89,9 +89,7 @@ def main():
                                 "stored_per_ref": int(stored) / meta["refs"]})
                     h.log(f"{what}: weight {res['weight_per_ref']:.1f} B/ref, RSS {res['rss_per_ref']:.1f} B/ref")
                     results.append(res)
-        data = {"machine": h.machine(), "commit": bench.commit, "provenance": bench.provenance(), "results": results}
-        h.save("footprint", data)
-        print(render(data))
+        bench.publish("footprint", results, render)
     finally:
         bench.cleanup()
 

@@ -111,6 +111,14 @@ class Bench:
     def cleanup(self):
         shutil.rmtree(self.work, ignore_errors=True)
 
+    def publish(self, name, results, render, **extra):
+        """Saves bench/results/<name>.json (machine, commit, provenance, `extra`, `results`) and
+        prints its table."""
+        data = {"machine": machine(), "commit": self.commit, "provenance": self.provenance(), **extra,
+                "results": results}
+        save(name, data)
+        print(render(data))
+
 
 def machine():
     """A one-line description of the machine."""

@@ -97,9 +97,7 @@ def main():
             quiet.wait_idle("ingest perf")
             res = one(bench, quiet, "postgres", "1e6", perf=out)
             h.log(f"perf profile of a 1e6 PostgreSQL registration ({res['seconds']:.2f} s under perf): {out}")
-        data = {"machine": h.machine(), "commit": bench.commit, "provenance": bench.provenance(), "results": results}
-        h.save("ingest", data)
-        print(render(data))
+        bench.publish("ingest", results, render)
     finally:
         bench.cleanup()
 

@@ -85,9 +85,7 @@ def main():
                     res = h.repeat_quietly(quiet, what, lambda: one(bench, backend, out, fmt))
                     h.log(f"{what}: {res['seconds']:.2f} s, peak {res['peak_rss_mib']:.0f} MiB")
                     results.append(res)
-        data = {"machine": h.machine(), "commit": bench.commit, "provenance": bench.provenance(), "results": results}
-        h.save("kerchunk", data)
-        print(render(data))
+        bench.publish("kerchunk", results, render)
     finally:
         bench.cleanup()
 

@@ -98,9 +98,7 @@ def main():
                     res.update({"cache_bytes": cache, "variant": "after ingest"})
                     h.log(f"{what}: max RSS {res['max_rss_mib']:.0f} MiB (idle {res['idle_rss_mib']:.0f})")
                     results.append(res)
-        data = {"machine": h.machine(), "commit": bench.commit, "provenance": bench.provenance(), "seconds": seconds, "size": size, "results": results}
-        h.save("rss_load", data)
-        print(render(data))
+        bench.publish("rss_load", results, render, seconds=seconds, size=size)
     finally:
         bench.cleanup()
 

@@ -104,11 +104,9 @@ def main():
                         h.perf_report(perf_data, out, limit=0.8)
                         h.log(f"{name}: perf profile of zarrgate in {out}")
             hits, misses, _, _ = server.cache()
-        data = {"machine": h.machine(), "commit": bench.commit, "provenance": bench.provenance(), "seconds": seconds, "connections": connections,
-                "threads": threads, "head_check": head_check, "block_cache": {"hits": hits, "misses": misses},
-                "results": results}
-        h.save(os.environ.get("RESULT_NAME", "throughput"), data)
-        print(render(data))
+        bench.publish(os.environ.get("RESULT_NAME", "throughput"), results, render, seconds=seconds,
+                      connections=connections, threads=threads, head_check=head_check,
+                      block_cache={"hits": hits, "misses": misses})
     finally:
         bench.cleanup()
 
