@@ -130,7 +130,7 @@ impl SourceTable {
             let suffix = take(&mut r, suffix_len)?;
             url.truncate(shared);
             url.push_str(std::str::from_utf8(suffix).map_err(|_| BlockError("source is not UTF-8"))?);
-            read_check(&mut r)?;
+            skip_check(&mut r)?;
         }
         if !r.is_empty() {
             return Err(BlockError("trailing bytes in the source dictionary"));
@@ -171,15 +171,19 @@ impl SourceTable {
             let shared = read_len(&mut r).ok()?;
             let suffix_len = read_len(&mut r).ok()?;
             let suffix = std::str::from_utf8(take(&mut r, suffix_len).ok()?).ok()?;
+            if step < target {
+                skip_check(&mut r).ok()?;
+                url.truncate(shared);
+                url.push_str(suffix);
+                continue;
+            }
             let check = read_check(&mut r).ok()?;
-            if step == 0 && target == 0 {
+            if target == 0 {
                 return Some(BlockSource { url: Cow::Borrowed(suffix), check });
             }
             url.truncate(shared);
             url.push_str(suffix);
-            if step == target {
-                return Some(BlockSource { url: Cow::Owned(url), check });
-            }
+            return Some(BlockSource { url: Cow::Owned(url), check });
         }
         None
     }
@@ -269,6 +273,37 @@ fn put_hex(out: &mut Vec<u8>, hex: &str) -> bool {
         }
     }
     ok
+}
+
+/// Steps over a check, verifying its shape without rendering it (no allocation).
+fn skip_check(r: &mut &[u8]) -> Result<(), BlockError> {
+    let varint = |r: &mut &[u8]| get_varint(r).map_err(|_| BlockError("truncated source dictionary"));
+    match take(r, 1)?[0] {
+        UNCHECKED => {}
+        RAW => {
+            let n = read_len(r)?;
+            std::str::from_utf8(take(r, n)?).map_err(|_| BlockError("ETag is not UTF-8"))?;
+        }
+        HEX => {
+            let n = read_len(r)?;
+            take(r, n)?;
+        }
+        HEX_PARTS => {
+            let n = read_len(r)?;
+            take(r, n)?;
+            varint(r)?;
+        }
+        HEX_TRIPLE => {
+            for _ in 0..3 {
+                varint(r)?;
+            }
+        }
+        SIZE => {
+            varint(r)?;
+        }
+        _ => return Err(BlockError("unknown source check")),
+    }
+    Ok(())
 }
 
 fn read_check<'a>(r: &mut &'a [u8]) -> Result<SourceCheck<'a>, BlockError> {
