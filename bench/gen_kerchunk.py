@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The same kerchunk references as JSON and as parquet, for bench/kerchunk.py.
+"""The same kerchunk references as JSON and as parquet, for bench/kerchunk_registration.py.
 
 Writes into --out:
   source.bin       the source file (sparse: registration never reads ranged references)

@@ -30,7 +30,7 @@ def main():
         data = json.load(f)
     results = sorted(data["results"], key=lambda r: r["refs"])
     refs = [r["refs"] for r in results]
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    fig, ax = plt.subplots(figsize=(8, 6.2), dpi=120)
     colors = {"p50": "tab:blue", "p90": "tab:orange", "p99": "tab:red"}
     for p, color in colors.items():
         runs = [[x["latency_us"][p] / 1000 for x in r["cache_off"]] for r in results]
@@ -54,7 +54,7 @@ def main():
     ax.set_title(f"zarrgate cold chunk reads, local PostgreSQL ({data['machine']['cores']} cores, "
                  f"{data['machine']['date'][:10]}, {data['commit']})", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
     fig.tight_layout()
     out = os.path.join(BENCH, "cold_read_latency.png")
     fig.savefig(out)

@@ -20,7 +20,7 @@ SECTIONS = [
     ("footprint", "Cached footprint", "footprint"),
     ("rss_load", "RSS under random-read load", "rss_load"),
     ("block_size", "Block size and TOAST", "block_size"),
-    ("kerchunk", "Kerchunk JSON and parquet registration", "kerchunk"),
+    ("kerchunk", "Kerchunk JSON and parquet registration", "kerchunk_registration"),
 ]
 
 

@@ -12,7 +12,7 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
-only=${ONLY:-ingest cold_read throughput footprint rss_load block_size kerchunk}
+only=${ONLY:-ingest cold_read throughput footprint rss_load block_size kerchunk_registration}
 
 if [[ ${BUILD:-1} != 0 && -z ${ZARRGATE_BIN:-} ]]; then
     cargo build --release --quiet --bin zarrgate

@@ -10,8 +10,8 @@ parquet). Each registration (RUNS, default 5) runs against a fresh database and 
   - seconds: the whole PUT as curl sees it (upload, parse, validate, write, commit)
   - server CPU seconds during the PUT, idle RSS before it and peak RSS (VmHWM) after it
 
-  python3 bench/kerchunk.py
-  SIDE=500 BACKENDS=sqlite RUNS=3 python3 bench/kerchunk.py
+  python3 bench/kerchunk_registration.py
+  SIDE=500 BACKENDS=sqlite RUNS=3 python3 bench/kerchunk_registration.py
 """
 
 import os
