@@ -320,6 +320,35 @@ def free_port():
 # PostgreSQL
 
 
+class Catalog:
+    """A fresh, empty catalog for one benchmark run: a PostgreSQL database (dropped after) or a
+    SQLite file (removed first). `db` is the Postgres or None; `url` goes to the server."""
+
+    def __init__(self, bench, backend, tag):
+        self.db = Postgres(tag) if backend == "postgres" else None
+        self.path = None if self.db else os.path.join(bench.work, f"{tag}.db")
+        self.url = self.db.url if self.db else f"sqlite://{self.path}"
+
+    def __enter__(self):
+        if self.db:
+            self.db.__enter__()
+        else:
+            for suffix in ("", "-wal", "-shm"):
+                if os.path.exists(self.path + suffix):
+                    os.remove(self.path + suffix)
+        return self
+
+    def __exit__(self, *exc):
+        if self.db:
+            self.db.drop()
+
+    def size_bytes(self):
+        """The catalog's size on disk."""
+        if self.db:
+            return int(self.db.scalar("select pg_database_size(current_database())"))
+        return sum(os.path.getsize(self.path + s) for s in ("", "-wal") if os.path.exists(self.path + s))
+
+
 class Postgres:
     """A database created for one benchmark run and dropped after it."""
 

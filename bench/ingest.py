@@ -27,20 +27,8 @@ TARGETS = {("postgres", "1e6"): (2.0, 500), ("postgres", "1e7"): (None, 1000)}
 
 
 def one(bench, quiet, backend, size, perf=None):
-    tag = f"ingest_{backend}_{size}"
-    if backend == "postgres":
-        db = h.Postgres(tag)
-        db.__enter__()
-        url = db.url
-    else:
-        db = None
-        path = os.path.join(bench.work, f"{tag}.db")
-        for suffix in ("", "-wal", "-shm"):
-            if os.path.exists(path + suffix):
-                os.remove(path + suffix)
-        url = f"sqlite://{path}"
-    try:
-        with h.Server(bench, url) as server:
+    with h.Catalog(bench, backend, f"ingest_{backend}_{size}") as catalog:
+        with h.Server(bench, catalog.url) as server:
             server.object_store(bench.data)
             time.sleep(0.5)
             idle = server.rss_kib()
@@ -58,21 +46,14 @@ def one(bench, quiet, backend, size, perf=None):
             after = server.rss_kib()
             write = server.registered_seconds()
             refs = answer["chunks"]["virtual"] + answer["chunks"]["inline"]
-        if db:
-            size_bytes = int(db.scalar("select pg_database_size(current_database())"))
-        else:
-            size_bytes = sum(os.path.getsize(path + s) for s in ("", "-wal") if os.path.exists(path + s))
         result = {"backend": backend, "size": size, "refs": refs, "status": status, "seconds": seconds,
-                  "write_seconds": write, "server_cpu": cpu1 - cpu0, "postgres_cpu": pg1 - pg0 if db else None,
+                  "write_seconds": write, "server_cpu": cpu1 - cpu0,
+                  "postgres_cpu": pg1 - pg0 if catalog.db else None,
                   "idle_rss_mib": idle / 1024, "peak_rss_mib": peak / 1024, "after_rss_mib": after / 1024,
-                  "peak_bytes_per_ref": (peak - idle) * 1024 / refs, "db_mib": size_bytes / h.MIB}
+                  "peak_bytes_per_ref": (peak - idle) * 1024 / refs, "db_mib": catalog.size_bytes() / h.MIB}
         if perf:
             result["perf"] = h.perf_report(data, perf)
         return result
-    finally:
-        if db:
-            db.drop()
-
 
 def main():
     sizes = os.environ.get("SIZES", "1e6,1e7").split(",")

@@ -38,20 +38,8 @@ def generate(bench, side):
 
 def one(bench, backend, out, fmt):
     file, query = FORMATS[fmt]
-    tag = f"kerchunk_{backend}"
-    db = None
-    if backend == "postgres":
-        db = h.Postgres(tag)
-        db.__enter__()
-        url = db.url
-    else:
-        path = os.path.join(bench.work, f"{tag}.db")
-        for suffix in ("", "-wal", "-shm"):
-            if os.path.exists(path + suffix):
-                os.remove(path + suffix)
-        url = f"sqlite://{path}"
-    try:
-        with h.Server(bench, url) as server:
+    with h.Catalog(bench, backend, f"kerchunk_{backend}") as catalog:
+        with h.Server(bench, catalog.url) as server:
             server.object_store(out)
             time.sleep(0.5)
             idle = server.rss_kib()
@@ -63,10 +51,6 @@ def one(bench, backend, out, fmt):
         return {"backend": backend, "format": fmt, "refs": refs, "status": status, "seconds": seconds,
                 "bytes": os.path.getsize(os.path.join(out, file)), "server_cpu": cpu1 - cpu0,
                 "idle_rss_mib": idle / 1024, "peak_rss_mib": peak / 1024}
-    finally:
-        if db:
-            db.drop()
-
 
 def main():
     side = h.env_int("SIDE", 1000)
