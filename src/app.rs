@@ -13,7 +13,7 @@ use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
 use crate::cache::{Caches, VersionView};
-use crate::catalog::{self, Catalog, Change, ObjectStoreRecord, VersionHead};
+use crate::catalog::{self, Catalog, Change, ObjectStoreRecord, Retention, VersionHead};
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -35,10 +35,22 @@ pub struct App {
     pub metrics: Metrics,
     /// `Cache-Control` of responses under a store's current version.
     pub current_cache_control: axum::http::HeaderValue,
+    /// `Cache-Control` of responses under a pinned version.
+    pub pinned_cache_control: axum::http::HeaderValue,
     /// Turns of registrations (PUT, PATCH), `ingest.max_concurrent` of them.
     registrations: tokio::sync::Semaphore,
+    /// Held shared by registrations from validation to commit, exclusively by a change to the
+    /// object stores: a store is never written against object stores removed meanwhile.
+    object_store_changes: tokio::sync::RwLock<()>,
     token_digests: Vec<[u8; 32]>,
+    read_digests: Vec<[u8; 32]>,
     loaded_object_stores: tokio::sync::Mutex<Vec<ObjectStoreRecord>>,
+}
+
+/// A registration's turn: one of `ingest.max_concurrent`, with the object stores held still.
+pub struct RegistrationTurn<'a> {
+    _permit: tokio::sync::SemaphorePermit<'a>,
+    _object_stores: tokio::sync::RwLockReadGuard<'a, ()>,
 }
 
 /// The shared application handle given to handlers.
@@ -73,13 +85,12 @@ impl App {
         metrics.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
         let app = App {
             registrations: tokio::sync::Semaphore::new(config.ingest.max_concurrent.max(1) as usize),
-            token_digests: config.admin_tokens.iter().map(|t| Sha256::digest(t.as_bytes()).into()).collect(),
+            object_store_changes: tokio::sync::RwLock::new(()),
+            token_digests: digests(&config.admin_tokens),
+            read_digests: digests(&config.read_tokens),
             caches: Caches::new(&config.cache, &metrics),
-            current_cache_control: axum::http::HeaderValue::from_str(&format!(
-                "public, max-age={}",
-                config.http.max_age_seconds
-            ))
-            .unwrap_or(axum::http::HeaderValue::from_static("no-cache")),
+            current_cache_control: cache_control(&config, config.http.max_age_seconds, ""),
+            pinned_cache_control: cache_control(&config, 31_536_000, ", immutable"),
             sources: SourceRegistry::new(settings),
             catalog,
             metrics,
@@ -96,23 +107,47 @@ impl App {
 
     /// A registration's turn: it waits up to `ingest.queue_seconds` while `ingest.max_concurrent`
     /// others run (each may hold `ingest.memory_bytes`), then gives up with 503.
-    pub async fn registration_turn(&self) -> Result<tokio::sync::SemaphorePermit<'_>, ApiError> {
+    pub async fn registration_turn(&self) -> Result<RegistrationTurn<'_>, ApiError> {
         let wait = Duration::from_secs(self.config.ingest.queue_seconds);
-        match tokio::time::timeout(wait, self.registrations.acquire()).await {
-            Ok(Ok(permit)) => Ok(permit),
+        let turn = async {
+            let permit = self.registrations.acquire().await.ok()?;
+            let object_stores = self.object_store_changes.read().await;
+            Some(RegistrationTurn { _permit: permit, _object_stores: object_stores })
+        };
+        match tokio::time::timeout(wait, turn).await {
+            Ok(Some(turn)) => Ok(turn),
             _ => Err(ApiError::Busy(self.config.ingest.max_concurrent)),
         }
     }
 
+    /// The right to change the object stores, once no registration is validating against them
+    /// (waits up to `ingest.queue_seconds`, then 503).
+    pub async fn object_store_change(&self) -> Result<tokio::sync::RwLockWriteGuard<'_, ()>, ApiError> {
+        let wait = Duration::from_secs(self.config.ingest.queue_seconds);
+        tokio::time::timeout(wait, self.object_store_changes.write())
+            .await
+            .map_err(|_| ApiError::Busy(self.config.ingest.max_concurrent))
+    }
+
     /// True if `token` is one of the admin tokens. Every digest is compared, in constant time.
     pub fn token_matches(&self, token: &str) -> bool {
-        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        self.token_digests.iter().fold(0u8, |found, d| found | d.ct_eq(&digest).unwrap_u8()) == 1
+        matches_any(&self.token_digests, token)
     }
 
     /// True when the control plane requires a token.
     pub fn auth_required(&self) -> bool {
         !self.token_digests.is_empty()
+    }
+
+    /// True if `token` may read the data plane: a read token or an admin token, every digest
+    /// compared in constant time.
+    pub fn read_token_matches(&self, token: &str) -> bool {
+        matches_any(&self.read_digests, token) | matches_any(&self.token_digests, token)
+    }
+
+    /// True when data-plane reads require a token.
+    pub fn read_auth_required(&self) -> bool {
+        !self.read_digests.is_empty()
     }
 
     /// Rebuilds the source registry from the configuration file and the catalog. Unless `force`,
@@ -230,6 +265,27 @@ impl App {
         self.caches.fill((head.id, node.index), load).await
     }
 
+    /// After a new version of `store` was written: deletes the versions retention does not keep
+    /// (a failure only delays that to the next registration) and forgets what this replica
+    /// cached about the store's versions.
+    pub async fn settle(&self, store: &str) {
+        // PostgreSQL intervals end after 178 million years; a century is "forever" enough.
+        const CENTURY_MS: u64 = 100 * 365 * 86_400 * 1000;
+        let retention = Retention {
+            keep_versions: self.config.retention.keep_versions.max(1),
+            keep_ms: i64::try_from(self.config.retention.keep_seconds.saturating_mul(1000).min(CENTURY_MS))
+                .unwrap_or(i64::MAX),
+        };
+        match self.catalog.prune(store, retention).await {
+            Ok(pruned) if !pruned.is_empty() => tracing::info!(store, ?pruned, "old versions deleted by retention"),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(store, error = %e, "retention failed; old versions kept until the next registration")
+            }
+        }
+        self.caches.forget_store(store).await;
+    }
+
     /// Records the latency of a catalog operation.
     pub fn observe_catalog(&self, operation: &str, started: Instant) {
         self.metrics
@@ -237,6 +293,24 @@ impl App {
             .with_label_values(&[operation])
             .observe(started.elapsed().as_secs_f64());
     }
+}
+
+fn digests(tokens: &[String]) -> Vec<[u8; 32]> {
+    tokens.iter().map(|t| Sha256::digest(t.as_bytes()).into()).collect()
+}
+
+/// True if `token`'s digest is among `digests`; all of them are compared, in constant time.
+fn matches_any(digests: &[[u8; 32]], token: &str) -> bool {
+    let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+    digests.iter().fold(0u8, |found, d| found | d.ct_eq(&digest).unwrap_u8()) == 1
+}
+
+/// `Cache-Control` of data-plane answers: `public`, or `private` when reads need a token (a
+/// shared cache must never hand a response to a reader who did not show one).
+fn cache_control(config: &Config, max_age: u64, extra: &str) -> axum::http::HeaderValue {
+    let scope = if config.read_tokens.is_empty() { "public" } else { "private" };
+    axum::http::HeaderValue::from_str(&format!("{scope}, max-age={max_age}{extra}"))
+        .unwrap_or(axum::http::HeaderValue::from_static("no-store"))
 }
 
 /// A version that was deleted while a request was using it.

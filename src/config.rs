@@ -22,6 +22,9 @@ pub struct Config {
     pub block_chunks: u32,
     /// Bearer tokens accepted on `/api/v1`; empty means the control plane is open.
     pub admin_tokens: Vec<String>,
+    /// Bearer tokens a data-plane read needs (an admin token reads too); empty means reads are
+    /// public.
+    pub read_tokens: Vec<String>,
     /// Allow listening on a non-loopback address with no admin token.
     pub insecure: bool,
     /// Allow registering `file://` object stores over the API.
@@ -160,6 +163,7 @@ impl Default for Config {
             database_max_connections: 16,
             block_chunks: crate::zarr::grid::DEFAULT_TILE_CHUNKS as u32,
             admin_tokens: Vec::new(),
+            read_tokens: Vec::new(),
             insecure: false,
             allow_file_object_stores: true,
             log_format: "text".into(),
@@ -216,6 +220,7 @@ impl std::fmt::Debug for Config {
             .field("listen", &self.listen)
             .field("database_url", &crate::catalog::redact_url(&self.database_url))
             .field("admin_tokens", &format_args!("[{} redacted]", self.admin_tokens.len()))
+            .field("read_tokens", &format_args!("[{} redacted]", self.read_tokens.len()))
             .field("insecure", &self.insecure)
             .field("allow_file_object_stores", &self.allow_file_object_stores)
             .field("http", &self.http)
@@ -285,6 +290,9 @@ impl Config {
         }
         if self.admin_tokens.iter().any(|t| t.len() < 16) {
             bail!("admin tokens must be at least 16 characters long");
+        }
+        if self.read_tokens.iter().any(|t| t.len() < 16) {
+            bail!("read tokens must be at least 16 characters long");
         }
         Ok(())
     }
@@ -372,6 +380,7 @@ mod tests {
                 ("ZARRGATE_CACHE_BLOCKS_BYTES", "2000"),
                 ("DATABASE_URL", "postgres://u:pw@h/db"),
                 ("ZARRGATE_ADMIN_TOKENS", "aaaaaaaaaaaaaaaa, bbbbbbbbbbbbbbbb"),
+                ("ZARRGATE_READ_TOKENS", "rrrrrrrrrrrrrrrr"),
                 ("ZARRGATE_HTTP_CORS", "false"),
             ]),
         )
@@ -383,8 +392,9 @@ mod tests {
         assert_eq!(c.admin_tokens.len(), 2);
         assert!(!c.http.cors);
         assert_eq!(c.object_stores[0].url, "s3://b/");
+        assert_eq!(c.read_tokens, ["rrrrrrrrrrrrrrrr"]);
         let shown = format!("{c:?}");
-        assert!(!shown.contains("pw") && !shown.contains("aaaa"), "{shown}");
+        assert!(!shown.contains("pw") && !shown.contains("aaaa") && !shown.contains("rrrr"), "{shown}");
     }
 
     /// The shipped file, uncommented, is a valid configuration equal to the defaults, and it

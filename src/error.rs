@@ -24,6 +24,13 @@ pub enum ApiError {
     /// 401: no or a wrong bearer token.
     #[error("a valid bearer token is required: send Authorization: Bearer <token>")]
     Unauthorized,
+    /// 401: a data-plane read without a valid read token, when reads need one.
+    #[error("reading this server's stores needs a token: send Authorization: Bearer <token>")]
+    ReadUnauthorized,
+    /// 403: the request may not be made this way (an open control plane addressed by a name
+    /// other than localhost).
+    #[error("{0}")]
+    Forbidden(String),
     /// 422: the document or resource is invalid; every problem is listed.
     #[error("{title}")]
     Invalid { title: String, problems: Vec<String> },
@@ -68,7 +75,8 @@ impl ApiError {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Gone(_) => StatusCode::GONE,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
-            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Unauthorized | Self::ReadUnauthorized => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -88,7 +96,8 @@ impl ApiError {
             Self::NotFound(_) => "not-found",
             Self::Gone(_) => "version-gone",
             Self::BadRequest(_) => "bad-request",
-            Self::Unauthorized => "unauthorized",
+            Self::Unauthorized | Self::ReadUnauthorized => "unauthorized",
+            Self::Forbidden(_) => "forbidden",
             Self::Invalid { .. } => "invalid",
             Self::Conflict(_) => "conflict",
             Self::TooLarge(_) => "too-large",
@@ -117,6 +126,14 @@ impl From<CatalogError> for ApiError {
             CatalogError::Database(
                 sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed | sqlx::Error::Tls(_),
             ) => Self::Unavailable(e.to_string()),
+            // SQLite's writer lock held past busy_timeout (SQLITE_BUSY, SQLITE_LOCKED and their
+            // extended codes): the catalog is busy, try again, not a bug.
+            CatalogError::Database(sqlx::Error::Database(ref db))
+                if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some()
+                    && db.code().and_then(|c| c.parse::<i32>().ok()).is_some_and(|c| matches!(c & 0xff, 5 | 6)) =>
+            {
+                Self::Unavailable(e.to_string())
+            }
             CatalogError::Conflict(what) => Self::Conflict(format!("conflict on {what}")),
             CatalogError::Scratch(e) => Self::Scratch(e.to_string()),
             other => Self::Internal(other.to_string()),
@@ -206,7 +223,7 @@ impl IntoResponse for ApiError {
         let mut response = problem(status, self.problem_type(), &self.to_string(), problems);
         let headers = response.headers_mut();
         match &self {
-            Self::Unauthorized => {
+            Self::Unauthorized | Self::ReadUnauthorized => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
             Self::RangeNotSatisfiable { len } => {

@@ -216,15 +216,97 @@ async fn tokens_guard_the_control_plane_only() {
 async fn file_object_stores_can_be_kept_off_the_api() {
     let server = common::TestServer::start_with(common::Backend::Sqlite, |c| c.allow_file_object_stores = false).await;
     let url = url::Url::from_directory_path(&server.data).unwrap();
-    let (status, body) = server.put("/api/v1/object-stores/local", &json!({"url": url.as_str()})).await;
-    assert_eq!(status, StatusCode::CONFLICT, "{body}");
-    assert!(body["detail"].as_str().unwrap().contains("allow_file_object_stores = false"), "{body}");
+    // The URL parser drops leading control characters and tabs anywhere: these are file:// too.
+    let disguised = [
+        url.to_string(),
+        format!("\u{1}{url}"),
+        format!("f\til{}", url.as_str().trim_start_matches("fil")),
+        url.as_str().to_uppercase().replacen("FILE", "FiLe", 1),
+    ];
+    for url in disguised {
+        let (status, body) = server.put("/api/v1/object-stores/local", &json!({"url": url})).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{url:?}: {body}");
+        assert!(body["detail"].as_str().unwrap().contains("allow_file_object_stores = false"), "{body}");
+    }
     let listed: Value = server.get("/api/v1/object-stores", &[]).await.json().await.unwrap();
     assert_eq!(listed["object_stores"], json!([]), "nothing was registered: {listed}");
     let (status, _) = server
         .put("/api/v1/object-stores/s3", &json!({"url": "s3://bucket/", "options": {"region": "eu-west-1"}}))
         .await;
     assert_eq!(status, StatusCode::CREATED, "other schemes still can");
+}
+
+/// Whoever holds an admin token gets no more than the options give: no builder key that makes
+/// the server read its own files or fetch credentials from a host of the caller's choosing, and
+/// no borrowing of the server's cloud identity by a store without credentials. A refused store
+/// is not registered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn object_store_options_cannot_reach_beyond_the_store() {
+    let server = common::TestServer::start(common::Backend::Sqlite).await;
+    let refused = [
+        (
+            "s3://b/",
+            json!({"container_credentials_full_uri": "http://attacker/", "container_authorization_token_file": "/var/run/secrets/token"}),
+            "container_credentials_full_uri",
+        ),
+        (
+            "s3://b/",
+            json!({"web_identity_token_file": "/etc/passwd", "role_arn": "arn:aws:iam::1:role/r"}),
+            "web_identity_token_file",
+        ),
+        ("s3://b/", json!({"metadata_endpoint": "http://10.0.0.1/"}), "metadata_endpoint"),
+        (
+            "gs://b/",
+            json!({"google_application_credentials": "/etc/zarrgate/sa.json"}),
+            "google_application_credentials",
+        ),
+        ("az://c/", json!({"account_name": "a", "federated_token_file": "/var/run/token"}), "federated_token_file"),
+        ("https://example.org/d/", json!({"proxy_url": "http://attacker:3128"}), "proxy_url"),
+        ("s3://b/", json!({"region": "eu-west-1", "skip_signature": false}), "no credentials"),
+    ];
+    for (url, options, named) in refused {
+        let (status, body) = server.put("/api/v1/object-stores/o", &json!({"url": url, "options": options})).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{url} {options}: {body}");
+        assert!(body.to_string().contains(named), "{body} names {named}");
+        assert_eq!(server.get("/api/v1/object-stores/o", &[]).await.status(), StatusCode::NOT_FOUND, "nothing stored");
+    }
+    // What a store needs is accepted: where the bucket is, static credentials (shown as ***).
+    let (status, body) = server
+        .put(
+            "/api/v1/object-stores/o",
+            &json!({"url": "s3://b/", "options": {"region": "eu-west-1", "endpoint": "https://u:p@minio.example.org",
+                    "access_key_id": "AKIA1", "secret_access_key": "very-secret"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let shown = body["options"].to_string();
+    assert!(!shown.contains("very-secret") && !shown.contains("u:p@"), "{shown}");
+}
+
+/// With no admin token, the control plane answers only requests addressed to this machine by
+/// address or as localhost: a web page that points its own name at 127.0.0.1 (DNS rebinding)
+/// cannot register stores. With a token configured, the token decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_control_plane_refuses_requests_addressed_by_name() {
+    let server = common::TestServer::start(common::Backend::Sqlite).await;
+    let port = server.url.rsplit(':').next().unwrap().to_owned();
+    for host in ["evil.example.com", &format!("rebind.attacker.net:{port}")] {
+        let r = server.get("/api/v1/stores", &[("host", host)]).await;
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{host}");
+        let body: Value = r.json().await.unwrap();
+        assert!(body["detail"].as_str().unwrap().contains("ZARRGATE_ADMIN_TOKENS"), "{body}");
+    }
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}"), format!("[::1]:{port}")] {
+        assert_eq!(server.get("/api/v1/stores", &[("host", &host)]).await.status(), StatusCode::OK, "{host}");
+    }
+    // The data plane is public whatever the name.
+    assert_eq!(server.get("/nothing/zarr.json", &[("host", "cdn.example.org")]).await.status(), StatusCode::NOT_FOUND);
+    let token = "an-admin-token-of-some-length";
+    let guarded =
+        common::TestServer::start_with(common::Backend::Sqlite, |c| c.admin_tokens = vec![token.into()]).await;
+    let auth = format!("Bearer {token}");
+    let r = guarded.get("/api/v1/stores", &[("host", "zarrgate.internal"), ("authorization", &auth)]).await;
+    assert_eq!(r.status(), StatusCode::OK);
 }
 
 #[test]

@@ -125,9 +125,14 @@ both_backends! {
             assert_eq!(r.headers()["cache-control"], "public, max-age=60");
             assert_eq!(r.headers()["zarrgate-version"], version.to_string().as_str());
             assert!(r.headers().contains_key("last-modified"));
+            let length = r.headers()["content-length"].clone();
             let r = server.get(&format!("/demo/{key}"), &[("if-none-match", &etag)]).await;
             assert_eq!(r.status(), StatusCode::NOT_MODIFIED, "{key}");
             assert_eq!(r.headers()["etag"], etag.as_str());
+            let head = server.client.head(format!("{}/demo/{key}", server.url)).header("if-none-match", &etag);
+            let r = head.send().await.unwrap();
+            assert_eq!(r.status(), StatusCode::NOT_MODIFIED, "{key}");
+            assert_eq!(r.headers()["content-length"], length, "{key}: a 304 names the 200's length, never 0");
             let r = server.get(&format!("/demo/{key}"), &[("range", "bytes=0-1"), ("if-range", "\"stale\"")]).await;
             assert_eq!(r.status(), StatusCode::OK, "a stale If-Range gets the whole body");
             let r = server.get(&format!("/demo/{key}"), &[("range", "bytes=0-1"), ("if-range", &etag)]).await;
@@ -141,7 +146,11 @@ both_backends! {
         assert_eq!(missing.headers()["cache-control"], "public, max-age=31536000, immutable", "a missing chunk is cacheable");
         assert_eq!(server.get(&format!("/demo@{}/x/c/0", version + 1000), &[]).await.status(), StatusCode::GONE);
         assert_eq!(server.get(&format!("/demo@{}/zarr.json", version + 1000), &[]).await.status(), StatusCode::GONE);
-        assert_eq!(server.get("/demo@latest/x/c/0", &[]).await.status(), StatusCode::NOT_FOUND);
+        for bad in ["latest", "", "+1", "-1", &format!("0{version}")] {
+            let r = server.get(&format!("/demo@{bad}/x/c/0"), &[]).await;
+            assert_eq!(r.status(), StatusCode::BAD_REQUEST, "@{bad}: never 404, which reads as fill values");
+            assert!(r.text().await.unwrap().contains("is not a version number"));
+        }
     }
 
     async fn chunks_are_never_content_encoded(server) {
@@ -237,6 +246,22 @@ async fn ops_endpoints() {
     let r = server.get("/somewhere", &[]).await;
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     assert!(r.headers().contains_key("x-request-id"));
+    // Methods a client makes up share one label: they cannot grow /metrics without bound.
+    for made_up in ["BREW", "PROPFIND", "X-1"] {
+        let method = reqwest::Method::from_bytes(made_up.as_bytes()).unwrap();
+        let r = server.client.request(method, format!("{}/demo/x/c/0", server.url)).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED, "{made_up}");
+    }
+    let metrics = server.get("/metrics", &[]).await.text().await.unwrap();
+    assert!(!metrics.contains("BREW") && !metrics.contains("PROPFIND"), "{metrics}");
+    assert!(
+        metrics.contains(r#"zarrgate_http_requests_total{method="other",route="/{store}/{*key}",status="405"} 3"#),
+        "{metrics}"
+    );
+    // fsspec lists a store by asking for its directory: the answer says where the listing is.
+    let r = server.get("/demo/", &[]).await;
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert!(r.text().await.unwrap().contains("/demo/zarr.json names every array and group"));
 }
 
 /// The value of one series of the Prometheus text from `/metrics` (0 when absent).
@@ -260,4 +285,69 @@ async fn concurrent_misses_load_a_block_once() {
     assert_eq!(metric(&server, queries).await, 1.0, "32 concurrent misses, one query");
     assert_eq!(metric(&server, r#"zarrgate_cache_misses_total{cache="blocks"}"#).await, 1.0);
     assert_eq!(metric(&server, r#"zarrgate_cache_hits_total{cache="blocks"}"#).await, 31.0);
+}
+
+/// With read tokens configured, every data-plane read needs one (or an admin token): without,
+/// 401, which Zarr clients report as an error (never as fill values). Answers are `private`,
+/// so a shared cache never hands them to a reader without a token. A browser's CORS preflight
+/// (which carries no token) is still answered; the control plane still takes only admin tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_tokens_guard_the_data_plane() {
+    let (admin, reader) = ("an-admin-token-of-some-length", "a-read-token-of-some-length");
+    let server = TestServer::start_with(common::Backend::Sqlite, |c| {
+        c.admin_tokens = vec![admin.into()];
+        c.read_tokens = vec![reader.into()];
+    })
+    .await;
+    let admin_auth = format!("Bearer {admin}");
+    let read_auth = format!("Bearer {reader}");
+    let r = server
+        .client
+        .put(format!("{}/api/v1/object-stores/local", server.url))
+        .header("authorization", &admin_auth)
+        .json(&json!({"url": url::Url::from_directory_path(&server.data).unwrap().as_str()}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let path = server.write("x.bin", &f32_bytes((0..4).map(|i| i as f32)));
+    let doc = json!({"nodes": {"x": f32_array(&[8], &[4], json!({"manifest": {"0": {"path": path, "offset": 0, "length": 16}}}))}});
+    let r = server.client.put(format!("{}/api/v1/stores/demo", server.url)).header("authorization", &admin_auth);
+    let version = r.json(&doc).send().await.unwrap().json::<Value>().await.unwrap()["version"].as_i64().unwrap();
+
+    for key in ["/demo/zarr.json", "/demo/x/c/0", "/demo/x/c/1", &format!("/demo@{version}/x/c/0")] {
+        for refused in [vec![], vec![("authorization", "Bearer not-a-token-we-know")]] {
+            let r = server.get(key, &refused).await;
+            assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{key} {refused:?}");
+            assert_eq!(r.headers()["www-authenticate"], "Bearer");
+            assert_eq!(r.headers()["cache-control"], "no-store");
+        }
+    }
+    let r = server.get("/demo/x/c/0", &[("authorization", &read_auth)]).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["cache-control"], "private, max-age=60");
+    assert_eq!(r.bytes().await.unwrap().to_vec(), f32_bytes((0..4).map(|i| i as f32)));
+    let r = server.get(&format!("/demo@{version}/x/c/0"), &[("authorization", &admin_auth)]).await;
+    assert_eq!(r.status(), StatusCode::OK, "an admin token reads too");
+    assert_eq!(r.headers()["cache-control"], "private, max-age=31536000, immutable");
+    let r = server.get("/demo/x/c/1", &[("authorization", &read_auth)]).await;
+    assert_eq!(r.status(), StatusCode::NOT_FOUND, "a missing chunk, once the reader is known");
+    assert_eq!(r.headers()["cache-control"], "private, max-age=60");
+    // The preflight of a browser reading with a token.
+    let preflight = server
+        .client
+        .request(reqwest::Method::OPTIONS, format!("{}/demo/x/c/0", server.url))
+        .header("origin", "https://viewer.example.org")
+        .header("access-control-request-method", "GET")
+        .header("access-control-request-headers", "authorization, range")
+        .send()
+        .await
+        .unwrap();
+    assert!(preflight.status().is_success(), "{}", preflight.status());
+    let allowed = preflight.headers()["access-control-allow-headers"].to_str().unwrap().to_owned();
+    assert!(allowed.contains("authorization"), "{allowed}");
+    // A read token is not an admin token.
+    let r = server.get("/api/v1/stores", &[("authorization", &read_auth)]).await;
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(server.get("/healthz", &[]).await.status(), StatusCode::OK, "ops stay public");
 }

@@ -177,4 +177,29 @@ both_backends! {
         let summary: Value = server.get("/api/v1/stores/s", &[]).await.json().await.unwrap();
         assert_eq!(summary["version"], version, "nothing changed");
     }
+
+    async fn sources_added_without_verification_still_pin_their_object_store(server) {
+        server.local_store().await;
+        let path = series(&server, 4);
+        let doc = json!({"nodes": {"t": f32_array(&[4, 2], &[1, 2], json!({"manifest": {"0.0": row_ref(&path, 0)}}))}});
+        assert_eq!(server.put("/api/v1/stores/s", &doc).await.0, StatusCode::CREATED);
+        // A second object store, used only by what a PATCH adds without asking the source.
+        let other = server.write("daily/day2.bin", &f32_bytes([7.0, 7.5]));
+        let dir = url::Url::from_directory_path(server.data.join("daily")).unwrap();
+        assert_eq!(server.put("/api/v1/object-stores/daily", &json!({"url": dir.as_str()})).await.0, StatusCode::CREATED);
+        let r = server
+            .client
+            .patch(format!("{}/api/v1/stores/s?verify=false", server.url))
+            .json(&json!({"nodes": {"t": {"manifest": {"1.0": {"path": other, "offset": 0, "length": 8}}}}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let summary: Value = r.json().await.unwrap();
+        assert_eq!(summary["sources"], 2, "{summary}");
+        assert_eq!(server.bytes("/s/t/c/1/0").await, f32_bytes([7.0, 7.5]));
+        // Removing that object store would break the store: refused, and nothing changes.
+        assert_eq!(server.delete("/api/v1/object-stores/daily").await, StatusCode::CONFLICT);
+        assert_eq!(server.bytes("/s/t/c/1/0").await, f32_bytes([7.0, 7.5]));
+    }
 }

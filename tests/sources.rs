@@ -464,6 +464,32 @@ async fn misbehave(mut socket: TcpStream, file: Arc<Vec<u8>>) {
                 &[],
             )
         }
+        // The range in eight pieces, 300 ms apart: slower in all than the test's one-second
+        // timeout, but never idle that long.
+        "slow" => {
+            let _ = socket.write_all(partial(n, a, b).as_bytes()).await;
+            for piece in file[a..b].chunks(n.div_ceil(8)) {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let _ = socket.write_all(piece).await;
+            }
+            let _ = socket.shutdown().await;
+            return;
+        }
+        // Redirects: to `plain` on the same origin, or to the same server under another name
+        // (another origin).
+        "redirect-in" | "redirect-out" => {
+            let host = text
+                .lines()
+                .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("host")).map(|(_, v)| v.trim()))
+                .unwrap_or_default()
+                .to_owned();
+            let port = host.rsplit_once(':').map_or("80", |(_, p)| p).to_owned();
+            let target = match mode.as_str() {
+                "redirect-in" => format!("http://{host}/plain/data.bin"),
+                _ => format!("http://localhost:{port}/plain/data.bin"),
+            };
+            (format!("HTTP/1.1 302 Found\r\nLocation: {target}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"), &[])
+        }
         "forbidden" => (status("403 Forbidden"), &[]),
         "unauthorized" => (status("401 Unauthorized"), &[]),
         "gone" => (status("404 Not Found"), &[]),
@@ -577,6 +603,64 @@ async fn misbehaving_http_sources() {
     // At least the 500s and the refused connection (a body that fails after the headers may count
     // as an upstream request that succeeded).
     assert!(count("error").await >= 3.0);
+}
+
+/// A redirect is followed only inside the object store (same origin, under its URL): a source
+/// server cannot send zarrgate elsewhere and have the answer served as chunk bytes. A body that
+/// arrives slowly but steadily is served whole, however long it takes; only a body that stops
+/// (`misbehaving_http_sources`) is cut off. An empty reference is an empty chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_stay_inside_the_object_store_and_slow_bodies_finish() {
+    let server = TestServer::start_with(Backend::Sqlite, |c| c.sources.timeout_seconds = 1).await;
+    let file = Arc::new(pattern(4096, 11));
+    let base = misbehaving_server(file.clone()).await;
+    register_object_store(&server, "origin", &base, json!({})).await;
+    // A second object store for one directory only: `plain/` is outside it.
+    register_object_store(&server, "narrow", &format!("{base}redirect-in/"), json!({})).await;
+    let mut manifest = serde_json::Map::new();
+    for (i, mode) in ["slow", "redirect-out"].iter().enumerate() {
+        manifest.insert(i.to_string(), vref(&format!("{base}{mode}/data.bin"), 1000));
+    }
+    manifest.insert("2".into(), vref(&format!("{base}redirect-in/data.bin"), 1000));
+    manifest.insert("3".into(), json!({"path": format!("{base}plain/data.bin"), "offset": 100, "length": 0}));
+    register(&server, "moved", &store_doc(Value::Object(manifest))).await;
+
+    let started = Instant::now();
+    let r = server.get("/moved/x/c/0", &[]).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(&r.bytes().await.unwrap()[..], &file[1000..1000 + CHUNK as usize], "slow body served whole");
+    assert!(started.elapsed() > Duration::from_secs(2), "the slow source took {:?}", started.elapsed());
+
+    let r = server.get("/moved/x/c/1", &[]).await;
+    assert_problem(r, StatusCode::BAD_GATEWAY, "source-error", "redirect-out/data.bin").await;
+    // Same origin, but outside the object store `narrow` that serves redirect-in/.
+    let r = server.get("/moved/x/c/2", &[]).await;
+    assert_problem(r, StatusCode::BAD_GATEWAY, "source-error", "redirect-in/data.bin").await;
+    // The administrator's view (verify answers with the upstream's own words) says why.
+    let r = server.client.post(format!("{}/api/v1/stores/moved/verify", server.url)).send().await.unwrap();
+    let report: Value = r.json().await.unwrap();
+    let out =
+        report["sources"].as_array().unwrap().iter().find(|s| s["url"].as_str().unwrap().contains("redirect-out"));
+    let detail = out.unwrap()["detail"].as_str().unwrap_or_default().to_owned();
+    assert!(detail.contains("refused a redirect") && detail.contains("outside the object store"), "{report}");
+
+    let r = server.get("/moved/x/c/3", &[]).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["content-length"], "0");
+    assert!(r.bytes().await.unwrap().is_empty());
+}
+
+/// A redirect inside the object store is followed, with the Range kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_inside_the_object_store_are_followed() {
+    let server = TestServer::start(Backend::Sqlite).await;
+    let file = Arc::new(pattern(4096, 12));
+    let base = misbehaving_server(file.clone()).await;
+    register_object_store(&server, "origin", &base, json!({})).await;
+    register(&server, "moved", &store_doc(json!({"0": vref(&format!("{base}redirect-in/data.bin"), 1000)}))).await;
+    let r = server.get("/moved/x/c/0", &[("Range", "bytes=10-19")]).await;
+    assert_eq!(r.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(&r.bytes().await.unwrap()[..], &file[1010..1020]);
 }
 
 /// Whatever an origin does with `If-Match`, an answer for another object than the one
@@ -729,13 +813,12 @@ impl Moto {
             .unwrap()
     }
 
-    /// Uploads `bytes` as `key`; returns the ETag moto's PUT response gives it.
+    /// Uploads `bytes` as the object whose key is `key`, character for character (not
+    /// `Path::from`, which would write `#` into the key as `%23`); returns its ETag.
     async fn put(&self, key: &str, bytes: &[u8]) -> String {
-        let done = self
-            .client()
-            .put(&key.into(), bytes.to_vec().into())
-            .await
-            .unwrap_or_else(|e| panic!("uploading {key}: {e}"));
+        let path = object_store::path::Path::parse(key).unwrap_or_else(|e| panic!("key {key}: {e}"));
+        let done =
+            self.client().put(&path, bytes.to_vec().into()).await.unwrap_or_else(|e| panic!("uploading {key}: {e}"));
         done.e_tag.unwrap_or_else(|| panic!("moto gave {key} no ETag"))
     }
 
@@ -836,5 +919,20 @@ both_backends! {
         assert_eq!(count("modified").await, 4.0);
         assert_eq!(count("truncated").await, 4.0);
         assert_eq!(count("ok").await, 7.0);
+
+        // A kerchunk path is text, as fsspec reads it: a key with `#` and spaces is that key
+        // (not a URL with a fragment), and the export gives it back as written.
+        let named = pattern(512, 13);
+        moto.put("run #1/a b.bin", &named).await;
+        let literal = format!("s3://{}/run #1/a b.bin", moto.bucket);
+        let zarray = json!({"shape": [64], "chunks": [64], "dtype": "<f4", "fill_value": null, "order": "C",
+                            "filters": null, "compressor": null, "zarr_format": 2});
+        let refs = json!({"version": 1, "refs": {".zgroup": "{\"zarr_format\":2}", "x/.zarray": zarray.to_string(),
+                                                 "x/0": [literal, 256, 256]}});
+        let (status, body) = server.put("/api/v1/stores/named", &refs).await;
+        assert_eq!(status, StatusCode::CREATED, "verified against the object itself: {body}");
+        assert_eq!(server.bytes("/named/x/0").await, named[256..512]);
+        let export: Value = server.get("/api/v1/stores/named/manifest?format=kerchunk", &[]).await.json().await.unwrap();
+        assert_eq!(export["refs"]["x/0"][0], literal.as_str());
     }
 }

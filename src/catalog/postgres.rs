@@ -273,14 +273,15 @@ impl Catalog for PostgresCatalog {
         options: VersionOptions,
     ) -> Result<Written, CatalogError> {
         let mut tx = self.pool.begin().await?;
-        let created = sqlx::query("insert into stores (name) values ($1) on conflict (name) do nothing")
-            .bind(name)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
-            == 1;
-        // Serialises concurrent registrations of the same store.
-        sqlx::query("select name from stores where name = $1 for update").bind(name).execute(&mut *tx).await?;
+        // Creates the store or locks its row, in one statement: concurrent registrations of the
+        // same store take turns, and a DELETE committed meanwhile is not a foreign-key failure.
+        let created: bool = sqlx::query_scalar(
+            "insert into stores (name) values ($1) on conflict (name) do update set name = excluded.name \
+             returning (xmax = 0)",
+        )
+        .bind(name)
+        .fetch_one(&mut *tx)
+        .await?;
         let head = insert_version(&mut tx, name, &store.summary, options).await?;
         insert_nodes(&mut tx, head.id, &store.nodes).await?;
         for batch in block_batches(store) {
@@ -405,7 +406,9 @@ impl Catalog for PostgresCatalog {
         let mut tx = self.pool.begin().await?;
         let deleted =
             sqlx::query("delete from stores where name = $1").bind(name).execute(&mut *tx).await?.rows_affected() == 1;
-        sqlx::query("select pg_notify('zarrgate_versions', $1)").bind(name).execute(&mut *tx).await?;
+        if deleted {
+            sqlx::query("select pg_notify('zarrgate_versions', $1)").bind(name).execute(&mut *tx).await?;
+        }
         tx.commit().await?;
         Ok(deleted)
     }

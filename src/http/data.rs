@@ -21,8 +21,6 @@ use crate::zarr::{ChunkLocation, Resolved};
 
 /// Which version a response belongs to.
 pub const VERSION_HEADER: HeaderName = HeaderName::from_static("zarrgate-version");
-/// A year: responses under a pinned version never change.
-const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 
 /// The data-plane routes.
 pub fn router() -> Router<AppState> {
@@ -45,11 +43,15 @@ async fn read(
 ) -> Response {
     let (name, pinned) = match store.split_once('@') {
         None => (store.as_str(), None),
-        Some((name, version)) => match version.parse::<i64>() {
-            Ok(v) => (name, Some(v)),
-            Err(_) => {
-                return ApiError::NotFound(format!("{version:?} is not a version number (use {name}@<number>)"))
-                    .into_response();
+        Some((name, version)) => match version_number(version) {
+            Some(v) => (name, Some(v)),
+            // Not 404: a client would read every chunk under this URL as fill values.
+            None => {
+                return ApiError::BadRequest(format!(
+                    "{version:?} is not a version number: pin a version as /{name}@<number>/..., with the number \
+                     from the Zarrgate-Version header or GET /api/v1/stores/{name}"
+                ))
+                .into_response();
             }
         },
     };
@@ -81,6 +83,13 @@ async fn read(
     response
 }
 
+/// A version number as written in a pinned URL: digits only, no sign, no leading zero.
+fn version_number(text: &str) -> Option<i64> {
+    let canonical =
+        !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) && (text == "0" || !text.starts_with('0'));
+    canonical.then(|| text.parse().ok()).flatten()
+}
+
 /// The answer for `key` in the version the URL names, with the headers every answer about that
 /// version carries; `Err` when the version itself cannot be found.
 async fn serve_key(
@@ -107,7 +116,8 @@ async fn serve_key(
     let view = app.view(&head).await?;
     let served = Served {
         cache_control: match pinned {
-            Some(_) => HeaderValue::from_static(IMMUTABLE),
+            // A year: responses under a pinned version never change.
+            Some(_) => app.pinned_cache_control.clone(),
             None => app.current_cache_control.clone(),
         },
         version: view.version_header.clone(),
@@ -192,12 +202,13 @@ async fn virtual_chunk(
     };
     let tag = tag_value(&etag('v', identity.as_bytes()));
     let (status, range) = match plan(headers, length, tag.to_str().unwrap_or_default()) {
-        Plan::NotModified => return Ok(not_modified(&tag, served)),
+        Plan::NotModified => return Ok(not_modified(&tag, served, length)),
         Plan::Unsatisfiable => return Err(ApiError::RangeNotSatisfiable { len: length }),
         Plan::Full => (StatusCode::OK, 0..length),
         Plan::Partial(r) => (StatusCode::PARTIAL_CONTENT, r),
     };
-    let mut response = if served.head_only {
+    // Nothing to read for HEAD, nor for an empty reference (object stores refuse empty ranges).
+    let mut response = if served.head_only || range.is_empty() {
         Response::new(Body::empty())
     } else {
         let started = Instant::now();
@@ -258,7 +269,7 @@ fn bytes_response(
 ) -> Response {
     let len = body.len() as u64;
     let (status, range) = match plan(headers, len, tag.to_str().unwrap_or_default()) {
-        Plan::NotModified => return not_modified(tag, served),
+        Plan::NotModified => return not_modified(tag, served, len),
         Plan::Unsatisfiable => return ApiError::RangeNotSatisfiable { len }.into_response(),
         Plan::Full => (StatusCode::OK, 0..len),
         Plan::Partial(r) => (StatusCode::PARTIAL_CONTENT, r),
@@ -277,9 +288,12 @@ fn bytes_response(
     response
 }
 
-fn not_modified(tag: &HeaderValue, served: &Served) -> Response {
+/// 304, with the length of the representation it stands for: a `Content-Length` on a 304 may
+/// only be the 200's (RFC 9110 8.6), and HEAD would otherwise say 0.
+fn not_modified(tag: &HeaderValue, served: &Served, len: u64) -> Response {
     let mut response = StatusCode::NOT_MODIFIED.into_response();
     let h = response.headers_mut();
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     h.insert(header::ETAG, tag.clone());
     h.insert(header::CACHE_CONTROL, served.cache_control.clone());
     response
@@ -306,12 +320,19 @@ fn content_range(range: &std::ops::Range<u64>, len: u64) -> HeaderValue {
 fn accepts_gzip(headers: &HeaderMap) -> bool {
     let items =
         headers.get_all(header::ACCEPT_ENCODING).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(','));
-    items.into_iter().any(|item| {
+    // RFC 9110 12.5.3: an explicit `gzip` entry decides, `*` only speaks for codings not named.
+    let (mut gzip, mut any) = (None, None);
+    for item in items {
         let mut parts = item.split(';').map(str::trim);
         let coding = parts.next().unwrap_or_default();
         let q = parts.find_map(|p| p.strip_prefix("q=")).map_or(1.0, |q| q.trim().parse::<f32>().unwrap_or(0.0));
-        (coding.eq_ignore_ascii_case("gzip") || coding == "*") && q > 0.0
-    })
+        if coding.eq_ignore_ascii_case("gzip") || coding.eq_ignore_ascii_case("x-gzip") {
+            gzip = Some(q > 0.0);
+        } else if coding == "*" {
+            any = Some(q > 0.0);
+        }
+    }
+    gzip.or(any).unwrap_or(false)
 }
 
 #[cfg(test)]
@@ -329,6 +350,8 @@ mod tests {
         assert!(accepts_gzip(&h("br;q=1.0, gzip;q=0.8")));
         assert!(!accepts_gzip(&h("gzip;q=0")));
         assert!(!accepts_gzip(&h("deflate")));
+        assert!(!accepts_gzip(&h("gzip;q=0, *")), "an explicit refusal beats the wildcard");
+        assert!(accepts_gzip(&h("*")));
         assert!(!accepts_gzip(&HeaderMap::new()));
     }
 }

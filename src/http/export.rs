@@ -20,6 +20,7 @@ use crate::cache::VersionView;
 use crate::error::ApiError;
 use crate::zarr::document::SourceFacts;
 use crate::zarr::kerchunk::export::{array_to_v2, group_to_v2};
+use crate::zarr::manifest::literal_path;
 use crate::zarr::metadata::NodeKind;
 use crate::zarr::{ChunkKeyEncoding, ChunkLocation, ChunkRef, ManifestBlock};
 
@@ -167,12 +168,19 @@ impl Writer<'_> {
             let separator = if zarray["dimension_separator"] == "/" { '/' } else { '.' };
             let keys = ChunkKeyEncoding::V2 { separator };
             let mut stored = 0u64;
+            // Paths as fsspec reads them (text, not URLs); consecutive chunks share their source.
+            let mut last: Option<(String, String)> = None;
             for block in blocks(app, view, tiles, node.path.as_str()) {
                 let (tile, block) = block.await?;
                 for (slot, chunk) in block.iter() {
                     let coords = layout.grid.coords_of(ChunkLocation { tile, slot }).unwrap_or_default();
                     let value = match chunk {
-                        ChunkRef::Virtual { source, offset, length } => json!([&*source.url, offset, length]),
+                        ChunkRef::Virtual { source, offset, length } => {
+                            if last.as_ref().is_none_or(|(url, _)| *url != *source.url) {
+                                last = Some((source.url.to_string(), literal_path(&source.url)));
+                            }
+                            json!([last.as_ref().map_or("", |(_, path)| path.as_str()), offset, length])
+                        }
                         ChunkRef::Inline(bytes) => {
                             json!(format!("base64:{}", base64::engine::general_purpose::STANDARD.encode(&bytes)))
                         }

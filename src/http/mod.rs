@@ -37,6 +37,10 @@ pub fn router(state: AppState) -> Router {
         .merge(openapi::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     let mut data = data::router();
+    if state.read_auth_required() {
+        // Inside the CORS layer: a browser's preflight carries no token and is answered there.
+        data = data.route_layer(middleware::from_fn_with_state(state.clone(), auth::require_read_token));
+    }
     if state.config.http.cors {
         data = data.layer(cors());
     }
@@ -53,7 +57,13 @@ fn cors() -> CorsLayer {
     CorsLayer::new()
         .allow_origin(AllowOrigin::any())
         .allow_methods([Method::GET, Method::HEAD])
-        .allow_headers([header::RANGE, header::IF_NONE_MATCH, header::IF_RANGE, header::IF_MODIFIED_SINCE])
+        .allow_headers([
+            header::RANGE,
+            header::IF_NONE_MATCH,
+            header::IF_RANGE,
+            header::IF_MODIFIED_SINCE,
+            header::AUTHORIZATION,
+        ])
         .expose_headers([
             header::CONTENT_RANGE,
             header::CONTENT_LENGTH,
@@ -66,10 +76,17 @@ fn cors() -> CorsLayer {
 }
 
 async fn fallback(uri: Uri) -> ApiError {
-    ApiError::NotFound(format!(
-        "nothing is served at {}: Zarr keys live under /<store>/, the API under /api/v1/",
-        uri.path()
-    ))
+    let path = uri.path();
+    let store = path.trim_matches('/');
+    if path.ends_with('/') && !store.is_empty() && !store.contains('/') {
+        // fsspec lists a store by asking for `/<store>/`: there is no listing, the root
+        // zarr.json's consolidated metadata names every node.
+        return ApiError::NotFound(format!(
+            "a store has no directory listing: /{store}/zarr.json names every array and group \
+             (consolidated metadata); open it with zarr_format=3"
+        ));
+    }
+    ApiError::NotFound(format!("nothing is served at {path}: Zarr keys live under /<store>/, the API under /api/v1/"))
 }
 
 /// `//` in a path means `/` (obstore with a trailing-slash base URL sends `store//zarr.json`).
@@ -103,6 +120,14 @@ async fn observe(State(app): State<AppState>, request: Request, next: Next) -> R
     let started = Instant::now();
     let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |m| m.as_str()).to_owned();
     let method = request.method().clone();
+    // A label value per method the server knows; any name a client makes up is one label, or
+    // every made-up name would add series to /metrics for good.
+    let method_label = match method {
+        Method::GET | Method::HEAD | Method::PUT | Method::PATCH | Method::POST | Method::DELETE | Method::OPTIONS => {
+            method.as_str()
+        }
+        _ => "other",
+    };
     let id = request
         .headers()
         .get(&REQUEST_ID)
@@ -115,9 +140,9 @@ async fn observe(State(app): State<AppState>, request: Request, next: Next) -> R
     let status = response.status();
     let elapsed = started.elapsed();
     let m = &app.metrics;
-    m.http_requests_total.with_label_values(&[route.as_str(), method.as_str(), status.as_str()]).inc();
+    m.http_requests_total.with_label_values(&[route.as_str(), method_label, status.as_str()]).inc();
     m.http_request_duration_seconds
-        .with_label_values(&[route.as_str(), method.as_str(), status.as_str()])
+        .with_label_values(&[route.as_str(), method_label, status.as_str()])
         .observe(elapsed.as_secs_f64());
     span.in_scope(|| {
         let ms = elapsed.as_secs_f64() * 1e3;

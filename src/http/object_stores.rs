@@ -55,7 +55,11 @@ async fn register(
             "object store {name:?} is declared in the configuration file and cannot be changed over the API"
         )));
     }
-    if reg.url.trim_start().to_ascii_lowercase().starts_with("file:") && !app.config.allow_file_object_stores {
+    // Decided on the parsed URL, as the builder reads it (the parser drops tabs, newlines and
+    // leading control characters that a test of the text would miss), before the builder looks
+    // at the file system.
+    let local = url::Url::parse(&reg.url).is_ok_and(|u| u.scheme() == "file");
+    if local && !app.config.allow_file_object_stores {
         return Err(ApiError::Conflict(
             "file:// object stores may not be registered over the API here (allow_file_object_stores = false)".into(),
         ));
@@ -80,6 +84,7 @@ async fn register(
             )],
         });
     }
+    let _change = app.object_store_change().await?;
     if let Some(other) = app.sources.entries().iter().find(|e| e.prefix == entry.prefix && e.name != name) {
         return Err(ApiError::Conflict(format!("object store {:?} already serves {}", other.name, entry.prefix)));
     }
@@ -115,6 +120,7 @@ async fn show(State(app): State<AppState>, Path(name): Path<String>) -> Result<J
 }
 
 async fn remove(State(app): State<AppState>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
+    let _change = app.object_store_change().await?;
     let Some(entry) = app.sources.get(&name) else {
         return Err(ApiError::NotFound(format!("no object store is named {name:?}")));
     };

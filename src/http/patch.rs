@@ -15,7 +15,7 @@ use super::ingest::{self, Format};
 use super::names;
 use super::stores::{no_store, summary_json};
 use crate::app::AppState;
-use crate::catalog::{CatalogError, DerivedVersion, Retention, VersionOptions};
+use crate::catalog::{CatalogError, DerivedVersion, VersionOptions};
 use crate::error::ApiError;
 use crate::zarr::document::{Document, SourceFacts};
 use crate::zarr::metadata::NodeKind;
@@ -196,14 +196,7 @@ pub(super) async fn patch(
         other => other?,
     };
     app.observe_catalog("write_derived", started);
-    let retention = Retention {
-        keep_versions: app.config.retention.keep_versions.max(1),
-        keep_ms: i64::try_from(app.config.retention.keep_seconds.saturating_mul(1000)).unwrap_or(i64::MAX),
-    };
-    if let Err(e) = app.catalog.prune(&name, retention).await {
-        tracing::warn!(store = %name, error = %e, "retention failed; old versions kept until the next registration");
-    }
-    app.caches.forget_store(&name).await;
+    app.settle(&name).await;
     app.metrics.registrations_total.with_label_values(&["patched"]).inc();
     tracing::info!(store = %name, version = written.head.id, base = head.id, blocks_written = derived.blocks.len(),
         "store patched");

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::ingest::{self, Format};
 use super::names;
 use crate::app::AppState;
-use crate::catalog::{Retention, StoreRecord, VersionHead, VersionOptions};
+use crate::catalog::{StoreRecord, VersionHead, VersionOptions};
 use crate::error::ApiError;
 use crate::zarr::validate::{Rejected, Summary, validate_tiled};
 
@@ -106,18 +106,7 @@ async fn register(
     let started = std::time::Instant::now();
     let written = app.catalog.write_version(&name, &store, options).await?;
     app.observe_catalog("write_version", started);
-    let retention = Retention {
-        keep_versions: app.config.retention.keep_versions.max(1),
-        keep_ms: i64::try_from(app.config.retention.keep_seconds.saturating_mul(1000)).unwrap_or(i64::MAX),
-    };
-    match app.catalog.prune(&name, retention).await {
-        Ok(pruned) if !pruned.is_empty() => tracing::info!(store = %name, ?pruned, "old versions deleted by retention"),
-        Ok(_) => {}
-        Err(e) => {
-            tracing::warn!(store = %name, error = %e, "retention failed; old versions kept until the next registration")
-        }
-    }
-    app.caches.forget_store(&name).await;
+    app.settle(&name).await;
     let outcome = if written.created { "created" } else { "replaced" };
     app.metrics.registrations_total.with_label_values(&[outcome]).inc();
     tracing::info!(store = %name, version = written.head.id, outcome, chunks = store.summary.chunks.virtual_ + store.summary.chunks.inline,

@@ -39,6 +39,14 @@ fn confined(root: &Path, relative: &str) -> Result<PathBuf, LocalError> {
     if canonical.starts_with(root) { Ok(canonical) } else { Err(LocalError::Escapes) }
 }
 
+/// Opens `path` for reading without ever waiting: a FIFO under the root would otherwise block
+/// the thread until a writer came (Linux ignores `O_NONBLOCK` for regular files). Anything but a
+/// regular file is then refused by [`facts`].
+fn open_file(path: &Path) -> Result<File, LocalError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(map_open)
+}
+
 fn map_open(e: io::Error) -> LocalError {
     match e.kind() {
         io::ErrorKind::NotFound | io::ErrorKind::NotADirectory => LocalError::NotFound,
@@ -53,16 +61,17 @@ fn facts(file: &File) -> Result<LocalFacts, LocalError> {
         return Err(LocalError::NotFound);
     }
     let modified = meta.modified().map_err(LocalError::Io)?;
-    let nanos = modified.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    // The same shape as object_store's LocalFileSystem ETag: inode, mtime, size.
-    let etag = format!("{:x}-{:x}-{:x}", meta.ino(), nanos, meta.len());
+    let micros = modified.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros());
+    // Exactly object_store's LocalFileSystem ETag (inode, mtime in microseconds, size), so that
+    // facts recorded with obstore's LocalStore match the ones this server reads.
+    let etag = format!("\"{:x}-{:x}-{:x}\"", meta.ino(), micros, meta.len());
     Ok(LocalFacts { size: meta.len(), etag, modified })
 }
 
 /// The facts of `relative` under `root` (blocking).
 pub(super) fn head(root: &Path, relative: &str) -> Result<LocalFacts, LocalError> {
     let path = confined(root, relative)?;
-    let file = File::open(path).map_err(map_open)?;
+    let file = open_file(&path)?;
     facts(&file)
 }
 
@@ -75,7 +84,7 @@ pub(super) fn open(
     check: &SourceCheck<'_>,
 ) -> Result<(File, Bytes), LocalError> {
     let path = confined(root, relative)?;
-    let file = File::open(path).map_err(map_open)?;
+    let file = open_file(&path)?;
     let facts = facts(&file)?;
     let changed = match check {
         SourceCheck::ETag(expected) => *expected != facts.etag,
@@ -153,6 +162,10 @@ mod tests {
         assert_eq!(&first[..], b"234");
         assert!(matches!(open(&root, "ok.bin", 5..11, &none), Err(LocalError::Truncated { size: 10 })));
         assert!(matches!(open(&root, "nope", 0..1, &none), Err(LocalError::NotFound)));
+        let fifo = std::process::Command::new("mkfifo").arg(root.join("fifo")).status().unwrap();
+        assert!(fifo.success());
+        assert!(matches!(open(&root, "fifo", 0..1, &none), Err(LocalError::NotFound)), "never waits on a FIFO");
+        assert!(matches!(head(&root, "fifo"), Err(LocalError::NotFound)));
         let etag = head(&root, "ok.bin").unwrap().etag;
         assert!(open(&root, "ok.bin", 0..1, &SourceCheck::ETag(etag.into())).is_ok());
         assert!(matches!(open(&root, "ok.bin", 0..1, &SourceCheck::ETag("other".into())), Err(LocalError::Modified)));

@@ -15,36 +15,8 @@ use object_store::{BackoffConfig, ClientConfigKey, ClientOptions, ObjectStore, R
 use serde_json::{Map, Value};
 use url::Url;
 
-/// Option keys whose values are not secret and may be shown by the API.
-const PUBLIC_OPTIONS: &[&str] = &[
-    "region",
-    "aws_region",
-    "endpoint",
-    "aws_endpoint",
-    "aws_endpoint_url",
-    "allow_http",
-    "skip_signature",
-    "aws_skip_signature",
-    "virtual_hosted_style_request",
-    "aws_virtual_hosted_style_request",
-    "account_name",
-    "azure_storage_account_name",
-    "use_emulator",
-    "azure_storage_use_emulator",
-    "timeout",
-    "connect_timeout",
-    "allow_invalid_certificates",
-    "bucket",
-    "aws_bucket",
-    "container_name",
-    "google_bucket",
-    "aws_unsigned_payload",
-    "access_key_id",
-    "aws_access_key_id",
-    "imdsv1_fallback",
-    "aws_imdsv1_fallback",
-    "requester_pays",
-];
+use super::connector::ConfinedConnector;
+use super::options::{Kind, Signing, api_policy, plain_http, string_options};
 
 /// Timeouts and retries for every client, set for a proxy: seconds, not minutes.
 #[derive(Debug, Clone)]
@@ -152,13 +124,21 @@ impl ObjectStoreEntry {
                 if let Ok(mut segments) = base.path_segments_mut() {
                     segments.pop_if_empty();
                 }
-                let mut b = HttpBuilder::new().with_url(base.as_str()).with_retry(retry(settings));
                 let mut client = client_options(settings);
+                let mut keys = Vec::with_capacity(opts.len());
                 for (k, v) in &opts {
                     let key = ClientConfigKey::from_str(k).map_err(|_| unknown_option(k, "http"))?;
+                    keys.push((key.as_ref().to_owned(), v.as_str()));
                     client = client.with_config(key, v);
                 }
-                b = b.with_client_options(client);
+                if origin == Origin::Api {
+                    api_policy(Kind::Http, &keys, settings.api_ambient_credentials)?;
+                }
+                let b = HttpBuilder::new()
+                    .with_url(base.as_str())
+                    .with_retry(retry(settings))
+                    .with_client_options(client)
+                    .with_http_connector(ConfinedConnector::under(parsed.clone()));
                 (Base::Http, Some(Arc::new(b.build().map_err(|e| build_error(&prefix, e))?)))
             }
             other => {
@@ -215,39 +195,6 @@ fn normalize_prefix(url: &str) -> Result<String, SourceConfigError> {
     Ok(parsed.to_string())
 }
 
-fn string_options(options: &Map<String, Value>) -> Result<Vec<(String, String)>, SourceConfigError> {
-    options
-        .iter()
-        .map(|(k, v)| match v {
-            Value::String(s) => Ok((k.to_ascii_lowercase(), s.clone())),
-            Value::Bool(b) => Ok((k.to_ascii_lowercase(), b.to_string())),
-            Value::Number(n) => Ok((k.to_ascii_lowercase(), n.to_string())),
-            _ => Err(SourceConfigError::Option(format!("option {k:?} must be a string, number or boolean"))),
-        })
-        .collect()
-}
-
-/// A store whose URL or endpoint is `http://` asked for plain HTTP: `allow_http` is implied
-/// (object_store refuses `http://` without it, and every read would fail with a message that
-/// does not say why); an explicit `allow_http: false` beside it is a contradiction.
-fn plain_http(url: &Url, opts: &mut Vec<(String, String)>) -> Result<(), SourceConfigError> {
-    let plain = url.scheme() == "http"
-        || opts.iter().any(|(k, v)| k.contains("endpoint") && v.to_ascii_lowercase().starts_with("http://"));
-    if !plain {
-        return Ok(());
-    }
-    match opts.iter().find(|(k, _)| k == "allow_http") {
-        Some((_, v)) if v.eq_ignore_ascii_case("false") => Err(SourceConfigError::Option(format!(
-            "{url} (or its endpoint) is plain http://, but allow_http is false: use https://, or drop allow_http"
-        ))),
-        Some(_) => Ok(()),
-        None => {
-            opts.push(("allow_http".into(), "true".into()));
-            Ok(())
-        }
-    }
-}
-
 fn unknown_option(key: &str, kind: &str) -> SourceConfigError {
     SourceConfigError::Option(format!("unknown {kind} option {key:?}"))
 }
@@ -268,8 +215,14 @@ fn retry(settings: &SourceSettings) -> RetryConfig {
     }
 }
 
+/// No limit on a whole request: a large chunk streamed to a slow reader may take minutes. The
+/// time to the response head is bounded by the fetch itself (`sources.timeout_seconds`), a
+/// connection by `connect_timeout`, and a body that stalls by the same budget between reads.
 fn client_options(settings: &SourceSettings) -> ClientOptions {
-    ClientOptions::new().with_timeout(settings.timeout).with_connect_timeout(settings.connect_timeout)
+    ClientOptions::new()
+        .with_timeout_disabled()
+        .with_read_timeout(settings.timeout)
+        .with_connect_timeout(settings.connect_timeout)
 }
 
 fn bucket_url(parsed: &Url) -> String {
@@ -278,8 +231,8 @@ fn bucket_url(parsed: &Url) -> String {
 
 /// The builders of the bucket object stores (s3, gs, az), which differ only in their types.
 trait BucketBuilder: Sized {
-    type Key: FromStr;
-    const KIND: &'static str;
+    type Key: FromStr + AsRef<str>;
+    const KIND: Kind;
     fn fresh(origin: Origin) -> Self;
     fn url(self, url: String) -> Self;
     fn settings(self, s: &SourceSettings) -> Self;
@@ -288,10 +241,10 @@ trait BucketBuilder: Sized {
 }
 
 macro_rules! bucket_builder {
-    ($builder:ty, $key:ty, $kind:literal) => {
+    ($builder:ty, $key:ty, $kind:expr) => {
         impl BucketBuilder for $builder {
             type Key = $key;
-            const KIND: &'static str = $kind;
+            const KIND: Kind = $kind;
             /// Stores declared in the configuration file also read credentials from the environment.
             fn fresh(origin: Origin) -> Self {
                 if origin == Origin::Config { <$builder>::from_env() } else { <$builder>::new() }
@@ -300,7 +253,9 @@ macro_rules! bucket_builder {
                 self.with_url(url)
             }
             fn settings(self, s: &SourceSettings) -> Self {
-                self.with_retry(retry(s)).with_client_options(client_options(s))
+                self.with_retry(retry(s))
+                    .with_client_options(client_options(s))
+                    .with_http_connector(ConfinedConnector::same_origin())
             }
             fn config(self, key: $key, value: &str) -> Self {
                 self.with_config(key, value)
@@ -312,9 +267,9 @@ macro_rules! bucket_builder {
     };
 }
 
-bucket_builder!(AmazonS3Builder, AmazonS3ConfigKey, "s3");
-bucket_builder!(GoogleCloudStorageBuilder, GoogleConfigKey, "gs");
-bucket_builder!(MicrosoftAzureBuilder, AzureConfigKey, "az");
+bucket_builder!(AmazonS3Builder, AmazonS3ConfigKey, Kind::S3);
+bucket_builder!(GoogleCloudStorageBuilder, GoogleConfigKey, Kind::Gcs);
+bucket_builder!(MicrosoftAzureBuilder, AzureConfigKey, Kind::Azure);
 
 fn build_bucket<B: BucketBuilder>(
     prefix: &str,
@@ -324,37 +279,19 @@ fn build_bucket<B: BucketBuilder>(
     s: &SourceSettings,
 ) -> Result<Arc<dyn ObjectStore>, SourceConfigError> {
     let mut b = B::fresh(origin).url(bucket_url(parsed)).settings(s);
+    let mut keys = Vec::with_capacity(opts.len());
     for (k, v) in opts {
-        b = b.config(B::Key::from_str(k).map_err(|_| unknown_option(k, B::KIND))?, v);
+        let key = B::Key::from_str(k).map_err(|_| unknown_option(k, B::KIND.name()))?;
+        keys.push((key.as_ref().to_owned(), v.as_str()));
+        b = b.config(key, v);
     }
     // Whoever holds an admin token must not publish what the server's own cloud identity can
-    // read: a store registered over the API without credentials reads anonymously.
-    let anonymous = origin == Origin::Api
-        && !s.api_ambient_credentials
-        && !opts.iter().any(|(k, _)| k.contains("skip_signature") || is_credential(k));
-    if anonymous {
-        let key = B::Key::from_str("skip_signature").map_err(|_| unknown_option("skip_signature", B::KIND))?;
+    // read: a store registered over the API without credentials of its own reads anonymously.
+    if origin == Origin::Api && api_policy(B::KIND, &keys, s.api_ambient_credentials)? == Signing::Anonymous {
+        let key = B::Key::from_str("skip_signature").map_err(|_| unknown_option("skip_signature", B::KIND.name()))?;
         b = b.config(key, "true");
     }
     b.finish().map_err(|e| build_error(prefix, e))
-}
-
-/// True for an option key that gives credentials (keys, secrets, tokens, SAS, service accounts).
-fn is_credential(key: &str) -> bool {
-    ["key", "secret", "token", "sas", "service_account", "credential", "password", "client_id", "role_arn"]
-        .iter()
-        .any(|c| key.contains(c))
-}
-
-/// `options` with every value that may be a secret replaced by `"***"`.
-pub fn redact_options(options: &Map<String, Value>) -> Map<String, Value> {
-    options
-        .iter()
-        .map(|(k, v)| {
-            let public = PUBLIC_OPTIONS.contains(&k.to_ascii_lowercase().as_str());
-            (k.clone(), if public { v.clone() } else { Value::from("***") })
-        })
-        .collect()
 }
 
 /// All object stores, resolved by longest prefix.
@@ -492,11 +429,5 @@ mod tests {
             entry("x", "https://h/a/../b/", json!({})).is_err()
                 || entry("x", "https://h/a/../b/", json!({})).unwrap().prefix == "https://h/b/"
         );
-    }
-
-    #[test]
-    fn secrets_are_redacted() {
-        let shown = redact_options(json!({"region": "r", "secret_access_key": "s", "token": "t"}).as_object().unwrap());
-        assert_eq!(Value::Object(shown), json!({"region": "r", "secret_access_key": "***", "token": "***"}));
     }
 }

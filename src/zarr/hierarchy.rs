@@ -137,9 +137,12 @@ fn chunk<'a>(node: &'a Node, key: &str) -> Resolved<'a> {
         return Resolved::NotFound(format!("{} is not an array", node.path));
     };
     let Some(coords) = layout.encoding.parse(key, layout.grid.ndim()) else {
+        let example = layout.encoding.encode(&vec![0; layout.grid.ndim()]);
         return Resolved::NotFound(format!(
-            "{key:?} is not a chunk key of array {} ({:?})",
-            node.path, layout.encoding
+            "{key:?} is not a chunk key of array {}: its chunks are named like {example:?}, one index per dimension \
+             ({} dimensions)",
+            node.path,
+            layout.grid.ndim()
         ));
     };
     match layout.grid.locate(&coords) {

@@ -2,6 +2,7 @@
 
 use std::io::{self, Read};
 
+use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
 use url::Url;
 
 use super::spill::{LogReader, Scratch, SpillLog, get_u8, get_varint, put_varint};
@@ -43,6 +44,61 @@ pub fn normalize_source_url(path: &str) -> Result<String, SourceUrlError> {
     }
     let url = Url::parse(path).map_err(|e| SourceUrlError::Invalid(path.into(), e.to_string()))?;
     check_segments(path, url)
+}
+
+/// What a URL parser would read as syntax in the key of a kerchunk path: fsspec takes
+/// `s3://bucket/run #1/a b.nc` as the key `run #1/a b.nc`, where a URL has a fragment.
+const LITERAL_KEY: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}')
+    .add(b'\\')
+    .add(b'^')
+    .add(b'|')
+    .add(b'[')
+    .add(b']');
+
+/// As [`normalize_source_url`], for a path as kerchunk writes it and fsspec reads it: text, not
+/// a URL. Outside `http(s)://`, whose paths are URLs for fsspec too, every character of the
+/// key is itself (`#`, `?`, `%`, spaces), as it is for bare absolute paths.
+pub fn normalize_literal_path(path: &str) -> Result<String, SourceUrlError> {
+    let Some((scheme, rest)) = path.split_once("://") else { return normalize_source_url(path) };
+    if matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") {
+        return normalize_source_url(path);
+    }
+    let (authority, key) = rest.split_once('/').unwrap_or((rest, ""));
+    if key.split(['/', '\\']).any(|s| s == "..") {
+        return Err(SourceUrlError::DotDot(path.into()));
+    }
+    normalize_source_url(&format!("{scheme}://{authority}/{}", utf8_percent_encode(key, LITERAL_KEY))).map_err(|e| {
+        match e {
+            SourceUrlError::Invalid(_, why) => SourceUrlError::Invalid(path.into(), why),
+            other => other,
+        }
+    })
+}
+
+/// A stored source URL as kerchunk writes it for fsspec: a local file as its bare absolute
+/// path, a bucket key as its characters (`s3://bucket/a b.nc`), an `http(s)://` URL as it is.
+/// The inverse of [`normalize_literal_path`].
+pub fn literal_path(url: &str) -> String {
+    let Ok(parsed) = Url::parse(url) else { return url.to_owned() };
+    let literal = match parsed.scheme() {
+        "http" | "https" => None,
+        "file" => parsed.to_file_path().ok().and_then(|p| p.into_os_string().into_string().ok()),
+        scheme => percent_decode_str(parsed.path())
+            .decode_utf8()
+            .ok()
+            .map(|key| format!("{scheme}://{}{key}", parsed.host_str().unwrap_or_default())),
+    };
+    literal.unwrap_or_else(|| url.to_owned())
 }
 
 fn check_segments(original: &str, url: Url) -> Result<String, SourceUrlError> {
@@ -218,6 +274,26 @@ mod tests {
         assert_eq!(normalize_source_url("file:///data/air.nc").unwrap(), "file:///data/air.nc");
         assert_eq!(normalize_source_url("s3://bucket/a/b.nc").unwrap(), "s3://bucket/a/b.nc");
         assert_eq!(normalize_source_url("HTTPS://Example.org/x").unwrap(), "https://example.org/x");
+    }
+
+    #[test]
+    fn kerchunk_paths_are_text_and_come_back_as_text() {
+        for (path, stored) in [
+            ("/data/run #1/a b é.nc", "file:///data/run%20%231/a%20b%20%C3%A9.nc"),
+            ("file:///data/run #1/a b.nc", "file:///data/run%20%231/a%20b.nc"),
+            ("s3://bucket/run #1/a?b%20.nc", "s3://bucket/run%20%231/a%3Fb%2520.nc"),
+            ("gs://bucket/x.nc", "gs://bucket/x.nc"),
+            ("https://example.org/a%20b.nc?x=1", "https://example.org/a%20b.nc?x=1"),
+        ] {
+            assert_eq!(normalize_literal_path(path).unwrap(), stored, "{path}");
+            let back = literal_path(stored);
+            assert_eq!(normalize_literal_path(&back).unwrap(), stored, "{path} -> {back}");
+        }
+        assert_eq!(literal_path("file:///data/run%20%231/a%20b.nc"), "/data/run #1/a b.nc");
+        assert_eq!(literal_path("s3://bucket/run%20%231/a%3Fb%2520.nc"), "s3://bucket/run #1/a?b%20.nc");
+        assert!(matches!(normalize_literal_path("s3://b/a/../../x"), Err(SourceUrlError::DotDot(_))));
+        assert!(matches!(normalize_literal_path("file:///data/../etc/passwd"), Err(SourceUrlError::DotDot(_))));
+        assert!(matches!(normalize_literal_path("data/x.nc"), Err(SourceUrlError::Relative(_))));
     }
 
     #[test]

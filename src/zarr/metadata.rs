@@ -107,16 +107,66 @@ pub fn as_zarrs_sees_it(metadata: &Map<String, Value>) -> Result<Map<String, Val
     Ok(m)
 }
 
+/// numcodecs codecs that zarr-python reads (`numcodecs.zarr3`, as zarr-python and kerchunk
+/// conversions write them) and zarrs does not implement: array-to-array (`true`) or
+/// bytes-to-bytes. None changes the shape of a chunk, so zarrs validates the rest of the
+/// metadata without them, and their place in the chain is checked here.
+const PYTHON_ONLY_CODECS: &[(&str, bool)] = &[
+    ("numcodecs.astype", true),
+    ("numcodecs.delta", true),
+    ("numcodecs.packbits", true),
+    ("numcodecs.quantize", true),
+    ("numcodecs.blosc", false),
+    ("numcodecs.gzip", false),
+    ("numcodecs.zstd", false),
+    ("numcodecs.lz4", false),
+    ("numcodecs.lzma", false),
+    ("numcodecs.crc32", false),
+    ("numcodecs.jenkins_lookup3", false),
+];
+
+/// The array-to-bytes codecs, which separate array-to-array codecs (before) from bytes-to-bytes.
+const ARRAY_TO_BYTES: &[&str] =
+    &["bytes", "sharding_indexed", "vlen-utf8", "vlen-bytes", "packbits", "zfp", "numcodecs.pcodec", "numcodecs.zfpy"];
+
+/// Takes the [`PYTHON_ONLY_CODECS`] out of `seen["codecs"]`; the problems with their places.
+fn without_python_only_codecs(seen: &mut Map<String, Value>) -> Vec<String> {
+    let Some(Value::Array(codecs)) = seen.get_mut("codecs") else { return Vec::new() };
+    let name = |c: &Value| c.get("name").and_then(Value::as_str).map(str::to_owned).unwrap_or_default();
+    let Some(serializer) = codecs.iter().position(|c| ARRAY_TO_BYTES.contains(&name(c).as_str())) else {
+        return Vec::new(); // zarrs says what is missing
+    };
+    let serializer_name = name(&codecs[serializer]);
+    let mut problems = Vec::new();
+    let mut index = 0;
+    codecs.retain(|codec| {
+        let at = index;
+        index += 1;
+        let codec_name = name(codec);
+        let Some(&(_, array_to_array)) = PYTHON_ONLY_CODECS.iter().find(|(n, _)| *n == codec_name) else {
+            return true;
+        };
+        if array_to_array && at > serializer {
+            problems.push(format!("codec {codec_name} works on arrays: it must come before {serializer_name}"));
+        } else if !array_to_array && at < serializer {
+            problems.push(format!("codec {codec_name} works on bytes: it must come after {serializer_name}"));
+        }
+        if codec.get("configuration").is_some_and(|c| !c.is_object()) {
+            problems.push(format!("codec {codec_name}: configuration must be an object"));
+        }
+        false
+    });
+    problems
+}
+
 fn validate_array(metadata: &Map<String, Value>, tiling: Tiling<'_>) -> Result<ArrayLayout, Vec<String>> {
-    let seen = as_zarrs_sees_it(metadata).map_err(|e| vec![e])?;
+    let mut seen = as_zarrs_sees_it(metadata).map_err(|e| vec![e])?;
+    let mut problems = without_python_only_codecs(&mut seen);
     let v3: ArrayMetadataV3 =
         serde_json::from_value(Value::Object(seen)).map_err(|e| vec![format!("invalid array metadata: {e}")])?;
-    let mut problems: Vec<String> = v3
-        .additional_fields
-        .iter()
-        .filter(|(_, f)| f.must_understand())
-        .map(|(name, _)| format!("unknown field {name:?} (allowed only as an object with \"must_understand\": false)"))
-        .collect();
+    problems.extend(v3.additional_fields.iter().filter(|(_, f)| f.must_understand()).map(|(name, _)| {
+        format!("unknown field {name:?} (allowed only as an object with \"must_understand\": false)")
+    }));
     if let Err(e) = Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", ArrayMetadata::V3(v3)) {
         problems.push(e.to_string());
     }
@@ -194,6 +244,28 @@ mod tests {
         let NodeKind::Array(layout) = validate_node(&mut obj(air())).unwrap() else { panic!("not an array") };
         assert_eq!(layout.grid.grid_shape(), &[2, 1, 2]);
         assert_eq!(layout.encoding, ChunkKeyEncoding::Default { separator: '/' });
+    }
+
+    #[test]
+    fn numcodecs_codecs_zarr_python_reads_are_accepted_in_their_place() {
+        for (codec, at) in [
+            (json!({"name": "numcodecs.blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": 1}}), 2),
+            (json!({"name": "numcodecs.gzip", "configuration": {"level": 1}}), 2),
+            (json!({"name": "numcodecs.zstd", "configuration": {"level": 1}}), 2),
+            (json!({"name": "numcodecs.lz4", "configuration": {"acceleration": 1}}), 2),
+            (json!({"name": "numcodecs.lzma"}), 2),
+            (json!({"name": "numcodecs.crc32"}), 2),
+            (json!({"name": "numcodecs.delta", "configuration": {"dtype": "<f4"}}), 0),
+            (json!({"name": "numcodecs.quantize", "configuration": {"digits": 3, "dtype": "<f4"}}), 0),
+        ] {
+            let mut ok = air();
+            ok["codecs"].as_array_mut().unwrap().insert(at, codec.clone());
+            assert!(validate_node(&mut obj(ok)).is_ok(), "{codec}");
+            let mut misplaced = air();
+            misplaced["codecs"].as_array_mut().unwrap().insert(if at == 0 { 2 } else { 0 }, codec.clone());
+            let problems = validate_node(&mut obj(misplaced)).unwrap_err();
+            assert!(problems.iter().any(|p| p.contains("must come")), "{codec}: {problems:?}");
+        }
     }
 
     #[test]

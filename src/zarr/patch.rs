@@ -216,8 +216,10 @@ pub fn plan(
     if !problems.is_empty() {
         return Err(Rejected::Invalid(problems.into_vec()));
     }
+    // Every URL the update references is recorded, with no facts when none are known
+    // (`?verify=false`): the catalog answers "which stores read this object store" from them.
     let sources: BTreeMap<String, SourceFacts> =
-        sources.into_iter().filter(|(u, _)| urls.number(u).is_some()).collect();
+        urls.all().iter().map(|u| (u.clone(), sources.get(u).cloned().unwrap_or_default())).collect();
     let urls = urls.all().to_vec();
     let checks =
         urls.iter().map(|u| sources.get(u).map_or(SourceCheck::Unchecked, |f| f.read_check().into_owned())).collect();

@@ -13,9 +13,11 @@ the reason); they are skipped only when ``ZARRGATE_TEST_POSTGRES=skip`` says so.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -211,3 +213,31 @@ def source_dir(server: Server, tmp_path: Path) -> Path:
     answer = zarrgate_client.register_object_store(server.url, name, directory.as_uri() + "/")
     assert answer["url"] == directory.as_uri() + "/", answer
     return directory
+
+
+@contextlib.contextmanager
+def private_server(workdir: Path, **env: str):
+    """A zarrgate of its own (SQLite catalog in ``workdir``), for a configuration the shared
+    ``server`` fixture does not have, or a request that may kill it. Its address space is
+    capped at 8 GiB, so that a runaway allocation fails at once on any machine."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("ZARRGATE_") and k != "DATABASE_URL"}
+    clean.update(ZARRGATE_LISTEN="127.0.0.1:0", DATABASE_URL=f"sqlite://{workdir / 'catalog.db'}",
+                 NO_COLOR="1", **env)
+    log = workdir / "zarrgate.log"
+    cap = 8 << 30
+
+    def limit_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen([str(_binary())], env=clean, stdout=sink, stderr=sink,
+                                stdin=subprocess.DEVNULL, preexec_fn=limit_memory)
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while not (found := LISTENING.search(log.read_text(errors="replace"))):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")
+            time.sleep(0.05)
+        yield found.group(1), log
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -26,6 +26,7 @@ __all__ = [
     "make_netcdf4_packed",
     "make_hdf5_contiguous",
     "make_hdf5_sparse",
+    "make_netcdf4_masks",
     "make_netcdf3_record",
     "make_netcdf4_series",
     "make_netcdf4_bigendian",
@@ -276,6 +277,32 @@ def make_netcdf4_chars(directory: str | Path) -> Path:
     return path
 
 
+def make_netcdf4_masks(directory: str | Path, char_fill: bool = False) -> Path:
+    """netCDF4 integer and character variables with and without ``_FillValue``,
+    as land-cover, quality-flag and count products carry them: ``landcover``
+    (int16, ``_FillValue`` -1), ``quality`` (uint8, ``_FillValue`` 200), each with
+    fill values among the data (xarray masks them: float32); and ``count``
+    (int32, no ``_FillValue``: netCDF stores its default fill -2147483647 as the
+    HDF5 fill value, and values equal to it, and 0, stay numbers). With
+    ``char_fill``, also ``flag`` (char, ``_FillValue`` " "), which VirtualiZarr
+    2.5 cannot open (its ``encode_cf_fill_value`` refuses a str for ``S1``)."""
+    path = Path(directory) / "masks.nc"
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+        nc.createDimension("x", 6)
+        lc = nc.createVariable("landcover", "i2", ("x",), fill_value=np.int16(-1), zlib=True,
+                               chunksizes=(3,))
+        lc[:] = np.ma.masked_array([1, 2, 0, 4, 5, 6], mask=[0, 1, 0, 0, 1, 0])
+        lc.long_name = "land cover class"
+        q = nc.createVariable("quality", "u1", ("x",), fill_value=np.uint8(200), chunksizes=(3,))
+        q[:] = np.ma.masked_array([0, 1, 2, 3, 4, 5], mask=[0, 0, 0, 1, 0, 0])
+        count = nc.createVariable("count", "i4", ("x",), chunksizes=(3,))
+        count[:] = [0, 7, -2147483647, 3, 0, 9]
+        if char_fill:
+            flag = nc.createVariable("flag", "S1", ("x",), fill_value=b" ")
+            flag[:] = np.array([b"a", b"b", b" ", b"c", b"d", b"e"], dtype="S1")
+    return path
+
+
 ALL_FIXTURES = {
     "netcdf4_air": make_netcdf4_air,
     "netcdf4_packed": make_netcdf4_packed,
@@ -286,5 +313,6 @@ ALL_FIXTURES = {
     "netcdf4_bigendian": make_netcdf4_bigendian,
     "netcdf4_groups": make_netcdf4_groups,
     "netcdf4_chars": make_netcdf4_chars,
+    "netcdf4_masks": make_netcdf4_masks,
 }
 """Fixture name to maker; ``netcdf4_series`` returns a list of paths."""

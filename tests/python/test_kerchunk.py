@@ -25,19 +25,22 @@ spelt out where it is applied):
   netCDF (see tests/python/test_real_files.py).
 * Fill values. Kerchunk's translators (and VirtualiZarr's netCDF3 parser)
   move a netCDF ``_FillValue`` into the Zarr v2 ``fill_value`` and drop the
-  attribute, and the references cannot tell it from a storage default the
-  file never declared (HDF5's 0.0, netCDF's -2147483647 for a plain int32).
-  The import declares ``_FillValue = fill_value`` only for a number that is
-  not 0 on a float array, or on an integer array with ``scale_factor`` or
-  ``add_offset`` (src/zarr/kerchunk/convert.rs; :func:`test_import_fill_values`
-  checks each branch). With the fixtures here that rule agrees with the file's
-  values everywhere (real zeros stay 0, ``crs`` stays int32, packed ``t2m``
-  and netCDF3 ``temp`` read NaN; netCDF's default 9.97e36 that VirtualiZarr
-  writes for ``bigendian.nc``'s floats is declared but no value equals it),
-  so the served store is compared with ``xr.open_dataset`` directly, except
-  for one array: ``sparse.h5``'s ``data``, whose HDF5 fill value -1 is not a
-  ``_FillValue`` in the file but is a non-zero float fill in the references,
-  so its two unallocated chunks read NaN (:func:`expected_served`).
+  attribute (a netCDF variable without one gets null); plain HDF5 datasets get
+  their storage fill value, which xarray does not mask. The import declares
+  ``_FillValue = fill_value`` again unless it is 0, NaN, netCDF's default for
+  an integer type (-2147483647 for int32...), or on an array whose dimensions
+  are all h5netcdf's ``phony_dim_N``; packed integers (``scale_factor`` or
+  ``add_offset``) always (src/zarr/kerchunk/convert.rs;
+  :func:`test_import_fill_values` checks each branch). With the fixtures here
+  that rule agrees with the file's values everywhere (real zeros stay 0,
+  ``crs`` stays int32, packed ``t2m`` and netCDF3 ``temp`` read NaN; netCDF's
+  default 9.97e36 that VirtualiZarr writes for ``bigendian.nc``'s floats is
+  declared but no value equals it), so the served store is compared with
+  ``xr.open_dataset`` directly, except for one array: ``sparse.h5``'s
+  ``data``, a plain HDF5 dataset with dimension scales (so its dimensions
+  have names), whose HDF5 fill value -1 is not a ``_FillValue`` in the file
+  but looks exactly like one in the references, so its two unallocated chunks
+  read NaN (:func:`expected_served`).
 * The export's v2 ``fill_value`` is the v3 fill value where chunks are
   missing (Zarr v2 has no other way to say what they hold), so xarray, which
   reads a v2 ``fill_value`` as the mask, masks those chunks of
@@ -166,6 +169,7 @@ CASES = [
     Case("netcdf4_bigendian"),
     Case("netcdf4_inline", loadable=("time", "lat", "lon", "air", "crs")),
     Case("netcdf4_chars"),
+    Case("netcdf4_masks"),
 ]
 BY_NAME = {c.name: c for c in CASES}
 GROUPS = Case("netcdf4_groups", groups=(None, "obs", "obs/deep"))
@@ -356,6 +360,56 @@ def test_kerchunk_translators(server, source_dir, store_name, case, inline_thres
     read_and_compare(server, store_name, case, paths, refs)
 
 
+def test_kerchunk_char_fill_value(server, source_dir, store_name):
+    """SingleHdf5ToZarr keeps a char variable's ``_FillValue`` (" ") in its
+    ``.zattrs``. xarray's Zarr v3 reader cannot decode a ``_FillValue`` for
+    fixed-width bytes and would refuse the whole dataset ("Failed to decode
+    fill_value. Unsupported dtype |S1"), so the import drops it: the dataset
+    opens, every other variable reads as in the file, and ``flag`` reads its
+    stored characters (xarray on the file masks the " " to NaN; over Zarr v3
+    no reader can, as xarray cannot decode that attribute)."""
+    path = fixtures.make_netcdf4_masks(source_dir, char_fill=True)
+    refs = SingleHdf5ToZarr(str(path), inline_threshold=0).translate()
+    assert json.loads(refs["refs"]["flag/.zattrs"])["_FillValue"] == " "
+    register_bytes(server, store_name, json.dumps(refs).encode())
+    served = open_served(f"{server.url}/{store_name}")
+    expected = open_file(path)
+    assert "_FillValue" not in served.flag.attrs and "_FillValue" not in served.flag.encoding
+    with h5py.File(path, "r") as f:
+        stored = f["flag"][()]
+    np.testing.assert_array_equal(served.flag.values, stored)
+    assert stored[2] == b" " and expected.flag.isnull().values[2]
+    assert_same_dataset(served.drop_vars("flag"), expected.drop_vars("flag"))
+
+
+def test_file_names_are_text_both_ways(server, source_dir, store_name):
+    """kerchunk writes the path of ``dir one/air #1 é.nc`` as it is, and fsspec
+    reads it as it is: a ``#`` there is part of the name, not a URL fragment.
+    The store reads the file's numbers, the export gives the path back exactly
+    as kerchunk wrote it (fsspec reads the export), and the export registered
+    again serves the same bytes."""
+    directory = source_dir / "dir one"
+    directory.mkdir()
+    path = directory / "air #1 é.nc"
+    fixtures.make_netcdf4_air(directory).rename(path)
+    refs = SingleHdf5ToZarr(str(path), inline_threshold=0).translate()
+    written = {v[0] for v in refs["refs"].values() if isinstance(v, list)}
+    assert written == {str(path)}, written
+    register_bytes(server, store_name, json.dumps(refs).encode())
+    url = f"{server.url}/{store_name}"
+    assert_same_dataset(open_served(url), open_file(path))
+    _, exported = _export(server, store_name)
+    exported_paths = {v[0] for v in exported["refs"].values() if isinstance(v, list)}
+    assert exported_paths == {str(path)}, exported_paths
+    assert_same_dataset(_open_reference(exported), open_file(path))
+    copy = f"{store_name[:100]}-copy"
+    register_bytes(server, copy, json.dumps(exported).encode())
+    key = next(k for k, v in exported["refs"].items() if isinstance(v, list))
+    a = requests.get(f"{url}/{key}", timeout=TIMEOUT)
+    b = requests.get(f"{server.url}/{copy}/{key}", timeout=TIMEOUT)
+    assert a.status_code == b.status_code == 200 and a.content == b.content
+
+
 def test_kerchunk_inline_plain_strings(server, source_dir, store_name):
     """kerchunk writes inline chunks that are valid ASCII as plain strings
     (control characters escaped), the others as ``base64:``."""
@@ -530,11 +584,12 @@ def test_hand_made_version_1_with_templates_and_gen(server, source_dir, store_na
         np.testing.assert_array_equal(got, array, err_msg=name)
     assert group["temp"].metadata.chunk_key_encoding.separator == "/"
     assert requests.get(f"{url}/temp/1/0", timeout=TIMEOUT).content == TEMP[2:4, 0:3].tobytes()
-    # templates and gen are expanded: the exported references name the real file
+    # templates and gen are expanded: the exported references name the real file, by its
+    # absolute path as kerchunk writes local files
     exported = requests.get(f"{server.url}/api/v1/stores/{store_name}/manifest",
                             params={"format": "kerchunk"}, timeout=TIMEOUT).json()["refs"]
-    assert exported["temp/1/0"] == [values.as_uri(), _temp_offset(1, 0), 24]
-    assert exported["w/0"] == [whole.as_uri(), 0, 12]
+    assert exported["temp/1/0"] == [str(values), _temp_offset(1, 0), 24]
+    assert exported["w/0"] == [str(whole), 0, 12]
 
 
 def test_hand_made_native_export_is_valid_json(server, source_dir, store_name):
@@ -575,6 +630,18 @@ FILL_ARRAYS = {
     # plain integer (netCDF's int32 default, e.g. a crs): never declared
     "i_plain": ("<i4", -2147483647, {}, [4326, -2147483647, 0, 7],
                 [4326, -2147483647, 0, 7], "i4"),
+    # an integer fill that is not netCDF's default: kerchunk moved the file's
+    # _FillValue here (a netCDF variable without one gets null); declared
+    "i_declared": ("<i2", -1, {}, [1, -1, 3, 4], [1, NAN, 3, 4], "f4"),
+    # netCDF's int16 default: a storage default, never declared
+    "i_default": ("<i2", -32767, {}, [1, -32767, 3, 4], [1, -32767, 3, 4], "i2"),
+    # dimensions h5netcdf calls phony_dim_N: a plain HDF5 dataset's storage
+    # fill, which xarray does not mask reading the file; never declared
+    "i_phony": ("<i4", -1, {"_ARRAY_DIMENSIONS": ["phony_dim_0"]}, [1, -1, 3, 4], [1, -1, 3, 4], "i4"),
+    "f_phony": ("<f4", -1.0, {"_ARRAY_DIMENSIONS": ["phony_dim_0"]}, [1, -1, 3, 4], [1, -1, 3, 4], "f4"),
+    # a char variable's _FillValue: xarray's v3 reader cannot decode one for
+    # fixed-width bytes (it fails the whole dataset), so it is dropped
+    "s_attr": ("|S1", "IA==", {"_FillValue": " "}, [b"a", b" ", b"c", b"d"], [b"a", b" ", b"c", b"d"], "S1"),
     # packed integers (ERA5-style): declared, the fill reads NaN
     "i_packed": ("<i2", -32767, {"scale_factor": 0.5, "add_offset": 10.0},
                  [0, -32767, 2, 4], [10, NAN, 11, 12], "f8"),
@@ -595,8 +662,14 @@ FILL_DECLARED = {
     "f_declared": _B64_M9999, "f_missing": _B64_M9999, "f_zero": None, "f_nan": None,
     "f_null": None, "i_plain": None, "i_packed": -32767, "i_offset": -1,
     "i_packed_zero": None, "f_attr": _B64_M1, "f_encoded": _B64_M9999, "i_attr": -99,
-    "f_missing_value": None,
+    "f_missing_value": None, "i_declared": -1, "i_default": None, "i_phony": None,
+    "f_phony": None, "s_attr": None,
 }
+
+
+def _dims(name: str) -> list[str]:
+    """The dimension names an array of the fill-value document is given."""
+    return FILL_ARRAYS[name][2].get("_ARRAY_DIMENSIONS", ["n"])
 
 
 def _fill_value_doc() -> dict:
@@ -614,9 +687,10 @@ def _fill_value_doc() -> dict:
 
 
 def test_import_fill_values(server, store_name):
-    """A v2 fill value becomes a declared ``_FillValue`` only when it is a
-    non-zero number on a float array or on a packed integer array; attributes
-    are encoded the way xarray's Zarr v3 reader wants. Checked in the served
+    """A v2 fill value becomes a declared ``_FillValue`` as the module
+    docstring says (not 0, NaN, netCDF's integer defaults, nor on phony
+    dimensions; packed integers always); attributes are encoded the way
+    xarray's Zarr v3 reader wants, and dropped where it cannot decode them. Checked in the served
     zarr.json and in what xarray reads over HTTP, array by array."""
     register_bytes(server, store_name, json.dumps(_fill_value_doc()).encode())
     url = f"{server.url}/{store_name}"
@@ -624,7 +698,7 @@ def test_import_fill_values(server, store_name):
         "consolidated_metadata"]["metadata"]
     for name, declared in FILL_DECLARED.items():
         attrs = nodes[name]["attributes"]
-        assert nodes[name]["dimension_names"] == ["n"] and "_ARRAY_DIMENSIONS" not in attrs, name
+        assert nodes[name]["dimension_names"] == _dims(name) and "_ARRAY_DIMENSIONS" not in attrs, name
         assert attrs.get("_FillValue") == declared, (name, attrs)
         assert type(attrs.get("_FillValue")) is type(declared), (name, attrs)
     assert nodes["f_missing_value"]["attributes"]["missing_value"] == -5.0
@@ -863,7 +937,8 @@ EXPORTED_FILL = {
     "f_declared": -9999.0, "f_missing": -9999.0, "f_zero": None, "f_nan": None,
     "f_null": None, "i_plain": None, "i_packed": -32767, "i_offset": -1,
     "i_packed_zero": None, "f_attr": -1.0, "f_encoded": -9999.0, "i_attr": -99,
-    "f_missing_value": None, "scalar": None,
+    "f_missing_value": None, "scalar": None, "i_declared": -1, "i_default": None,
+    "i_phony": None, "f_phony": None, "s_attr": None,
 }
 
 
@@ -885,7 +960,7 @@ def test_export_fill_values(server, store_name):
             (name, zarray["fill_value"])
         zattrs = json.loads(entries[f"{name}/.zattrs"])
         assert zattrs.get("_FillValue") == served_nodes[name]["attributes"].get("_FillValue"), name
-        assert zattrs["_ARRAY_DIMENSIONS"] == ([] if name == "scalar" else ["n"]), name
+        assert zattrs["_ARRAY_DIMENSIONS"] == ([] if name == "scalar" else _dims(name)), name
     assert "f_missing/0" not in entries and "scalar/0" in entries and "f_declared/0" in entries
 
     from_export = _open_reference(refs)

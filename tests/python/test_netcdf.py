@@ -14,6 +14,7 @@ import copy
 
 import h5py
 import numpy as np
+import pytest
 import requests
 import xarray as xr
 import zarr
@@ -22,7 +23,7 @@ from zarr.storage import ObjectStore
 
 import fixtures
 import zarrgate_client
-from conftest import register
+from conftest import Server, private_server, register
 from virtual import (assert_same_dataset, open_file, open_served, virtual_dataset,
                      virtual_datatree)
 
@@ -130,3 +131,30 @@ def test_missing_chunk_reads_as_fill_value(server, source_dir, store_name):
     # the first version stays readable under its pinned URL, chunk included
     pinned = f"{server.url}/{store_name}@{first['version']}"
     assert_same_dataset(open_served(pinned), open_file(path))
+
+
+
+def test_read_tokens(tmp_path):
+    """With read tokens, xarray and zarr-python read with the token in their
+    headers; without it they fail with the 401, never an empty or fill-valued
+    dataset."""
+    token = "a-read-token-of-some-length"
+    sources = (tmp_path / "sources").resolve()
+    sources.mkdir()
+    path = fixtures.make_netcdf4_air(sources)
+    with private_server(tmp_path, ZARRGATE_READ_TOKENS=token) as (url, log):
+        zarrgate_client.register_object_store(url, "files", sources.as_uri() + "/")
+        register(Server(url=url, catalog="sqlite", log=log), "air",
+                 zarrgate_client.manifeststore_to_native(virtual_dataset(path)))
+        headers = {"Authorization": f"Bearer {token}"}
+        served = xr.open_zarr(f"{url}/air", zarr_format=3, consolidated=True,
+                              storage_options={"headers": headers})
+        assert_same_dataset(served.load(), open_file(path))
+        group = zarr.open_group(f"{url}/air", mode="r", storage_options={"headers": headers})
+        with h5py.File(path) as f:
+            np.testing.assert_array_equal(group["air"][...], f["air"][...])
+        for anonymous in ({}, {"headers": {"Authorization": "Bearer wrong"}}):
+            with pytest.raises(Exception, match="401|Unauthorized"):
+                xr.open_zarr(f"{url}/air", zarr_format=3, consolidated=True,
+                             storage_options=anonymous).load()
+        assert requests.get(f"{url}/air/air/c/0/0/0", timeout=30).status_code == 401

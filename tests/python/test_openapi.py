@@ -24,14 +24,9 @@ kerchunk ``gen`` entry that expands to too many references is a ``422``, not a
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import re
-import resource
-import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -41,7 +36,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from openapi_spec_validator import validate
 
-from conftest import LISTENING, REPO, STARTUP_TIMEOUT, Server, _binary
+from conftest import REPO, Server, private_server
 
 SPEC = REPO / "src" / "http" / "openapi.json"
 HTTP_SOURCES = REPO / "src" / "http"
@@ -93,34 +88,6 @@ def test_the_document_states_how_authentication_works(server: Server):
             for method in METHODS:
                 if method in item:
                     assert "401" in item[method]["responses"], f"{method.upper()} {path} lacks 401"
-
-
-@contextlib.contextmanager
-def private_server(workdir: Path, **env: str):
-    """A zarrgate of its own (SQLite catalog in ``workdir``), for a configuration the shared
-    ``server`` fixture does not have, or a request that may kill it. Its address space is
-    capped at 8 GiB, so that a runaway allocation fails at once on any machine."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("ZARRGATE_") and k != "DATABASE_URL"}
-    clean.update(ZARRGATE_LISTEN="127.0.0.1:0", DATABASE_URL=f"sqlite://{workdir / 'catalog.db'}",
-                 NO_COLOR="1", **env)
-    log = workdir / "zarrgate.log"
-    cap = 8 << 30
-
-    def limit_memory() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-
-    with open(log, "wb") as sink:
-        proc = subprocess.Popen([str(_binary())], env=clean, stdout=sink, stderr=sink,
-                                stdin=subprocess.DEVNULL, preexec_fn=limit_memory)
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while not (found := LISTENING.search(log.read_text(errors="replace"))):
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")
-            time.sleep(0.05)
-        yield found.group(1), log
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 TOKEN = "openapi-test-token"

@@ -77,7 +77,7 @@ pub fn array_to_v3(zarray: &Value, zattrs: Map<String, Value>) -> Result<Map<Str
         return Err(format!("dimension_separator {separator:?} must be \".\" or \"/\""));
     }
     let (attributes, dimension_names) =
-        cf_attributes(zattrs, zarray.get("fill_value").unwrap_or(&Value::Null), kind, ndim)?;
+        cf_attributes(zattrs, zarray.get("fill_value").unwrap_or(&Value::Null), kind, &data_type, ndim)?;
     let mut out = Map::new();
     out.insert("zarr_format".into(), json!(3));
     out.insert("node_type".into(), json!("array"));
@@ -109,6 +109,8 @@ enum Kind {
     Float,
     Complex,
     Int,
+    /// datetime64 and timedelta64: integers whose null fill is NaT.
+    Time,
     Bool,
     Other,
 }
@@ -117,7 +119,9 @@ fn data_type(dtype: &str) -> Result<(Value, Option<&'static str>, Kind), String>
     let (order, code) = match dtype.as_bytes().first() {
         Some(b'<') => (Some("little"), &dtype[1..]),
         Some(b'>') => (Some("big"), &dtype[1..]),
-        Some(b'|' | b'=') => (None, &dtype[1..]),
+        // `=` is the writer's native order: little-endian on every platform zarr supports.
+        Some(b'=') => (Some("little"), &dtype[1..]),
+        Some(b'|') => (None, &dtype[1..]),
         _ => (None, dtype),
     };
     let simple = |name: &str, kind| Ok((json!(name), order, kind));
@@ -160,7 +164,7 @@ fn data_type(dtype: &str) -> Result<(Value, Option<&'static str>, Kind), String>
                     return Ok((
                         json!({"name": name, "configuration": {"unit": unit, "scale_factor": scale}}),
                         order,
-                        Kind::Int,
+                        Kind::Time,
                     ));
                 }
             }
@@ -214,6 +218,8 @@ fn fill_value(v2: &Value, kind: Kind, data_type: &Value) -> Result<Value, String
         (Value::Null, Kind::Complex) => json!(["NaN", "NaN"]),
         (Value::Null, Kind::Bool) => json!(false),
         (Value::Null, Kind::Int) => json!(0),
+        // NaT, zarr-python's default for datetime64 and timedelta64: not the 1970 epoch.
+        (Value::Null, Kind::Time) => json!(i64::MIN),
         (Value::Null, Kind::Other) if data_type == "string" => json!(""),
         (Value::Null, Kind::Other) => match data_type.pointer("/configuration/length_bytes").and_then(Value::as_u64) {
             Some(n) if data_type["name"] == "null_terminated_bytes" => {
@@ -223,8 +229,8 @@ fn fill_value(v2: &Value, kind: Kind, data_type: &Value) -> Result<Value, String
         },
         (Value::String(s), Kind::Float) if matches!(s.as_str(), "NaN" | "Infinity" | "-Infinity") => v2.clone(),
         (Value::String(s), Kind::Float) if s.eq_ignore_ascii_case("nan") => json!("NaN"),
-        (Value::Number(n), Kind::Int) if n.is_f64() => match n.as_f64() {
-            Some(f) if f.fract() == 0.0 => json!(f as i64),
+        (Value::Number(n), Kind::Int | Kind::Time) if n.is_f64() => match n.as_f64() {
+            Some(f) if f.fract() == 0.0 => integral(f),
             _ => return Err(format!("fill_value {n} is not an integer")),
         },
         (Value::Number(n), Kind::Bool) => json!(n.as_f64() != Some(0.0)),
@@ -233,21 +239,34 @@ fn fill_value(v2: &Value, kind: Kind, data_type: &Value) -> Result<Value, String
     })
 }
 
+/// An integral float as a JSON integer: signed where it fits, else unsigned (a uint64 fill
+/// written as a float).
+fn integral(f: f64) -> Value {
+    if f >= 9_223_372_036_854_775_808.0 { json!(f as u64) } else { json!(f as i64) }
+}
+
 /// `_ARRAY_DIMENSIONS` becomes `dimension_names`; a float `_FillValue` becomes xarray's
 /// encoding (base64 of a little-endian float64).
 ///
-/// kerchunk's translators move `_FillValue` into the v2 `fill_value` and drop the attribute, and
-/// the references cannot tell it from a storage default the file never declared. So a missing
-/// `_FillValue` is declared from a numeric fill value only where that is nearly always right:
-/// floats (a default fill is never a real value), and packed integers (`scale_factor` or
-/// `add_offset`: ERA5-style int16 with -32767 must read NaN). Never 0, the storage default of
-/// zarr and HDF5 (masking it turns real zeros into NaN), nor plain integers (HDF5's default
-/// -2147483647 would turn an int32 variable into float64). NaN needs no mask. `missing_value`
-/// stays a plain number: xarray's v3 reader decodes only `_FillValue`.
+/// kerchunk's translators move a netCDF `_FillValue` into the v2 `fill_value` and drop the
+/// attribute; a variable without one gets a null `fill_value`. A plain HDF5 dataset (no netCDF
+/// dimensions: h5netcdf names them `phony_dim_N`) gets its storage fill value instead, which
+/// xarray never masks. So a non-null `fill_value` is declared as `_FillValue` again, so that
+/// xarray masks it as it does reading the file, unless it is
+/// - 0, the storage default of zarr and HDF5 (masking it would turn real zeros into NaN);
+/// - on an array whose dimensions are all `phony_dim_N`: a plain HDF5 storage fill;
+/// - on an integer array, netCDF's default fill for its type (-2147483647 for int32...), which
+///   netCDF writes as the storage fill of variables that declare none (a scalar `crs`);
+/// - NaN, which needs no mask.
+///
+/// Packed integers (`scale_factor` or `add_offset`) are CF variables whatever their dimensions:
+/// their fill is declared unless 0. `missing_value` stays a plain number: xarray's v3 reader
+/// decodes only `_FillValue`.
 fn cf_attributes(
     mut attrs: Map<String, Value>,
     v2_fill: &Value,
     kind: Kind,
+    data_type: &Value,
     ndim: usize,
 ) -> Result<(Map<String, Value>, Option<Value>), String> {
     let dimension_names = match attrs.remove("_ARRAY_DIMENSIONS") {
@@ -255,41 +274,84 @@ fn cf_attributes(
         Some(other) => return Err(format!("_ARRAY_DIMENSIONS {other} does not name the array's {ndim} dimensions")),
         None => None,
     };
+    let phony = dimension_names.as_ref().and_then(Value::as_array).is_some_and(|names| {
+        !names.is_empty() && names.iter().all(|n| n.as_str().is_some_and(|n| n.starts_with("phony_dim_")))
+    });
     let nonzero = v2_fill.as_f64().is_some_and(|f| f != 0.0);
     let packed = attrs.contains_key("scale_factor") || attrs.contains_key("add_offset");
-    let declared = nonzero && (kind == Kind::Float || (kind == Kind::Int && packed));
+    let declared = nonzero
+        && match kind {
+            Kind::Int if packed => true,
+            Kind::Int => !phony && !is_netcdf_default_fill(data_type, v2_fill),
+            Kind::Float => !phony,
+            _ => false,
+        };
     if !attrs.contains_key("_FillValue") && declared {
         attrs.insert("_FillValue".into(), v2_fill.clone());
     }
-    if let Some(fill) = attrs.get("_FillValue").cloned() {
-        match kind {
-            Kind::Float => {
-                let value = match &fill {
-                    Value::Number(n) => n.as_f64(),
-                    Value::String(s) => match s.as_str() {
-                        "NaN" | "nan" => Some(f64::NAN),
-                        "Infinity" | "inf" => Some(f64::INFINITY),
-                        "-Infinity" | "-inf" => Some(f64::NEG_INFINITY),
-                        _ => None, // already encoded (base64), as VirtualiZarr writes it
-                    },
-                    _ => None,
-                };
-                if let Some(f) = value {
-                    attrs.insert(
-                        "_FillValue".into(),
-                        json!(base64::engine::general_purpose::STANDARD.encode(f.to_le_bytes())),
-                    );
-                }
-            }
-            Kind::Int => {
-                if let Some(f) = fill.as_f64().filter(|f| f.fract() == 0.0 && fill.is_f64()) {
-                    attrs.insert("_FillValue".into(), json!(f as i64));
-                }
-            }
-            _ => {}
-        }
+    if let Some(fill) = attrs.remove("_FillValue")
+        && let Some(encoded) = xarray_fill_value(&fill, kind, data_type)
+    {
+        attrs.insert("_FillValue".into(), encoded);
     }
     Ok((attrs, dimension_names))
+}
+
+/// A `_FillValue` attribute as xarray's Zarr v3 reader decodes it (`FillValueCoder`): base64 of
+/// a little-endian float64 for floats (a pair for complex), an integer for integers. `None` for
+/// the types that reader cannot decode (fixed-width bytes and text, datetime64, timedelta64): a
+/// `_FillValue` there makes `xr.open_zarr` fail for the whole dataset, and the array's
+/// `fill_value` already says what a missing chunk holds.
+fn xarray_fill_value(fill: &Value, kind: Kind, data_type: &Value) -> Option<Value> {
+    let float = |v: &Value| match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => match s.as_str() {
+            "NaN" | "nan" => Some(f64::NAN),
+            "Infinity" | "inf" => Some(f64::INFINITY),
+            "-Infinity" | "-inf" => Some(f64::NEG_INFINITY),
+            _ => None,
+        },
+        _ => None,
+    };
+    let b64 = |f: f64| json!(base64::engine::general_purpose::STANDARD.encode(f.to_le_bytes()));
+    match kind {
+        // A string that is not a number is already encoded (base64), as VirtualiZarr writes it.
+        Kind::Float => Some(float(fill).map_or_else(|| fill.clone(), b64)),
+        Kind::Complex => match fill {
+            Value::Array(pair) if pair.len() == 2 => match (float(&pair[0]), float(&pair[1])) {
+                (Some(re), Some(im)) => Some(json!([b64(re), b64(im)])),
+                _ => Some(fill.clone()),
+            },
+            other => float(other).map(|re| json!([b64(re), b64(0.0)])),
+        },
+        Kind::Int => Some(match fill.as_f64() {
+            Some(f) if fill.is_f64() && f.fract() == 0.0 => integral(f),
+            _ => fill.clone(),
+        }),
+        Kind::Bool => Some(json!(fill.as_bool().unwrap_or_else(|| fill.as_f64().is_some_and(|f| f != 0.0)))),
+        Kind::Other if data_type == "string" => fill.as_str().map(|s| json!(s)),
+        Kind::Time | Kind::Other => None,
+    }
+}
+
+/// True for netCDF's default fill value of an integer type (`NC_FILL_INT` and the others).
+fn is_netcdf_default_fill(data_type: &Value, fill: &Value) -> bool {
+    let default: Value = match data_type.as_str() {
+        Some("int8") => json!(-127),
+        Some("uint8") => json!(255),
+        Some("int16") => json!(-32767),
+        Some("uint16") => json!(65535),
+        Some("int32") => json!(-2_147_483_647),
+        Some("uint32") => json!(4_294_967_295u64),
+        Some("int64") => json!(-9_223_372_036_854_775_806i64),
+        Some("uint64") => json!(18_446_744_073_709_551_614u64),
+        _ => return false,
+    };
+    let as_integer = match fill {
+        Value::Number(n) if n.is_f64() => n.as_f64().filter(|f| f.fract() == 0.0).map(integral),
+        other => Some(other.clone()),
+    };
+    as_integer == Some(default)
 }
 
 /// Parses JSON that may contain the bare `NaN`, `Infinity` and `-Infinity` tokens Python writes,
@@ -331,154 +393,4 @@ pub fn lenient_json(text: &str) -> Result<Value, serde_json::Error> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn convert(zarray: Value, zattrs: Value) -> Map<String, Value> {
-        array_to_v3(&zarray, zattrs.as_object().cloned().unwrap_or_default()).unwrap()
-    }
-
-    /// zarrs' own conversion (`zarrs::convert::array_metadata_v2_to_v3`) is the reference for
-    /// Zarr v2 metadata as zarr-python writes it (array-to-array filters, one compressor): on
-    /// those, everything but the attributes must come out the same. It is not used for the
-    /// conversion itself because kerchunk documents are not always like that: kerchunk puts
-    /// HDF5's whole filter pipeline (shuffle, zlib...) under `filters`, which zarrs places before
-    /// `bytes`, an invalid chain, while zarr-python reads them after it; zarrs has no `|S<n>`
-    /// (netCDF char); and a `null` float fill value becomes 0 there, NaN in VirtualiZarr.
-    #[test]
-    fn agrees_with_zarrs_on_zarr_python_metadata() {
-        let cases = [
-            json!({"dtype": "<f4", "fill_value": -9999.0, "compressor": {"id": "zlib", "level": 4}}),
-            json!({"dtype": ">f8", "fill_value": "NaN", "order": "F", "compressor": {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0}}),
-            json!({"dtype": "<f8", "fill_value": "-Infinity", "compressor": {"id": "zstd", "level": 3}, "dimension_separator": "/"}),
-            json!({"dtype": "<i2", "fill_value": -32767, "compressor": {"id": "gzip", "level": 5}}),
-            json!({"dtype": "|u1", "fill_value": 7, "compressor": {"id": "blosc", "cname": "zstd", "clevel": 3, "shuffle": 2, "blocksize": 0}}),
-            json!({"dtype": "|b1", "fill_value": true, "compressor": null}),
-            json!({"dtype": ">i8", "fill_value": 0, "compressor": {"id": "bz2", "level": 9}}),
-            json!({"dtype": "<c8", "fill_value": [1.0, -1.0], "compressor": null}),
-            json!({"dtype": "<f4", "fill_value": 1.5, "compressor": null, "filters": [{"id": "fixedscaleoffset", "offset": 0.0, "scale": 10.0, "dtype": "<f4", "astype": "<i4"}]}),
-        ];
-        for extra in cases {
-            let mut zarray =
-                json!({"zarr_format": 2, "shape": [10, 6], "chunks": [4, 3], "order": "C", "filters": null});
-            for (k, v) in extra.as_object().unwrap() {
-                zarray[k] = v.clone();
-            }
-            let v2: zarrs::metadata::v2::ArrayMetadataV2 = serde_json::from_value(zarray.clone()).unwrap();
-            let mut theirs = serde_json::to_value(zarrs::convert::array_metadata_v2_to_v3(&v2).unwrap()).unwrap();
-            if zarray["dtype"].as_str().is_some_and(|d| d.starts_with('|')) {
-                // Single bytes have no order: zarrs says little, zarr-python says nothing.
-                theirs["codecs"][0] = json!({"name": "bytes"});
-            }
-            let ours = Value::Object(convert(zarray.clone(), json!({})));
-            for field in ["shape", "data_type", "chunk_grid", "chunk_key_encoding", "fill_value", "codecs"] {
-                assert_eq!(ours[field], theirs[field], "{field} of {zarray}");
-            }
-            let mut ours = ours.as_object().cloned().unwrap();
-            assert!(crate::zarr::metadata::validate_node(&mut ours).is_ok(), "{zarray}");
-        }
-    }
-
-    #[test]
-    fn virtualizarr_netcdf4_array() {
-        // As VirtualiZarr writes it: every codec under filters, compressor null.
-        let v3 = convert(
-            json!({"zarr_format": 2, "shape": [4, 5, 6], "chunks": [2, 3, 4], "dtype": "<f4", "fill_value": -9999.0, "order": "C",
-                   "compressor": null, "filters": [{"id": "shuffle", "elementsize": 4}, {"id": "zlib", "level": 4}], "dimension_separator": "."}),
-            json!({"_ARRAY_DIMENSIONS": ["time", "lat", "lon"], "units": "K"}),
-        );
-        assert_eq!(
-            v3["codecs"],
-            json!([{"name": "bytes", "configuration": {"endian": "little"}},
-            {"name": "numcodecs.shuffle", "configuration": {"elementsize": 4}}, {"name": "numcodecs.zlib", "configuration": {"level": 4}}])
-        );
-        assert_eq!(v3["dimension_names"], json!(["time", "lat", "lon"]));
-        assert_eq!(v3["chunk_key_encoding"], json!({"name": "v2", "configuration": {"separator": "."}}));
-        assert_eq!(
-            v3["attributes"],
-            json!({"units": "K", "_FillValue": "AAAAAICHw8A="}),
-            "fill value added the way xarray encodes it"
-        );
-        assert_eq!(v3["fill_value"], json!(-9999.0));
-        let mut v3 = v3;
-        assert!(crate::zarr::metadata::validate_node(&mut v3).is_ok());
-    }
-
-    #[test]
-    fn big_endian_fortran_order_filters_and_compressors() {
-        let v3 = convert(
-            json!({"zarr_format": 2, "shape": [4, 3], "chunks": [4, 3], "dtype": ">f8", "fill_value": "NaN", "order": "F",
-                   "compressor": {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0},
-                   "filters": [{"id": "delta", "dtype": ">f8"}]}),
-            json!({"_FillValue": "NaN", "missing_value": -1.0}),
-        );
-        assert_eq!(
-            v3["codecs"],
-            json!([
-                {"name": "transpose", "configuration": {"order": [1, 0]}},
-                {"name": "numcodecs.delta", "configuration": {"dtype": ">f8"}},
-                {"name": "bytes", "configuration": {"endian": "big"}},
-                {"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "blocksize": 0, "typesize": 8}},
-            ])
-        );
-        assert_eq!(v3["fill_value"], "NaN");
-        assert_eq!(v3["attributes"]["_FillValue"], "AAAAAAAA+H8=");
-        assert_eq!(v3["attributes"]["missing_value"], -1.0, "missing_value stays a number");
-    }
-
-    #[test]
-    fn data_types() {
-        let dt = |d: &str| data_type(d).map(|(v, _, _)| v);
-        assert_eq!(dt(">i2").unwrap(), "int16");
-        assert_eq!(dt("|O").unwrap(), "string");
-        assert_eq!(dt("<U3").unwrap(), json!({"name": "fixed_length_utf32", "configuration": {"length_bytes": 12}}));
-        assert_eq!(dt("|S4").unwrap(), json!({"name": "null_terminated_bytes", "configuration": {"length_bytes": 4}}));
-        assert_eq!(
-            dt("<M8[ns]").unwrap(),
-            json!({"name": "numpy.datetime64", "configuration": {"unit": "ns", "scale_factor": 1}})
-        );
-        assert!(dt("[('a', '<i4')]").is_err());
-        let strings = convert(
-            json!({"shape": [2], "chunks": [2], "dtype": "|O", "fill_value": null, "filters": [{"id": "vlen-utf8"}]}),
-            json!({}),
-        );
-        assert_eq!(strings["codecs"], json!([{"name": "vlen-utf8"}]));
-        assert_eq!((&strings["data_type"], &strings["fill_value"]), (&json!("string"), &json!("")));
-        let mut bytes = convert(
-            json!({"shape": [2], "chunks": [2], "dtype": "|O", "fill_value": null, "filters": [{"id": "vlen-bytes"}]}),
-            json!({}),
-        );
-        assert_eq!((&bytes["data_type"], &bytes["fill_value"]), (&json!("variable_length_bytes"), &json!("")));
-        crate::zarr::metadata::validate_node(&mut bytes).expect("zarrs reads variable_length_bytes");
-    }
-
-    #[test]
-    fn integer_fill_values_and_unknown_codecs() {
-        let v3 = convert(
-            json!({"shape": [2], "chunks": [2], "dtype": "<i2", "fill_value": -32768.0, "compressor": {"id": "zlib", "level": 1}}),
-            json!({"scale_factor": 0.01}),
-        );
-        assert_eq!(v3["fill_value"], -32768);
-        assert_eq!(v3["attributes"]["_FillValue"], -32768, "packed: kerchunk moved it there, declared again");
-        let plain = convert(json!({"shape": [2], "chunks": [2], "dtype": "<i4", "fill_value": -2147483647}), json!({}));
-        assert!(plain["attributes"].get("_FillValue").is_none(), "a plain integer's fill may be HDF5's default");
-        let zero = convert(
-            json!({"shape": [2], "chunks": [2], "dtype": "<i4", "fill_value": 0, "compressor": null}),
-            json!({}),
-        );
-        assert!(zero["attributes"].get("_FillValue").is_none(), "0 is a storage default, not a declared fill");
-        let err = array_to_v3(
-            &json!({"shape": [2], "chunks": [2], "dtype": "<i2", "fill_value": 0, "compressor": {"id": "snappy"}}),
-            Map::new(),
-        )
-        .unwrap_err();
-        assert!(err.contains("snappy"), "{err}");
-    }
-
-    #[test]
-    fn python_json_tokens() {
-        let v = lenient_json(r#"{"a": NaN, "b": [-Infinity, Infinity], "s": "NaN is fine \" here"}"#).unwrap();
-        assert_eq!(v, json!({"a": "NaN", "b": ["-Infinity", "Infinity"], "s": "NaN is fine \" here"}));
-        assert!(lenient_json("{").is_err());
-    }
-}
+mod tests;

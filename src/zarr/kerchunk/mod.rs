@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 use super::document::{DocNode, Document, Problems, UrlTable};
 use super::json_stream::JsonStream;
 use super::key::ChunkKeyEncoding;
-use super::manifest::{RawRef, normalize_source_url};
+use super::manifest::{RawRef, normalize_literal_path};
 use super::metadata::array_layout;
 use super::native::{BASE64, SyntaxError};
 use super::spill::{Scratch, SpillLog, get_bytes, get_u8, get_varint, put_varint};
@@ -247,7 +247,7 @@ impl Collected {
             .raw_urls
             .all()
             .iter()
-            .map(|raw| match normalize_source_url(&generate::apply_templates(raw, &self.templates)) {
+            .map(|raw| match normalize_literal_path(&generate::apply_templates(raw, &self.templates)) {
                 Ok(url) => Some(doc.urls.intern(url)),
                 Err(e) => {
                     doc.problems.push(e.to_string());

@@ -41,7 +41,7 @@ use serde_json::Value;
 
 use super::{Collected, WHOLE_OBJECT, convert};
 use crate::zarr::document::Document;
-use crate::zarr::manifest::{RawManifest, RawRef, normalize_source_url};
+use crate::zarr::manifest::{RawManifest, RawRef, normalize_literal_path};
 use crate::zarr::metadata::array_layout;
 use crate::zarr::spill::{Scratch, SpillLog};
 
@@ -350,7 +350,7 @@ impl Sink<'_> {
             return *known;
         }
         let number = match std::str::from_utf8(path) {
-            Ok(text) => match normalize_source_url(text) {
+            Ok(text) => match normalize_literal_path(text) {
                 Ok(url) => Some(self.table.intern(url)),
                 Err(e) => {
                     self.problems.push(e.to_string());
