@@ -13,7 +13,7 @@ use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
 use crate::cache::{Caches, VersionView};
-use crate::catalog::{self, Catalog, Change, ObjectStoreRecord, Retention, VersionHead};
+use crate::catalog::{self, Catalog, Change, ObjectStoreRecord, Retention, StoreHead, VersionHead};
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -184,12 +184,17 @@ impl App {
 
     /// The head of `store`'s current version, or of its version `pinned`; `segment` is the store
     /// as the URL names it (`name` or `name@version`), the cache's key.
-    pub async fn head(&self, segment: &str, store: &str, pinned: Option<i64>) -> Result<Option<VersionHead>, ApiError> {
+    /// A store deleted (and not registered again) is [`StoreHead::Deleted`], pinned or not.
+    pub async fn head(&self, segment: &str, store: &str, pinned: Option<i64>) -> Result<StoreHead, ApiError> {
         let load = async {
             let started = Instant::now();
             let head = match pinned {
                 None => self.catalog.current_version(store).await?,
                 Some(id) => self.catalog.version(store, id).await?,
+            };
+            let head = match head {
+                Some(head) => StoreHead::Version(head),
+                None => self.catalog.deleted_at(store).await?.map_or(StoreHead::Unknown, StoreHead::Deleted),
             };
             self.observe_catalog("head", started);
             Ok(head)

@@ -10,7 +10,7 @@ use axum::http::HeaderValue;
 use bytes::Bytes;
 use moka::future::Cache;
 
-use crate::catalog::VersionHead;
+use crate::catalog::{StoreHead, VersionHead};
 use crate::config::CacheConfig;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -112,7 +112,7 @@ impl Counters {
 #[derive(Debug, Clone)]
 pub struct Caches {
     counters: [Counters; 4],
-    heads: Cache<HeadKey, Option<VersionHead>>,
+    heads: Cache<HeadKey, StoreHead>,
     views: Cache<i64, Arc<VersionView>>,
     blocks: Cache<BlockKey, Arc<ManifestBlock>>,
     fills: Cache<(i64, u32), Option<Bytes>>,
@@ -149,8 +149,8 @@ impl Caches {
     pub async fn head(
         &self,
         key: &str,
-        load: impl Future<Output = Result<Option<VersionHead>, ApiError>>,
-    ) -> Result<Option<VersionHead>, ApiError> {
+        load: impl Future<Output = Result<StoreHead, ApiError>>,
+    ) -> Result<StoreHead, ApiError> {
         if let Some(head) = self.heads.get(key).await {
             self.counters[0].hits.inc();
             return Ok(head);

@@ -18,6 +18,9 @@ pub enum ApiError {
     /// chunk as fill values, and a reader pinned to a removed version must fail, not get zeros.
     #[error("{0}")]
     Gone(String),
+    /// 410: a store that was deleted (and not registered again), for the same reason.
+    #[error("{0}")]
+    StoreDeleted(String),
     /// 400: the request cannot be understood.
     #[error("{0}")]
     BadRequest(String),
@@ -73,7 +76,7 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::Gone(_) => StatusCode::GONE,
+            Self::Gone(_) | Self::StoreDeleted(_) => StatusCode::GONE,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized | Self::ReadUnauthorized => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
@@ -95,6 +98,7 @@ impl ApiError {
         match self {
             Self::NotFound(_) => "not-found",
             Self::Gone(_) => "version-gone",
+            Self::StoreDeleted(_) => "store-deleted",
             Self::BadRequest(_) => "bad-request",
             Self::Unauthorized | Self::ReadUnauthorized => "unauthorized",
             Self::Forbidden(_) => "forbidden",
@@ -213,7 +217,7 @@ impl IntoResponse for ApiError {
             }
             Self::Source(cause) => tracing::warn!(%cause, kind = cause.kind(), "upstream failure"),
             // Missing chunks and ranges are routine on the data plane; other refusals say why.
-            Self::NotFound(_) | Self::RangeNotSatisfiable { .. } | Self::Gone(_) => {}
+            Self::NotFound(_) | Self::RangeNotSatisfiable { .. } | Self::Gone(_) | Self::StoreDeleted(_) => {}
             other => tracing::info!(status = status.as_u16(), detail = %other, "request refused"),
         }
         let problems = match &self {

@@ -52,7 +52,7 @@ both_backends! {
         let one: Value = server.get("/api/v1/stores/beta", &[]).await.json().await.unwrap();
         assert_eq!(one["url"], "/beta");
         assert_eq!(server.delete("/api/v1/stores/beta").await, StatusCode::NO_CONTENT);
-        assert_eq!(server.get("/beta/zarr.json", &[]).await.status(), StatusCode::NOT_FOUND);
+        assert_eq!(server.get("/beta/zarr.json", &[]).await.status(), StatusCode::GONE);
         assert_eq!(server.delete("/api/v1/stores/beta").await, StatusCode::NOT_FOUND);
         assert_eq!(server.get("/api/v1/stores/beta", &[]).await.status(), StatusCode::NOT_FOUND);
     }

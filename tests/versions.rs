@@ -134,6 +134,40 @@ both_backends! {
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
         assert!(answer["problems"][0].as_str().unwrap().contains("cannot be read"), "{answer}");
     }
+
+    // A reader that opened a store before it was deleted must not read its chunks as fill
+    // values: every key under a deleted name is 410 until a store of that name is registered.
+    async fn a_deleted_store_is_gone_not_missing(server) {
+        server.local_store().await;
+        let first = version(&server, "/api/v1/stores/d", &doc(&server, "d1", 1.0, true)).await;
+        assert_eq!(server.bytes("/d/x/c/1").await, f32_bytes([5.0, 6.0, 7.0, 8.0]));
+        assert_eq!(server.delete("/api/v1/stores/d").await, StatusCode::NO_CONTENT);
+        for key in ["/d/x/c/1", "/d/x/zarr.json", "/d/zarr.json", "/d/.zgroup", &format!("/d@{first}/x/c/1")] {
+            let r = server.get(key, &[]).await;
+            assert_eq!(r.status(), StatusCode::GONE, "{key}: never a 404, which clients read as fill values");
+            assert_eq!(r.headers()["cache-control"], "no-store", "{key}");
+            let problem: Value = r.json().await.unwrap();
+            assert_eq!(problem["type"], "urn:zarrgate:problem:store-deleted", "{key}");
+            let detail = problem["detail"].as_str().unwrap();
+            assert!(detail.starts_with("store \"d\" was deleted at 20") && detail.contains("registered again"), "{detail}");
+        }
+        assert_eq!(server.head("/d/x/c/0").await.status(), StatusCode::GONE);
+        // The control plane knows no such store; a name never registered is still 404 everywhere.
+        assert_eq!(server.get("/api/v1/stores/d", &[]).await.status(), StatusCode::NOT_FOUND);
+        assert_eq!(server.delete("/api/v1/stores/d").await, StatusCode::NOT_FOUND);
+        assert_eq!(server.get("/never/x/c/0", &[]).await.status(), StatusCode::NOT_FOUND);
+
+        // Registered again: served, and the old pinned version stays gone (as a version).
+        version(&server, "/api/v1/stores/d", &doc(&server, "d2", 50.0, false)).await;
+        assert_eq!(server.bytes("/d/x/c/0").await, f32_bytes([50.0, 51.0, 52.0, 53.0]));
+        assert_eq!(server.get("/d/x/c/1", &[]).await.status(), StatusCode::NOT_FOUND, "a missing chunk of the new store");
+        let r = server.get(&format!("/d@{first}/x/c/1"), &[]).await;
+        assert_eq!(r.status(), StatusCode::GONE);
+        assert_eq!(r.json::<Value>().await.unwrap()["type"], "urn:zarrgate:problem:version-gone");
+        // And deleted again, gone again.
+        assert_eq!(server.delete("/api/v1/stores/d").await, StatusCode::NO_CONTENT);
+        assert_eq!(server.get("/d/x/c/0", &[]).await.status(), StatusCode::GONE);
+    }
 }
 
 /// A registration through one replica is served by another within a second: with a minute of
@@ -165,7 +199,7 @@ async fn replicas_learn_of_new_versions_through_notify() {
     }
     assert_eq!(a.delete("/api/v1/stores/n").await, StatusCode::NO_CONTENT);
     let started = Instant::now();
-    while b.get("/n/x/c/0", &[]).await.status() != StatusCode::NOT_FOUND {
+    while b.get("/n/x/c/0", &[]).await.status() != StatusCode::GONE {
         assert!(started.elapsed() < Duration::from_secs(1), "replica b still serves a deleted store after 1 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -51,6 +51,17 @@ pub struct VersionHead {
     pub fill_missing: bool,
 }
 
+/// What the data plane finds under a store name (or a pinned `name@version`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreHead {
+    /// The version to serve.
+    Version(VersionHead),
+    /// The store was deleted at this time (unix milliseconds) and not registered again.
+    Deleted(i64),
+    /// No such store, or no such version of it.
+    Unknown,
+}
+
 /// How a new version is to be served.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct VersionOptions {
@@ -180,8 +191,11 @@ pub trait Catalog: Send + Sync + 'static {
     async fn list_stores(&self, after: Option<&str>, limit: u32) -> Result<Vec<StoreRecord>, CatalogError>;
     /// One store with its current summary.
     async fn store(&self, name: &str) -> Result<Option<StoreRecord>, CatalogError>;
-    /// Deletes a store with all its versions; false if there was none.
+    /// Deletes a store with all its versions and remembers when (until a store of that name is
+    /// registered again); false if there was none.
     async fn delete_store(&self, name: &str) -> Result<bool, CatalogError>;
+    /// When `name` was deleted (unix milliseconds), if it was and has not been registered again.
+    async fn deleted_at(&self, name: &str) -> Result<Option<i64>, CatalogError>;
     /// Names of the stores with a version referencing a URL under `prefix`.
     async fn stores_using(&self, prefix: &str) -> Result<Vec<String>, CatalogError>;
     /// Registers or replaces an object store; true if it is new.

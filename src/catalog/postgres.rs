@@ -282,6 +282,9 @@ impl Catalog for PostgresCatalog {
         .bind(name)
         .fetch_one(&mut *tx)
         .await?;
+        if created {
+            sqlx::query("delete from deleted_stores where name = $1").bind(name).execute(&mut *tx).await?;
+        }
         let head = insert_version(&mut tx, name, &store.summary, options).await?;
         insert_nodes(&mut tx, head.id, &store.nodes).await?;
         for batch in block_batches(store) {
@@ -407,10 +410,26 @@ impl Catalog for PostgresCatalog {
         let deleted =
             sqlx::query("delete from stores where name = $1").bind(name).execute(&mut *tx).await?.rows_affected() == 1;
         if deleted {
+            sqlx::query(
+                "insert into deleted_stores (name) values ($1) on conflict (name) do update set deleted_at = now()",
+            )
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
             sqlx::query("select pg_notify('zarrgate_versions', $1)").bind(name).execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(deleted)
+    }
+
+    async fn deleted_at(&self, name: &str) -> Result<Option<i64>, CatalogError> {
+        let at = sqlx::query_scalar(
+            "select (extract(epoch from deleted_at) * 1000)::bigint from deleted_stores where name = $1",
+        )
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(at)
     }
 
     async fn stores_using(&self, prefix: &str) -> Result<Vec<String>, CatalogError> {

@@ -255,6 +255,9 @@ impl Catalog for SqliteCatalog {
         .await?
         .rows_affected()
             == 1;
+        if created {
+            sqlx::query("delete from deleted_stores where name = ?").bind(name).execute(&mut *tx).await?;
+        }
         let head = insert_version(&mut tx, name, &store.summary, options, now).await?;
         insert_nodes(&mut tx, head.id, &store.nodes).await?;
         for batch in block_batches(store) {
@@ -379,9 +382,29 @@ impl Catalog for SqliteCatalog {
     }
 
     async fn delete_store(&self, name: &str) -> Result<bool, CatalogError> {
+        let mut tx = self.pool.begin_with("begin immediate").await?;
         let deleted =
-            sqlx::query("delete from stores where name = ?").bind(name).execute(&self.pool).await?.rows_affected() == 1;
+            sqlx::query("delete from stores where name = ?").bind(name).execute(&mut *tx).await?.rows_affected() == 1;
+        if deleted {
+            sqlx::query(
+                "insert into deleted_stores (name, deleted_at) values (?1, ?2) \
+                 on conflict (name) do update set deleted_at = excluded.deleted_at",
+            )
+            .bind(name)
+            .bind(now_ms())
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
         Ok(deleted)
+    }
+
+    async fn deleted_at(&self, name: &str) -> Result<Option<i64>, CatalogError> {
+        let at = sqlx::query_scalar("select deleted_at from deleted_stores where name = ?")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(at)
     }
 
     async fn stores_using(&self, prefix: &str) -> Result<Vec<String>, CatalogError> {

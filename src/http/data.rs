@@ -14,6 +14,7 @@ use futures::StreamExt;
 use super::range::{Plan, plan};
 use crate::app::AppState;
 use crate::cache::{VersionView, etag};
+use crate::catalog::StoreHead;
 use crate::error::ApiError;
 use crate::zarr::block::{BlockSource, ChunkRef, SourceCheck};
 use crate::zarr::hierarchy::Node;
@@ -102,8 +103,17 @@ async fn serve_key(
     headers: &HeaderMap,
 ) -> Result<(Result<Response, ApiError>, Served), ApiError> {
     let head = match app.head(segment, name, pinned).await? {
-        Some(head) => head,
-        None => {
+        StoreHead::Version(head) => head,
+        // Not 404: a reader still holding the store's metadata would read every chunk as fill.
+        StoreHead::Deleted(at_ms) => {
+            let at = chrono::DateTime::from_timestamp_millis(at_ms)
+                .map_or_else(|| at_ms.to_string(), |t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+            return Err(ApiError::StoreDeleted(format!(
+                "store {name:?} was deleted at {at}; nothing is served under this name until a store of \
+                 that name is registered again"
+            )));
+        }
+        StoreHead::Unknown => {
             return Err(match pinned {
                 None => ApiError::NotFound(format!("no store is named {name:?}")),
                 Some(v) => ApiError::Gone(format!(

@@ -133,6 +133,26 @@ def test_missing_chunk_reads_as_fill_value(server, source_dir, store_name):
     assert_same_dataset(open_served(pinned), open_file(path))
 
 
+def test_a_deleted_store_is_an_error_not_fill_values(server, source_dir, store_name):
+    """A dataset opened before its store was deleted: reading it fails, in xarray and in
+    zarr-python, instead of giving the fill value for every chunk (what a 404 would mean)."""
+    _, doc = _air_doc(source_dir)
+    register(server, store_name, doc)
+    url = f"{server.url}/{store_name}"
+    lazy = xr.open_zarr(url, zarr_format=3)
+    array = zarr.open_group(url, mode="r")["air"]
+    resp = requests.delete(f"{server.url}/api/v1/stores/{store_name}", timeout=10)
+    assert resp.status_code == 204, resp.text
+
+    gone = requests.get(f"{url}/air/c/0/0/0", timeout=10)
+    assert gone.status_code == 410, gone.text
+    assert gone.json()["type"] == "urn:zarrgate:problem:store-deleted"
+    with pytest.raises(Exception, match="410"):
+        lazy.air.load()
+    with pytest.raises(Exception, match="410"):
+        array[...]
+    lazy.close()
+
 
 def test_read_tokens(tmp_path):
     """With read tokens, xarray and zarr-python read with the token in their
