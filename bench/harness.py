@@ -588,6 +588,8 @@ class Nginx:
 def wrk(base, mode, args=(), connections=32, threads=2, seconds=10, timeout=30):
     """Runs wrk with bench/wrk/random.lua in `mode` (see the script); returns its JSON summary:
     requests, seconds, rps, bytes, errors, latency percentiles in microseconds."""
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed: apt-get install wrk (bench/README.md, requirements)")
     cmd = ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{seconds}s", "--timeout", f"{timeout}s",
            "-s", LUA, base, "--", mode, *map(str, args)]
     r = subprocess.run(cmd, capture_output=True, text=True)
