@@ -1,16 +1,13 @@
 //! The application: configuration, catalog, source registry, caches and metrics, shared by every
-//! request; and `serve`, the seam that runs the HTTP server until told to stop.
+//! request. `http::serve` runs the HTTP server over it.
 
-use std::future::Future;
 use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use axum::extract::Request;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-use tokio::net::TcpListener;
 
 use crate::cache::{Caches, VersionView};
 use crate::catalog::{self, Catalog, Change, ObjectStoreRecord, Retention, StoreHead, VersionHead};
@@ -358,25 +355,4 @@ pub fn check_exposure(config: &Config) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// Serves `state` on `listener` until `shutdown` completes, then lets in-flight requests finish.
-pub async fn serve(
-    listener: TcpListener,
-    state: AppState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    let router = crate::http::router(state);
-    let service = tower::ServiceBuilder::new().map_request(crate::http::collapse_slashes).service(router);
-    // No Nagle: a streamed chunk's body would otherwise wait for the client to acknowledge its
-    // headers (a delayed ACK: 40 ms) before leaving.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!(error = %e, "cannot set TCP_NODELAY on a connection");
-        }
-    });
-    axum::serve(listener, axum::ServiceExt::<Request>::into_make_service(service))
-        .with_graceful_shutdown(shutdown)
-        .await
 }

@@ -108,7 +108,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         tracing::warn!("drain deadline passed; exiting with requests still in flight");
         std::process::exit(0);
     });
-    app::serve(listener, state, async {
+    zarrgate::http::serve(listener, state, async {
         let _ = stop_rx.await;
     })
     .await?;

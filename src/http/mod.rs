@@ -11,8 +11,11 @@ mod openapi;
 mod ops;
 mod patch;
 pub mod range;
+mod server;
 mod stores;
 mod verify;
+
+pub use server::serve;
 
 use std::time::Instant;
 
@@ -87,32 +90,6 @@ async fn fallback(uri: Uri) -> ApiError {
         ));
     }
     ApiError::NotFound(format!("nothing is served at {path}: Zarr keys live under /<store>/, the API under /api/v1/"))
-}
-
-/// `//` in a path means `/` (obstore with a trailing-slash base URL sends `store//zarr.json`).
-pub fn collapse_slashes(mut request: Request) -> Request {
-    let path = request.uri().path();
-    if !path.contains("//") {
-        return request;
-    }
-    let mut collapsed = String::with_capacity(path.len());
-    for c in path.chars() {
-        if !(c == '/' && collapsed.ends_with('/')) {
-            collapsed.push(c);
-        }
-    }
-    let rebuilt = match request.uri().query() {
-        Some(q) => format!("{collapsed}?{q}"),
-        None => collapsed,
-    };
-    if let Ok(path_and_query) = rebuilt.parse() {
-        let mut parts = request.uri().clone().into_parts();
-        parts.path_and_query = Some(path_and_query);
-        if let Ok(uri) = Uri::from_parts(parts) {
-            *request.uri_mut() = uri;
-        }
-    }
-    request
 }
 
 /// Request id, a span for the logs, an access log line and the HTTP metrics.
