@@ -7,6 +7,7 @@ use serde_json::json;
 
 use crate::catalog::CatalogError;
 use crate::sources::SourceError;
+use crate::versions;
 
 /// Everything a request can fail with.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -126,13 +127,20 @@ impl ApiError {
 
 impl From<CatalogError> for ApiError {
     fn from(e: CatalogError) -> Self {
+        Self::from_catalog(&e)
+    }
+}
+
+impl ApiError {
+    /// A catalog failure, by cause: unreachable or busy is 503, a named conflict 409.
+    fn from_catalog(e: &CatalogError) -> Self {
         match e {
             CatalogError::Database(
                 sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed | sqlx::Error::Tls(_),
             ) => Self::Unavailable(e.to_string()),
             // SQLite's writer lock held past busy_timeout (SQLITE_BUSY, SQLITE_LOCKED and their
             // extended codes): the catalog is busy, try again, not a bug.
-            CatalogError::Database(sqlx::Error::Database(ref db))
+            CatalogError::Database(sqlx::Error::Database(db))
                 if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some()
                     && db.code().and_then(|c| c.parse::<i32>().ok()).is_some_and(|c| matches!(c & 0xff, 5 | 6)) =>
             {
@@ -141,6 +149,26 @@ impl From<CatalogError> for ApiError {
             CatalogError::Conflict(what) => Self::Conflict(format!("conflict on {what}")),
             CatalogError::Scratch(e) => Self::Scratch(e.to_string()),
             other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<versions::Error> for ApiError {
+    fn from(e: versions::Error) -> Self {
+        use versions::Error as E;
+        match e {
+            E::NotFound(m) => Self::NotFound(m),
+            E::Gone(m) => Self::Gone(m),
+            E::StoreDeleted(m) => Self::StoreDeleted(m),
+            E::BadRequest(m) => Self::BadRequest(m),
+            E::Invalid { title, problems } => Self::Invalid { title, problems },
+            E::Conflict(m) => Self::Conflict(m),
+            E::TooLarge(limit) => Self::TooLarge(limit),
+            E::Busy(n) => Self::Busy(n),
+            E::Source(e) => Self::Source(e),
+            E::Catalog(_, e) => Self::from_catalog(&e),
+            E::Scratch(m) => Self::Scratch(m),
+            E::Internal(m) => Self::Internal(m),
         }
     }
 }

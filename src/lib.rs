@@ -3,11 +3,11 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
-pub mod cache;
 pub mod catalog;
 pub mod config;
 pub mod error;
 pub mod http;
 pub mod metrics;
 pub mod sources;
+pub mod versions;
 pub mod zarr;

@@ -1,6 +1,6 @@
 //! The data plane: `GET|HEAD /{store}[@{version}]/{key}`, what Zarr clients read.
 
-use std::time::Instant;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
@@ -9,23 +9,43 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header}
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
-use futures::StreamExt;
 
 use super::range::{Plan, plan};
 use crate::app::AppState;
-use crate::cache::{VersionView, etag};
-use crate::catalog::StoreHead;
+use crate::config::Config;
 use crate::error::ApiError;
-use crate::zarr::block::{BlockSource, ChunkRef, SourceCheck};
+use crate::versions::{Chunk, VersionView, VirtualChunk};
 use crate::zarr::hierarchy::Node;
 use crate::zarr::{ChunkLocation, Resolved};
 
 /// Which version a response belongs to.
 pub const VERSION_HEADER: HeaderName = HeaderName::from_static("zarrgate-version");
 
+/// The data plane's state: the application, and the `Cache-Control` values of its answers,
+/// rendered once.
+struct Plane {
+    app: AppState,
+    /// Under a store's current version.
+    current_cache_control: HeaderValue,
+    /// Under a pinned version.
+    pinned_cache_control: HeaderValue,
+}
+
 /// The data-plane routes.
-pub fn router() -> Router<AppState> {
-    Router::new().route("/{store}/{*key}", get(read))
+pub fn router(app: &AppState) -> Router<AppState> {
+    let plane = Plane {
+        app: app.clone(),
+        current_cache_control: cache_control(&app.config, app.config.http.max_age_seconds, ""),
+        pinned_cache_control: cache_control(&app.config, 31_536_000, ", immutable"),
+    };
+    Router::new().route("/{store}/{*key}", get(read)).with_state(Arc::new(plane))
+}
+
+/// `Cache-Control` of data-plane answers: `public`, or `private` when reads need a token (a
+/// shared cache must never hand a response to a reader who did not show one).
+fn cache_control(config: &Config, max_age: u64, extra: &str) -> HeaderValue {
+    let scope = if config.read_tokens.is_empty() { "public" } else { "private" };
+    HeaderValue::from_str(&format!("{scope}, max-age={max_age}{extra}")).unwrap_or(HeaderValue::from_static("no-store"))
 }
 
 /// Headers every answer about a version carries.
@@ -37,7 +57,7 @@ struct Served {
 }
 
 async fn read(
-    State(app): State<AppState>,
+    State(plane): State<Arc<Plane>>,
     Path((store, key)): Path<(String, String)>,
     method: Method,
     headers: HeaderMap,
@@ -61,10 +81,10 @@ async fn read(
     let mut attempt = 0;
     let answer = loop {
         attempt += 1;
-        let answer = serve_key(&app, &store, name, pinned, &key, &method, &headers).await;
+        let answer = serve_key(&plane, &store, name, pinned, &key, &method, &headers).await;
         let gone = matches!(&answer, Err(ApiError::Gone(_)) | Ok((Err(ApiError::Gone(_)), _)));
         if gone && pinned.is_none() && attempt == 1 {
-            app.caches.forget_store(name).await;
+            plane.app.reader.forget_store(name).await;
             continue;
         }
         break answer;
@@ -94,7 +114,7 @@ fn version_number(text: &str) -> Option<i64> {
 /// The answer for `key` in the version the URL names, with the headers every answer about that
 /// version carries; `Err` when the version itself cannot be found.
 async fn serve_key(
-    app: &AppState,
+    plane: &Plane,
     segment: &str,
     name: &str,
     pinned: Option<i64>,
@@ -102,33 +122,13 @@ async fn serve_key(
     method: &Method,
     headers: &HeaderMap,
 ) -> Result<(Result<Response, ApiError>, Served), ApiError> {
-    let head = match app.head(segment, name, pinned).await? {
-        StoreHead::Version(head) => head,
-        // Not 404: a reader still holding the store's metadata would read every chunk as fill.
-        StoreHead::Deleted(at_ms) => {
-            let at = chrono::DateTime::from_timestamp_millis(at_ms)
-                .map_or_else(|| at_ms.to_string(), |t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
-            return Err(ApiError::StoreDeleted(format!(
-                "store {name:?} was deleted at {at}; nothing is served under this name until a store of \
-                 that name is registered again"
-            )));
-        }
-        StoreHead::Unknown => {
-            return Err(match pinned {
-                None => ApiError::NotFound(format!("no store is named {name:?}")),
-                Some(v) => ApiError::Gone(format!(
-                    "store {name:?} has no version {v}: it never existed or retention removed it; \
-                     read /{name}/zarr.json for the current version"
-                )),
-            });
-        }
-    };
-    let view = app.view(&head).await?;
+    let app = &plane.app;
+    let view = app.reader.open(segment, name, pinned).await?;
     let served = Served {
         cache_control: match pinned {
             // A year: responses under a pinned version never change.
-            Some(_) => app.pinned_cache_control.clone(),
-            None => app.current_cache_control.clone(),
+            Some(_) => plane.pinned_cache_control.clone(),
+            None => plane.current_cache_control.clone(),
         },
         version: view.version_header.clone(),
         last_modified: view.last_modified.clone(),
@@ -167,50 +167,26 @@ async fn chunk(
     headers: &HeaderMap,
     served: &Served,
 ) -> Result<Response, ApiError> {
-    let crate::zarr::metadata::NodeKind::Array(layout) = &node.kind else {
-        return Err(ApiError::NotFound(format!("{key:?} is not a chunk")));
-    };
-    let block = app.block(&view.head, node, at.tile, layout.grid.tile_len()).await?;
-    match block.get(at.slot) {
-        ChunkRef::Missing if view.head.fill_missing => match app.fill_chunk(&view.head, node).await? {
-            Some(fill) => {
-                let tag = tag_value(&etag('f', &fill));
-                Ok(bytes_response(fill, &tag, "application/octet-stream", headers, served))
-            }
-            None => Err(ApiError::NotFound(format!(
-                "chunk {key:?} of array {} has no data: readers use its fill value",
-                node.path
-            ))),
-        },
-        ChunkRef::Missing => Err(ApiError::NotFound(format!(
+    match app.reader.chunk(view, node, at).await? {
+        Chunk::Missing => Err(ApiError::NotFound(format!(
             "chunk {key:?} of array {} has no data: readers use its fill value",
             node.path
         ))),
-        ChunkRef::Inline(bytes) => {
-            let tag = tag_value(&etag('i', &bytes));
-            Ok(bytes_response(bytes, &tag, "application/octet-stream", headers, served))
+        Chunk::Bytes { bytes, etag } => {
+            Ok(bytes_response(bytes, &tag_value(&etag), "application/octet-stream", headers, served))
         }
-        ChunkRef::Virtual { source, offset, length } => {
-            virtual_chunk(app, &source, offset, length, headers, served).await
-        }
+        Chunk::Virtual(chunk) => virtual_chunk(app, &chunk, headers, served).await,
     }
 }
 
 async fn virtual_chunk(
     app: &AppState,
-    source: &BlockSource<'_>,
-    offset: u64,
-    length: u64,
+    chunk: &VirtualChunk,
     headers: &HeaderMap,
     served: &Served,
 ) -> Result<Response, ApiError> {
-    // Named by what the source was recorded as: new bytes get a new tag only when that is known.
-    let identity = match &source.check {
-        SourceCheck::ETag(e) => format!("{}\n{offset}\n{length}\n{e}", source.url),
-        SourceCheck::Size(n) => format!("{}\n{offset}\n{length}\nsize {n}", source.url),
-        SourceCheck::Unchecked => format!("{}\n{offset}\n{length}\n", source.url),
-    };
-    let tag = tag_value(&etag('v', identity.as_bytes()));
+    let length = chunk.length;
+    let tag = tag_value(&chunk.etag());
     let (status, range) = match plan(headers, length, tag.to_str().unwrap_or_default()) {
         Plan::NotModified => return Ok(not_modified(&tag, served, length)),
         Plan::Unsatisfiable => return Err(ApiError::RangeNotSatisfiable { len: length }),
@@ -221,43 +197,7 @@ async fn virtual_chunk(
     let mut response = if served.head_only || range.is_empty() {
         Response::new(Body::empty())
     } else {
-        let started = Instant::now();
-        let fetched = app.sources.fetch(&source.url, offset + range.start..offset + range.end, &source.check).await;
-        let m = &app.metrics;
-        match fetched {
-            Ok(fetched) => {
-                let store = fetched.store.as_str();
-                m.upstream_request_duration_seconds
-                    .with_label_values(&[store])
-                    .observe(started.elapsed().as_secs_f64());
-                let bytes = m.upstream_bytes_total.with_label_values(&[store]);
-                let aborted = m.upstream_requests_total.with_label_values(&[store, "aborted"]);
-                let ok = m.upstream_requests_total.with_label_values(&[store, "ok"]);
-                // "ok" once the last byte has passed: a source failing mid-body is "aborted" instead.
-                let mut remaining = fetched.len;
-                if remaining == 0 {
-                    ok.inc();
-                }
-                let body = fetched.body.inspect(move |item| match item {
-                    Ok(b) => {
-                        bytes.inc_by(b.len() as u64);
-                        remaining = remaining.saturating_sub(b.len() as u64);
-                        if remaining == 0 {
-                            ok.inc();
-                        }
-                    }
-                    Err(e) => {
-                        aborted.inc();
-                        tracing::warn!(error = %e, "upstream body failed; response aborted");
-                    }
-                });
-                Response::new(Body::from_stream(body))
-            }
-            Err(e) => {
-                m.upstream_requests_total.with_label_values(&[e.store(), e.kind()]).inc();
-                return Err(e.into());
-            }
-        }
+        Response::new(Body::from_stream(app.reader.fetch(chunk, range.clone()).await?.body))
     };
     *response.status_mut() = status;
     let h = response.headers_mut();

@@ -14,14 +14,15 @@ use futures::channel::mpsc::Sender;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::stores::no_store;
+use super::summary::no_store;
 use crate::app::AppState;
-use crate::cache::VersionView;
 use crate::error::ApiError;
-use crate::zarr::document::SourceFacts;
+use crate::versions::{Reader, VersionView};
+use crate::zarr::hierarchy::Node;
 use crate::zarr::kerchunk::export::{array_to_v2, group_to_v2};
 use crate::zarr::manifest::literal_path;
 use crate::zarr::metadata::NodeKind;
+use crate::zarr::source::SourceFacts;
 use crate::zarr::{ChunkKeyEncoding, ChunkLocation, ChunkRef, ManifestBlock};
 
 const FLUSH_AT: usize = 1 << 16;
@@ -45,8 +46,8 @@ pub(super) async fn export(
             return Err(ApiError::BadRequest(format!("format {other:?} is not supported: use native or kerchunk")));
         }
     };
-    let head = app.catalog.current_version(&name).await?.ok_or_else(|| no_store(&name))?;
-    let view = app.view(&head).await?;
+    let head = app.reader.current(&name).await?.ok_or_else(|| no_store(&name))?;
+    let view = app.reader.view(&head).await?;
     if kerchunk {
         // Refuse before the first byte: a half-written document is worse than a clear 422.
         let problems: Vec<String> = view
@@ -62,15 +63,15 @@ pub(super) async fn export(
             });
         }
     }
-    let tiles = app.catalog.tiles(head.id).await?;
+    let tiles = app.reader.tiles(&head).await?;
     let sources = app.catalog.sources(head.id).await?;
     let (mut tx, rx) = futures::channel::mpsc::channel::<Result<Bytes, io::Error>>(4);
     tokio::spawn(async move {
         let mut out = Writer { out: String::new(), tx: &mut tx, first: true };
         let result = if kerchunk {
-            out.kerchunk(&app, &view, &tiles).await
+            out.kerchunk(&app.reader, &view, &tiles).await
         } else {
-            out.native(&app, &view, &tiles, &sources).await
+            out.native(&app.reader, &view, &tiles, &sources).await
         };
         if let Err(e) = result {
             tracing::error!(store = %head.store, version = head.id, error = %e, "export failed");
@@ -108,7 +109,7 @@ impl Writer<'_> {
 
     async fn native(
         &mut self,
-        app: &AppState,
+        reader: &Reader,
         view: &VersionView,
         tiles: &[(String, u64)],
         sources: &[(String, SourceFacts)],
@@ -123,7 +124,7 @@ impl Writer<'_> {
             self.member(node.path.as_str(), metadata.strip_suffix('}').unwrap_or(&metadata));
             self.out.push_str(", \"manifest\": {");
             self.first = true;
-            for block in blocks(app, view, tiles, node.path.as_str()) {
+            for block in blocks(reader, view, tiles, node) {
                 let (tile, block) = block.await?;
                 for (slot, chunk) in block.iter() {
                     let coords = layout.grid.coords_of(ChunkLocation { tile, slot }).unwrap_or_default();
@@ -153,7 +154,7 @@ impl Writer<'_> {
     }
 
     /// Kerchunk version 1 with Zarr v2 metadata; chunk keys in v2 layout (`x/0.1`, or `x/0/1`).
-    async fn kerchunk(&mut self, app: &AppState, view: &VersionView, tiles: &[(String, u64)]) -> Result<(), ApiError> {
+    async fn kerchunk(&mut self, reader: &Reader, view: &VersionView, tiles: &[(String, u64)]) -> Result<(), ApiError> {
         self.out.push_str("{\"version\": 1, \"refs\": {");
         for node in view.hierarchy.nodes() {
             let prefix = if node.path.is_root() { String::new() } else { format!("{}/", node.path) };
@@ -170,7 +171,7 @@ impl Writer<'_> {
             let mut stored = 0u64;
             // Paths as fsspec reads them (text, not URLs); consecutive chunks share their source.
             let mut last: Option<(String, String)> = None;
-            for block in blocks(app, view, tiles, node.path.as_str()) {
+            for block in blocks(reader, view, tiles, node) {
                 let (tile, block) = block.await?;
                 for (slot, chunk) in block.iter() {
                     let coords = layout.grid.coords_of(ChunkLocation { tile, slot }).unwrap_or_default();
@@ -201,18 +202,16 @@ impl Writer<'_> {
     }
 }
 
-/// The decoded blocks of array `node`, read from the catalog one at a time (not through the
-/// cache: an export must not evict what readers need).
+/// The decoded blocks of array `node`, one at a time and not through the cache (an export must
+/// not evict what readers need).
 fn blocks<'a>(
-    app: &'a AppState,
+    reader: &'a Reader,
     view: &'a VersionView,
     tiles: &'a [(String, u64)],
-    node: &'a str,
+    node: &'a Node,
 ) -> impl Iterator<Item = impl Future<Output = Result<(u64, ManifestBlock), ApiError>> + 'a> + 'a {
-    tiles.iter().filter(move |(n, _)| n == node).map(move |(_, tile)| async move {
-        let data = app.catalog.block(view.head.id, node, *tile).await?.unwrap_or_default();
-        let block =
-            ManifestBlock::decode(&data).map_err(|e| ApiError::Internal(format!("node {node} tile {tile}: {e}")))?;
-        Ok((*tile, block))
-    })
+    tiles
+        .iter()
+        .filter(move |(n, _)| n == node.path.as_str())
+        .map(move |(_, tile)| async move { Ok((*tile, reader.load_block(&view.head, node, *tile).await?)) })
 }

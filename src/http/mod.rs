@@ -4,16 +4,14 @@
 mod auth;
 pub mod data;
 mod export;
-mod ingest;
 mod names;
 mod object_stores;
 mod openapi;
 mod ops;
-mod patch;
 pub mod range;
 mod server;
 mod stores;
-mod verify;
+mod summary;
 
 pub use server::serve;
 
@@ -39,7 +37,7 @@ pub fn router(state: AppState) -> Router {
         .merge(object_stores::router())
         .merge(openapi::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
-    let mut data = data::router();
+    let mut data = data::router(&state);
     if state.read_auth_required() {
         // Inside the CORS layer: a browser's preflight carries no token and is answered there.
         data = data.route_layer(middleware::from_fn_with_state(state.clone(), auth::require_read_token));

@@ -84,7 +84,7 @@ async fn register(
             )],
         });
     }
-    let _change = app.object_store_change().await?;
+    let _change = app.registrar.object_store_change().await?;
     if let Some(other) = app.sources.entries().iter().find(|e| e.prefix == entry.prefix && e.name != name) {
         return Err(ApiError::Conflict(format!("object store {:?} already serves {}", other.name, entry.prefix)));
     }
@@ -120,7 +120,7 @@ async fn show(State(app): State<AppState>, Path(name): Path<String>) -> Result<J
 }
 
 async fn remove(State(app): State<AppState>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
-    let _change = app.object_store_change().await?;
+    let _change = app.registrar.object_store_change().await?;
     let Some(entry) = app.sources.get(&name) else {
         return Err(ApiError::NotFound(format!("no object store is named {name:?}")));
     };

@@ -33,6 +33,6 @@ async fn readyz(State(app): State<AppState>) -> Result<Json<serde_json::Value>, 
 }
 
 async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
-    app.caches.report(&app.metrics);
+    app.reader.caches().report(&app.metrics);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], app.metrics.render())
 }

@@ -1,4 +1,5 @@
-//! `/api/v1/stores`: register (PUT), list, describe, export and delete stores.
+//! `/api/v1/stores`: register (PUT), update (PATCH), list, describe, verify, export and delete
+//! stores; each handler parses the request, calls the read or write service, renders the answer.
 
 use axum::Json;
 use axum::Router;
@@ -7,23 +8,24 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::ingest::{self, Format};
 use super::names;
+use super::summary::{no_store, record_json, registered_json};
 use crate::app::AppState;
-use crate::catalog::{StoreRecord, VersionHead, VersionOptions};
 use crate::error::ApiError;
-use crate::zarr::validate::{Rejected, Summary, validate_tiled};
+use crate::versions::facts::{self, SourceStatus};
+use crate::versions::{Format, Registration};
 
 /// The store routes, relative to `/api/v1`.
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/stores", get(list))
-        .route("/stores/{store}", get(describe).put(register).patch(super::patch::patch).delete(remove))
+        .route("/stores/{store}", get(describe).put(register).patch(patch).delete(remove))
         .route("/stores/{store}/manifest", get(super::export::export))
-        .route("/stores/{store}/verify", post(super::verify::verify))
+        .route("/stores/{store}/verify", post(verify))
 }
 
 #[derive(Debug, Deserialize)]
@@ -37,6 +39,15 @@ struct RegisterParams {
     verify: Option<bool>,
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PatchParams {
+    /// Ask the new sources for their facts (default true).
+    verify: Option<bool>,
+    /// `404` or `fill` for the new version (default: the current version's).
+    missing_chunks: Option<String>,
+}
+
 async fn register(
     State(app): State<AppState>,
     Path(name): Path<String>,
@@ -45,103 +56,69 @@ async fn register(
     body: Body,
 ) -> Result<Response, ApiError> {
     names::check("store", &name)?;
-    let limit = app.config.http.max_body_bytes;
-    ingest::check_declared_length(&headers, limit)?;
+    check_declared_length(&headers, app.config.http.max_body_bytes)?;
     let tar = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|t| t.starts_with("application/x-tar"));
     let format = match params.format.as_deref() {
-        Some(name) => Some(Format::parse(name)?),
+        Some(name) => Some(Format::parse(name).ok_or_else(|| {
+            ApiError::BadRequest(format!("format {name:?} is not supported: use native, kerchunk or kerchunk-parquet"))
+        })?),
         None if tar => Some(Format::KerchunkParquet),
         None => None,
     };
-    // A replacement keeps the store's setting unless told otherwise: a routine re-registration
-    // must not turn the fill-value chunks a CDN relies on back into 404s.
-    let fill_missing = match params.missing_chunks.as_deref() {
-        Some("404") => false,
-        Some("fill") => true,
-        Some(other) => {
-            return Err(ApiError::BadRequest(format!("missing_chunks {other:?} must be \"404\" or \"fill\"")));
-        }
-        None => match app.catalog.current_version(&name).await? {
-            Some(current) => current.fill_missing,
-            None => app.config.http.missing_chunks == "fill",
-        },
+    let how = Registration {
+        format,
+        fill_missing: missing_chunks(params.missing_chunks.as_deref())?,
+        verify: params.verify.unwrap_or(true),
     };
-    let options = VersionOptions { fill_missing };
-    let _turn = app.registration_turn().await?;
-    let scratch = app.config.ingest.scratch();
-    let reading = std::time::Instant::now();
-    let (mut doc, format) = ingest::read_document(body, limit, format, &scratch).await?;
-    let read_seconds = reading.elapsed().as_secs_f64();
-    let verify = params.verify.unwrap_or(true);
-    if verify {
-        super::verify::record_facts(&app, &mut doc).await;
-    }
-    ingest::resolve_whole_objects(&app, &mut doc, verify).await;
-    let entries = app.sources.entries();
-    let tile_chunks = u64::from(app.config.block_chunks);
-    let validating = std::time::Instant::now();
-    let validated = tokio::task::spawn_blocking(move || {
-        validate_tiled(doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix)), tile_chunks)
-    })
-    .await
-    .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let store = match validated {
-        Ok(store) => store,
-        Err(Rejected::Scratch(e)) => return Err(ingest::scratch_error(e)),
-        Err(Rejected::Invalid(problems)) => {
-            app.metrics.registrations_total.with_label_values(&["rejected"]).inc();
-            let title = format!(
-                "the {} manifest for store {name:?} has {} problem(s); nothing was changed",
-                format.name(),
-                problems.len()
-            );
-            tracing::info!(store = %name, problems = problems.len(), first = %problems[0], "registration rejected");
-            return Err(ApiError::Invalid { title, problems });
-        }
-    };
-    let validate_seconds = validating.elapsed().as_secs_f64();
-    let started = std::time::Instant::now();
-    let written = app.catalog.write_version(&name, &store, options).await?;
-    app.observe_catalog("write_version", started);
-    app.settle(&name).await;
-    let outcome = if written.created { "created" } else { "replaced" };
-    app.metrics.registrations_total.with_label_values(&[outcome]).inc();
-    tracing::info!(store = %name, version = written.head.id, outcome, chunks = store.summary.chunks.virtual_ + store.summary.chunks.inline,
-        seconds = started.elapsed().as_secs_f64(), read_seconds, validate_seconds, blocks = store.block_count(),
-        spilled_to_disk = store.spilled(), "store registered");
-    let status = if written.created { StatusCode::CREATED } else { StatusCode::OK };
-    let body = summary_json(&written.head, written.head.created_at_ms, &store.summary);
+    let registered = app.registrar.register(&name, byte_stream(body), how).await?;
+    let status = if registered.created { StatusCode::CREATED } else { StatusCode::OK };
     let location = format!("/api/v1/stores/{name}");
-    Ok((status, [(header::LOCATION, location)], Json(body)).into_response())
+    Ok((status, [(header::LOCATION, location)], Json(registered_json(&registered))).into_response())
 }
 
-fn rfc3339(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+/// `PATCH /api/v1/stores/{store}`: a partial native document merged into the current version.
+async fn patch(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    Query(params): Query<PatchParams>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    names::check("store", &name)?;
+    check_declared_length(&headers, app.config.http.max_body_bytes)?;
+    let how = Registration {
+        format: Some(Format::Native),
+        fill_missing: missing_chunks(params.missing_chunks.as_deref())?,
+        verify: params.verify.unwrap_or(true),
+    };
+    let patched = app.registrar.patch(&name, byte_stream(body), how).await?;
+    Ok(Json(registered_json(&patched)))
 }
 
-pub(super) fn summary_json(head: &VersionHead, store_created_at_ms: i64, summary: &Summary) -> Value {
-    json!({
-        "name": head.store,
-        "version": head.id,
-        "created_at": rfc3339(store_created_at_ms),
-        "updated_at": rfc3339(head.created_at_ms),
-        "url": format!("/{}", head.store),
-        "versioned_url": format!("/{}@{}", head.store, head.id),
-        "arrays": summary.arrays,
-        "groups": summary.groups,
-        "chunks": summary.chunks,
-        "sources": summary.sources,
-        "referenced_bytes": summary.referenced_bytes,
-        "inline_bytes": summary.inline_bytes,
-        "missing_chunks": if head.fill_missing { "fill" } else { "404" },
-    })
+/// The `missing_chunks` parameter: `404` or `fill`, or the store's current setting when absent.
+fn missing_chunks(param: Option<&str>) -> Result<Option<bool>, ApiError> {
+    match param {
+        None => Ok(None),
+        Some("404") => Ok(Some(false)),
+        Some("fill") => Ok(Some(true)),
+        Some(other) => Err(ApiError::BadRequest(format!("missing_chunks {other:?} must be \"404\" or \"fill\""))),
+    }
 }
 
-fn record_json(r: &StoreRecord) -> Value {
-    summary_json(&r.head, r.store_created_at_ms, &r.summary)
+/// Refuses early a body whose declared length is above `limit` (a body without one is
+/// counted as it arrives).
+fn check_declared_length(headers: &HeaderMap, limit: u64) -> Result<(), ApiError> {
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) { Err(ApiError::TooLarge(limit)) } else { Ok(()) }
+}
+
+/// A request body as the registrar reads it.
+fn byte_stream(body: Body) -> crate::versions::ingest::Body {
+    body.into_data_stream().map_err(std::io::Error::other).boxed()
 }
 
 #[derive(Debug, Deserialize)]
@@ -158,21 +135,33 @@ async fn list(State(app): State<AppState>, Query(params): Query<ListParams>) -> 
     Ok(Json(json!({"stores": records.iter().map(record_json).collect::<Vec<_>>(), "next": next})))
 }
 
+/// `POST /api/v1/stores/{store}/verify`: whether each source of the current version still
+/// matches what was recorded.
+async fn verify(State(app): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    let head = app.reader.current(&name).await?.ok_or_else(|| no_store(&name))?;
+    let recorded = app.catalog.sources(head.id).await?;
+    let checked = facts::compare(&app.sources, app.config.sources.verify_concurrency, recorded).await;
+    let count = |s: SourceStatus| checked.iter().filter(|c| c.status == s).count();
+    Ok(Json(json!({
+        "store": name,
+        "version": head.id,
+        "ok": count(SourceStatus::Ok),
+        "modified": count(SourceStatus::Modified),
+        "missing": count(SourceStatus::Missing),
+        "errors": count(SourceStatus::Error),
+        "unverified": count(SourceStatus::Unverified),
+        "sources": checked,
+    })))
+}
+
 async fn describe(State(app): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
     let record = app.catalog.store(&name).await?.ok_or_else(|| no_store(&name))?;
     Ok(Json(record_json(&record)))
 }
 
 async fn remove(State(app): State<AppState>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
-    let deleted = app.catalog.delete_store(&name).await?;
-    app.caches.forget_store(&name).await;
-    if !deleted {
+    if !app.registrar.delete(&name).await? {
         return Err(no_store(&name));
     }
-    tracing::info!(store = %name, "store deleted");
     Ok(StatusCode::NO_CONTENT)
-}
-
-pub(super) fn no_store(name: &str) -> ApiError {
-    ApiError::NotFound(format!("no store is named {name:?}"))
 }

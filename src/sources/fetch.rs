@@ -10,101 +10,19 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt, TryStreamExt};
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 
+use super::SourceError;
 use super::local::{self, LocalError};
+use super::meter::{StoreMeters, count_failure};
 use super::registry::{Base, ObjectStoreEntry, SourceRegistry};
-use crate::zarr::block::SourceCheck;
+use crate::zarr::source::{SourceCheck, SourceFacts};
 
-/// A failure reading a source object. Every variant is an upstream fault (5xx), never "missing".
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum SourceError {
-    /// No object store serves the URL (it was removed after registration).
-    #[error("{url} is not under any registered object store")]
-    Unregistered { url: String },
-    /// The object is gone.
-    #[error("source object {url} does not exist in object store {store} (deleted or moved?)")]
-    NotFound { url: String, store: String },
-    /// The object store refused access; `detail` (the upstream's answer, which may quote the
-    /// signed request) is logged, not shown to clients.
-    #[error(
-        "object store {store} refused access to {url}: check its credentials and permissions; the server log has the upstream's answer"
-    )]
-    Forbidden { url: String, store: String, detail: String },
-    /// The object's ETag (or, when it has none, its size) differs from the one recorded at
-    /// registration.
-    #[error(
-        "source object {url} changed since registration (recorded: {recorded}): its bytes no longer match the manifest; re-register the store"
-    )]
-    Modified { url: String, store: String, recorded: String },
-    /// The object is shorter than the manifest says.
-    #[error(
-        "source object {url} is shorter than the manifest says: it ends at byte {size}, the chunk needs bytes up to {needed}"
-    )]
-    Truncated { url: String, store: String, needed: u64, size: String },
-    /// The object store did not answer in time.
-    #[error("object store {store} did not answer within {seconds} s reading {url}")]
-    Timeout { url: String, store: String, seconds: u64 },
-    /// Any other upstream failure; `detail` (the client library's error chain) is logged, not
-    /// shown to clients.
-    #[error("object store {store} failed reading {url}; the server log has the cause")]
-    Upstream { url: String, store: String, detail: String },
-}
-
-impl SourceError {
-    /// The message with the upstream's own words after it, for the log and for answers to
-    /// administrators (registration, verify); never for a data-plane answer.
-    pub fn explain(&self) -> String {
-        match self {
-            Self::Forbidden { detail, .. } | Self::Upstream { detail, .. } => format!("{self} (upstream: {detail})"),
-            _ => self.to_string(),
-        }
-    }
-
-    /// The object store involved (empty when none serves the URL).
-    pub fn store(&self) -> &str {
-        match self {
-            Self::Unregistered { .. } => "",
-            Self::NotFound { store, .. }
-            | Self::Forbidden { store, .. }
-            | Self::Modified { store, .. }
-            | Self::Truncated { store, .. }
-            | Self::Timeout { store, .. }
-            | Self::Upstream { store, .. } => store,
-        }
-    }
-
-    /// A short stable label for metrics and problem types.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Unregistered { .. } => "unregistered",
-            Self::NotFound { .. } => "not-found",
-            Self::Forbidden { .. } => "forbidden",
-            Self::Modified { .. } => "modified",
-            Self::Truncated { .. } => "truncated",
-            Self::Timeout { .. } => "timeout",
-            Self::Upstream { .. } => "error",
-        }
-    }
-}
-
-/// Size, ETag and modification time of a source object.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObjectFacts {
-    /// Size in bytes.
-    pub size: u64,
-    /// ETag, when the store has one.
-    pub etag: Option<String>,
-    /// Last modification, RFC 3339.
-    pub last_modified: Option<String>,
-}
-
-/// A range being read: exactly `len` bytes will come out of `body`, or an error.
+/// A range being read: exactly `len` bytes will come out of `body`, or an error (a short or
+/// long body, or an upstream failing mid-way: the response is then aborted, never truncated).
 pub struct Fetched {
-    /// The bytes.
+    /// The bytes, counted in the upstream metrics as they pass.
     pub body: Pin<Box<dyn Stream<Item = Result<Bytes, io::Error>> + Send>>,
     /// How many.
     pub len: u64,
-    /// The name of the object store serving them.
-    pub store: String,
 }
 
 impl SourceRegistry {
@@ -114,7 +32,35 @@ impl SourceRegistry {
 
     /// Reads `range` of `url`, refusing an object that no longer passes `check`: conditional on
     /// a strong recorded ETag, and the answer's ETag or size compared with the recorded one.
+    /// Requests, bytes and time are counted by object store.
     pub async fn fetch(&self, url: &str, range: Range<u64>, check: &SourceCheck<'_>) -> Result<Fetched, SourceError> {
+        let started = std::time::Instant::now();
+        let fetched = self.fetch_unmetered(url, range, check).await;
+        let Some(metrics) = &self.metrics else { return fetched.map(|(f, _)| f) };
+        match fetched {
+            Ok((mut fetched, entry)) => {
+                let meters = entry.meters.get_or_init(|| StoreMeters::bind(metrics, &entry.name));
+                meters.duration.observe(started.elapsed().as_secs_f64());
+                if fetched.len == 0 {
+                    meters.ok.inc();
+                }
+                fetched.body =
+                    Box::pin(Metered { inner: fetched.body, remaining: fetched.len, meters: meters.clone() });
+                Ok(fetched)
+            }
+            Err(e) => {
+                count_failure(metrics, &e);
+                Err(e)
+            }
+        }
+    }
+
+    async fn fetch_unmetered(
+        &self,
+        url: &str,
+        range: Range<u64>,
+        check: &SourceCheck<'_>,
+    ) -> Result<(Fetched, std::sync::Arc<ObjectStoreEntry>), SourceError> {
         let entry = self.entry_for(url)?;
         let len = range.end - range.start;
         let body = match (&entry.base, &entry.client) {
@@ -161,27 +107,23 @@ impl SourceRegistry {
                     SourceCheck::Unchecked => false,
                 };
                 if changed {
-                    tracing::warn!(url, store = %entry.name, recorded = %recorded(check), etag = ?result.meta.e_tag,
+                    tracing::warn!(url, store = %entry.name, recorded = %check, etag = ?result.meta.e_tag,
                         size = result.meta.size, "source answered for another object than the one registered");
                     return Err(SourceError::Modified {
                         url: url.into(),
                         store: entry.name.clone(),
-                        recorded: recorded(check),
+                        recorded: check.to_string(),
                     });
                 }
                 result.into_stream().map_err(io::Error::other).boxed()
             }
             (_, None) => return Err(upstream(&entry, url, "object store has no client".into())),
         };
-        Ok(Fetched {
-            body: Box::pin(Exact { inner: body, remaining: len, url: url.to_owned() }),
-            len,
-            store: entry.name.clone(),
-        })
+        Ok((Fetched { body: Box::pin(Exact { inner: body, remaining: len, url: url.to_owned() }), len }, entry))
     }
 
     /// The size, ETag and modification time of `url`.
-    pub async fn head(&self, url: &str) -> Result<ObjectFacts, SourceError> {
+    pub async fn head(&self, url: &str) -> Result<SourceFacts, SourceError> {
         let entry = self.entry_for(url)?;
         match (&entry.base, &entry.client) {
             (Base::Local { root }, _) => {
@@ -191,7 +133,7 @@ impl SourceRegistry {
                     .map_err(|e| upstream(&entry, url, e.to_string()))?
                     .map_err(|e| local_error(&entry, url, &(0..0), &SourceCheck::Unchecked, e))?;
                 let modified: chrono::DateTime<chrono::Utc> = facts.modified.into();
-                Ok(ObjectFacts { size: facts.size, etag: Some(facts.etag), last_modified: Some(modified.to_rfc3339()) })
+                Ok(SourceFacts::observed(facts.size, Some(facts.etag), Some(modified.to_rfc3339())))
             }
             (_, Some(client)) => {
                 let path =
@@ -201,11 +143,7 @@ impl SourceRegistry {
                     .await
                     .map_err(|_| SourceError::Timeout { url: url.into(), store: entry.name.clone(), seconds })?
                     .map_err(|e| classify(&entry, url, &(0..0), &SourceCheck::Unchecked, seconds, e))?;
-                Ok(ObjectFacts {
-                    size: meta.size,
-                    etag: meta.e_tag,
-                    last_modified: Some(meta.last_modified.to_rfc3339()),
-                })
+                Ok(SourceFacts::observed(meta.size, meta.e_tag, Some(meta.last_modified.to_rfc3339())))
             }
             (_, None) => Err(upstream(&entry, url, "object store has no client".into())),
         }
@@ -236,7 +174,7 @@ fn local_error(
             detail: "the path resolves outside the object store's directory".into(),
         },
         LocalError::Denied(e) => SourceError::Forbidden { url, store, detail: e.to_string() },
-        LocalError::Modified => SourceError::Modified { url, store, recorded: recorded(check) },
+        LocalError::Modified => SourceError::Modified { url, store, recorded: check.to_string() },
         LocalError::Truncated { size } => {
             SourceError::Truncated { url, store, needed: range.end, size: size.to_string() }
         }
@@ -258,7 +196,7 @@ fn classify(
         object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
             SourceError::Forbidden { url, store, detail: e.to_string() }
         }
-        object_store::Error::Precondition { .. } => SourceError::Modified { url, store, recorded: recorded(check) },
+        object_store::Error::Precondition { .. } => SourceError::Modified { url, store, recorded: check.to_string() },
         other => {
             let text = error_chain(&other);
             // Not "timeout": after a retry object_store's message says "retry_timeout: ..." whatever
@@ -274,15 +212,6 @@ fn classify(
                 SourceError::Upstream { url, store, detail: text }
             }
         }
-    }
-}
-
-/// What was recorded of a source, for messages.
-fn recorded(check: &SourceCheck<'_>) -> String {
-    match check {
-        SourceCheck::ETag(e) => format!("ETag {e}"),
-        SourceCheck::Size(n) => format!("size {n} bytes"),
-        SourceCheck::Unchecked => "nothing".into(),
     }
 }
 
@@ -325,6 +254,36 @@ impl Stream for Exact {
             }
             other => other,
         }
+    }
+}
+
+/// Counts the bytes of a read as they pass, and whether it ended whole ("ok") or not ("aborted").
+struct Metered {
+    inner: Pin<Box<dyn Stream<Item = Result<Bytes, io::Error>> + Send>>,
+    remaining: u64,
+    meters: StoreMeters,
+}
+
+impl Stream for Metered {
+    type Item = Result<Bytes, io::Error>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let item = self.inner.as_mut().poll_next(cx);
+        match &item {
+            Poll::Ready(Some(Ok(b))) => {
+                self.meters.bytes.inc_by(b.len() as u64);
+                let before = self.remaining;
+                self.remaining = before.saturating_sub(b.len() as u64);
+                if before > 0 && self.remaining == 0 {
+                    self.meters.ok.inc();
+                }
+            }
+            Poll::Ready(Some(Err(e))) => {
+                self.meters.aborted.inc();
+                tracing::warn!(error = %e, "upstream body failed; response aborted");
+            }
+            _ => {}
+        }
+        item
     }
 }
 

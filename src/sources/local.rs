@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use futures::Stream;
 
-use crate::zarr::block::SourceCheck;
+use crate::zarr::source::SourceCheck;
 
 /// Bytes read per blocking call.
 const PIECE: u64 = 1 << 20;

@@ -2,11 +2,14 @@
 //! and ranged, time-limited, length-checked, conditional fetches.
 
 mod connector;
+mod error;
 mod fetch;
 mod local;
+mod meter;
 mod options;
 mod registry;
 
-pub use fetch::{Fetched, ObjectFacts, SourceError};
+pub use error::{SourceConfigError, SourceError};
+pub use fetch::Fetched;
 pub use options::redact_options;
-pub use registry::{ObjectStoreEntry, Origin, SourceConfigError, SourceRegistry, SourceSettings};
+pub use registry::{ObjectStoreEntry, Origin, SourceRegistry, SourceSettings};

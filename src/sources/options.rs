@@ -12,7 +12,7 @@
 use serde_json::{Map, Value};
 use url::Url;
 
-use super::registry::SourceConfigError;
+use super::error::SourceConfigError;
 
 /// Option keys whose values are not secret and may be shown by the API.
 const PUBLIC_OPTIONS: &[&str] = &[

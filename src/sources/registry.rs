@@ -16,7 +16,10 @@ use serde_json::{Map, Value};
 use url::Url;
 
 use super::connector::ConfinedConnector;
+use super::error::SourceConfigError;
+use super::meter::StoreMeters;
 use super::options::{Kind, Signing, api_policy, plain_http, string_options};
+use crate::metrics::Metrics;
 
 /// Timeouts and retries for every client, set for a proxy: seconds, not minutes.
 #[derive(Debug, Clone)]
@@ -43,20 +46,6 @@ pub enum Origin {
     Api,
 }
 
-/// Why an object store cannot be registered.
-#[derive(Debug, thiserror::Error)]
-pub enum SourceConfigError {
-    /// The URL is not a supported object store URL.
-    #[error("{0}")]
-    Url(String),
-    /// An option is unknown or has a bad value.
-    #[error("{0}")]
-    Option(String),
-    /// The client could not be built.
-    #[error("cannot build a client for {url}: {detail}")]
-    Build { url: String, detail: String },
-}
-
 /// How object paths are derived from a source URL.
 #[derive(Debug)]
 pub(super) enum Base {
@@ -81,6 +70,8 @@ pub struct ObjectStoreEntry {
     pub origin: Origin,
     pub(super) base: Base,
     pub(super) client: Option<Arc<dyn ObjectStore>>,
+    /// Its upstream counters, bound on first use.
+    pub(super) meters: std::sync::OnceLock<StoreMeters>,
 }
 
 impl ObjectStoreEntry {
@@ -147,7 +138,15 @@ impl ObjectStoreEntry {
                 )));
             }
         };
-        Ok(Self { name: name.to_owned(), prefix, options: options.clone(), origin, base, client })
+        Ok(Self {
+            name: name.to_owned(),
+            prefix,
+            options: options.clone(),
+            origin,
+            base,
+            client,
+            meters: std::sync::OnceLock::new(),
+        })
     }
 
     /// The directory of a `file://` store (canonical).
@@ -300,12 +299,19 @@ pub struct SourceRegistry {
     entries: RwLock<Arc<Vec<Arc<ObjectStoreEntry>>>>,
     /// Timeouts and retries for every client.
     pub settings: SourceSettings,
+    /// Where upstream reads are counted (none in unit tests).
+    pub(super) metrics: Option<Metrics>,
 }
 
 impl SourceRegistry {
     /// An empty registry.
     pub fn new(settings: SourceSettings) -> Self {
-        Self { entries: RwLock::new(Arc::new(Vec::new())), settings }
+        Self { entries: RwLock::new(Arc::new(Vec::new())), settings, metrics: None }
+    }
+
+    /// An empty registry counting its upstream reads in `metrics`.
+    pub fn metered(settings: SourceSettings, metrics: &Metrics) -> Self {
+        Self { metrics: Some(metrics.clone()), ..Self::new(settings) }
     }
 
     /// Replaces every entry.

@@ -3,10 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::manifest::RawManifest;
+pub use super::source::SourceFacts;
 use super::spill::Scratch;
 
 /// How many problems a rejection lists before summarising the rest.
@@ -57,43 +57,6 @@ pub struct DocNode {
     pub metadata: Map<String, Value>,
     /// Chunk references, when the node carries a `manifest`.
     pub manifest: Option<RawManifest>,
-}
-
-/// Recorded facts about a source object, used to detect that it changed.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SourceFacts {
-    /// The object's ETag.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub etag: Option<String>,
-    /// The object's last modification time, as the store reports it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_modified: Option<String>,
-    /// The object's size in bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub size: Option<u64>,
-}
-
-impl SourceFacts {
-    /// What reads of this object check: its ETag when known, else its size.
-    pub fn read_check(&self) -> crate::zarr::block::SourceCheck<'_> {
-        crate::zarr::block::SourceCheck::from_facts(self.etag.as_deref(), self.size)
-    }
-}
-
-impl SourceFacts {
-    /// What is wrong with declared facts: the ETag becomes an `If-Match` header and both strings
-    /// are stored as text, so they must be printable.
-    pub fn check(&self) -> Result<(), String> {
-        let printable = |s: &str| s.len() <= 1024 && s.bytes().all(|b| (0x20..0x7f).contains(&b));
-        if let Some(etag) = self.etag.as_deref().filter(|e| e.is_empty() || !printable(e)) {
-            return Err(format!("etag {etag:?} must be 1 to 1024 printable ASCII characters"));
-        }
-        if let Some(when) = self.last_modified.as_deref().filter(|w| !printable(w)) {
-            return Err(format!("last_modified {when:?} must be at most 1024 printable ASCII characters"));
-        }
-        Ok(())
-    }
 }
 
 /// Interned source URLs: each stored once, referenced by number.

@@ -14,6 +14,7 @@ pub mod metadata;
 pub mod native;
 pub mod patch;
 pub mod path;
+pub mod source;
 pub mod spill;
 pub mod validate;
 

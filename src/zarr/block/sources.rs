@@ -13,6 +13,7 @@ use std::fmt::Write;
 use bytes::Bytes;
 
 use super::BlockError;
+pub use crate::zarr::source::SourceCheck;
 use crate::zarr::spill::{get_varint, put_varint};
 
 /// Every `RESTART`-th entry carries its whole URL: a lookup decodes at most this many entries.
@@ -29,47 +30,6 @@ const HEX_PARTS: u8 = 3;
 const HEX_TRIPLE: u8 = 4;
 /// No ETag; the object's size.
 const SIZE: u8 = 5;
-
-/// What a read checks a source object against, so that it never serves bytes of an object
-/// rewritten since registration.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SourceCheck<'a> {
-    /// Nothing was recorded: the object is read as it is.
-    Unchecked,
-    /// The ETag recorded at registration.
-    ETag(Cow<'a, str>),
-    /// The size recorded at registration, for an object store that gives no ETag.
-    Size(u64),
-}
-
-impl<'a> SourceCheck<'a> {
-    /// The check for an object with these recorded facts: its ETag when known, else its size.
-    pub fn from_facts(etag: Option<&'a str>, size: Option<u64>) -> Self {
-        match (etag, size) {
-            (Some(e), _) => Self::ETag(Cow::Borrowed(e)),
-            (None, Some(n)) => Self::Size(n),
-            (None, None) => Self::Unchecked,
-        }
-    }
-
-    /// The same check, borrowing its ETag from this one (no copy).
-    pub fn as_borrowed(&self) -> SourceCheck<'_> {
-        match self {
-            Self::Unchecked => SourceCheck::Unchecked,
-            Self::ETag(e) => SourceCheck::ETag(Cow::Borrowed(e)),
-            Self::Size(n) => SourceCheck::Size(*n),
-        }
-    }
-
-    /// The same check, owning its ETag.
-    pub fn into_owned(self) -> SourceCheck<'static> {
-        match self {
-            Self::Unchecked => SourceCheck::Unchecked,
-            Self::ETag(e) => SourceCheck::ETag(Cow::Owned(e.into_owned())),
-            Self::Size(n) => SourceCheck::Size(n),
-        }
-    }
-}
 
 /// A source object as a block refers to it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,15 +1,13 @@
-//! Reading a manifest document from a request body as it arrives: the format (native, kerchunk
-//! or a tar of kerchunk parquet references) from the query, the tar magic or the document's first
-//! key, a size limit, and the lengths of kerchunk `[url]` references asked of their object stores.
+//! Reading a manifest document from a byte stream as it arrives: the format (native, kerchunk
+//! or a tar of kerchunk parquet references) as asked, or from the tar magic or the document's
+//! first key; a size limit; the references spilled to scratch space past their memory budget.
 
-use std::collections::BTreeMap;
 use std::io;
 
 use bytes::{Bytes, BytesMut};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 
-use crate::app::AppState;
-use crate::error::ApiError;
+use super::error::{Error, Result};
 use crate::zarr::document::Document;
 use crate::zarr::kerchunk::parquet::ArchiveError;
 use crate::zarr::spill::Scratch;
@@ -30,15 +28,13 @@ pub enum Format {
 const TAR_MAGIC_AT: usize = 257;
 
 impl Format {
-    /// The `format` query parameter.
-    pub fn parse(text: &str) -> Result<Self, ApiError> {
+    /// The format named `text`: `native`, `kerchunk` or `kerchunk-parquet`.
+    pub fn parse(text: &str) -> Option<Self> {
         match text {
-            "native" => Ok(Self::Native),
-            "kerchunk" => Ok(Self::Kerchunk),
-            "kerchunk-parquet" => Ok(Self::KerchunkParquet),
-            other => Err(ApiError::BadRequest(format!(
-                "format {other:?} is not supported: use native, kerchunk or kerchunk-parquet"
-            ))),
+            "native" => Some(Self::Native),
+            "kerchunk" => Some(Self::Kerchunk),
+            "kerchunk-parquet" => Some(Self::KerchunkParquet),
+            _ => None,
         }
     }
 
@@ -71,25 +67,18 @@ impl Format {
     }
 }
 
-/// Refuses early a body whose declared length is above `limit` (a body without one is
-/// counted as it arrives by [`read_document`]).
-pub fn check_declared_length(headers: &axum::http::HeaderMap, limit: u64) -> Result<(), ApiError> {
-    let declared = headers
-        .get(axum::http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit) { Err(ApiError::TooLarge(limit)) } else { Ok(()) }
-}
+/// A document's bytes as they arrive.
+pub type Body = futures::stream::BoxStream<'static, io::Result<Bytes>>;
 
-/// Reads and parses the body, refusing more than `limit` bytes; the references go to `scratch`.
+/// Reads and parses `body`, refusing more than `limit` bytes; the references go to `scratch`.
 pub async fn read_document(
-    body: axum::body::Body,
+    body: Body,
     limit: u64,
     format: Option<Format>,
     scratch: &Scratch,
-) -> Result<(Document, Format), ApiError> {
+) -> Result<(Document, Format)> {
     let mut seen = 0u64;
-    let mut stream = body.into_data_stream().map_err(io::Error::other).map(move |chunk| {
+    let mut stream = body.map(move |chunk| {
         let chunk = chunk?;
         seen += chunk.len() as u64;
         if seen > limit {
@@ -125,88 +114,48 @@ pub async fn read_document(
         scratch.check().map_err(scratch_error)?;
         doc
     })
-    .await
-    .map_err(|e| ApiError::Internal(e.to_string()))?;
+    .await?;
     parsed.map(|doc| (doc, format))
 }
 
 /// The scratch space failed: nothing was changed, and the operator must make room.
-pub fn scratch_error(e: io::Error) -> ApiError {
-    ApiError::Scratch(e.to_string())
+pub fn scratch_error(e: io::Error) -> Error {
+    Error::Scratch(e.to_string())
 }
 
-fn archive_error(e: ArchiveError, limit: u64) -> ApiError {
+fn archive_error(e: ArchiveError, limit: u64) -> Error {
     match e {
         ArchiveError::Io(e) => io_error(e, limit),
-        ArchiveError::Invalid(why) => ApiError::Invalid {
+        ArchiveError::Invalid(why) => Error::Invalid {
             title: format!("the kerchunk parquet references cannot be read: {why}; nothing was changed"),
             problems: vec![why],
         },
     }
 }
 
-fn io_error(e: io::Error, limit: u64) -> ApiError {
+fn io_error(e: io::Error, limit: u64) -> Error {
     if e.kind() == io::ErrorKind::FileTooLarge {
-        ApiError::TooLarge(limit)
+        Error::TooLarge(limit)
     } else {
-        ApiError::BadRequest(format!("reading the request body failed: {e}"))
+        Error::BadRequest(format!("reading the request body failed: {e}"))
     }
 }
 
-fn syntax_error(e: SyntaxError, limit: u64, format: Format) -> ApiError {
+fn syntax_error(e: SyntaxError, limit: u64, format: Format) -> Error {
     match e.0.io_error_kind() {
-        Some(io::ErrorKind::FileTooLarge) => ApiError::TooLarge(limit),
-        Some(_) => ApiError::BadRequest(format!("reading the request body failed: {e}")),
+        Some(io::ErrorKind::FileTooLarge) => Error::TooLarge(limit),
+        Some(_) => Error::BadRequest(format!("reading the request body failed: {e}")),
         None => {
             let what = match format {
                 Format::Native => "a valid native manifest document",
                 Format::Kerchunk | Format::KerchunkParquet => "valid kerchunk references",
             };
-            ApiError::Invalid {
+            Error::Invalid {
                 title: format!("the body is not {what}: {e}; nothing was changed"),
                 problems: vec![e.to_string()],
             }
         }
     }
-}
-
-/// Learns the length of every object a `[url]` reference names whole: the size recorded when
-/// the sources were verified (`verified`), else asked of its object store. URLs no object store
-/// serves, and sources verification already reported, are left for validation to report.
-pub async fn resolve_whole_objects(app: &AppState, doc: &mut Document, verified: bool) {
-    let wanted: Vec<u32> = doc.whole_objects.iter().copied().collect();
-    let mut known: BTreeMap<u32, Result<u64, String>> = BTreeMap::new();
-    let mut ask = Vec::new();
-    for u in wanted {
-        let url = doc.urls.get(u).to_owned();
-        match doc.sources.get(&url).and_then(|f| f.size) {
-            Some(size) => {
-                known.insert(u, Ok(size));
-            }
-            None if verified || app.sources.resolve(&url).is_none() => {}
-            None => ask.push((u, url)),
-        }
-    }
-    let asked: BTreeMap<u32, Result<u64, String>> =
-        futures::stream::iter(ask)
-            .map(|(u, url)| async move {
-                let size =
-                    app.sources.head(&url).await.map(|facts| facts.size).map_err(|e| {
-                        format!("cannot learn the length of {url} for its [url] reference: {}", e.explain())
-                    });
-                (u, size)
-            })
-            .buffer_unordered(16)
-            .collect()
-            .await;
-    let mut sizes = known;
-    sizes.extend(asked);
-    for (_, size) in sizes.iter().filter(|(_, s)| s.is_err()) {
-        if let Err(problem) = size {
-            doc.problems.push(problem.clone());
-        }
-    }
-    doc.object_sizes.extend(sizes.into_iter().filter_map(|(u, size)| size.ok().map(|s| (u, s))));
 }
 
 #[cfg(test)]

@@ -1,0 +1,47 @@
+//! A store as the control plane describes it: the summary JSON of a version (the body of a
+//! registration, a PATCH, a listing and a describe), and the 404 for a store that is not there.
+
+use serde_json::{Value, json};
+
+use crate::catalog::{StoreRecord, VersionHead};
+use crate::error::ApiError;
+use crate::versions::Registered;
+use crate::zarr::validate::Summary;
+
+fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// The summary of version `head` of a store first registered at `store_created_at_ms`.
+pub fn summary_json(head: &VersionHead, store_created_at_ms: i64, summary: &Summary) -> Value {
+    json!({
+        "name": head.store,
+        "version": head.id,
+        "created_at": rfc3339(store_created_at_ms),
+        "updated_at": rfc3339(head.created_at_ms),
+        "url": format!("/{}", head.store),
+        "versioned_url": format!("/{}@{}", head.store, head.id),
+        "arrays": summary.arrays,
+        "groups": summary.groups,
+        "chunks": summary.chunks,
+        "sources": summary.sources,
+        "referenced_bytes": summary.referenced_bytes,
+        "inline_bytes": summary.inline_bytes,
+        "missing_chunks": if head.fill_missing { "fill" } else { "404" },
+    })
+}
+
+/// The summary of a store as the catalog lists it.
+pub fn record_json(r: &StoreRecord) -> Value {
+    summary_json(&r.head, r.store_created_at_ms, &r.summary)
+}
+
+/// The summary of a version just written.
+pub fn registered_json(r: &Registered) -> Value {
+    summary_json(&r.head, r.store_created_at_ms, &r.summary)
+}
+
+/// No store of that name.
+pub fn no_store(name: &str) -> ApiError {
+    ApiError::NotFound(format!("no store is named {name:?}"))
+}

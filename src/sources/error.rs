@@ -1,0 +1,87 @@
+//! Why a source object cannot be read, and why an object store cannot be registered.
+
+/// A failure reading a source object. Every variant is an upstream fault (5xx), never "missing".
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SourceError {
+    /// No object store serves the URL (it was removed after registration).
+    #[error("{url} is not under any registered object store")]
+    Unregistered { url: String },
+    /// The object is gone.
+    #[error("source object {url} does not exist in object store {store} (deleted or moved?)")]
+    NotFound { url: String, store: String },
+    /// The object store refused access; `detail` (the upstream's answer, which may quote the
+    /// signed request) is logged, not shown to clients.
+    #[error(
+        "object store {store} refused access to {url}: check its credentials and permissions; the server log has the upstream's answer"
+    )]
+    Forbidden { url: String, store: String, detail: String },
+    /// The object's ETag (or, when it has none, its size) differs from the one recorded at
+    /// registration.
+    #[error(
+        "source object {url} changed since registration (recorded: {recorded}): its bytes no longer match the manifest; re-register the store"
+    )]
+    Modified { url: String, store: String, recorded: String },
+    /// The object is shorter than the manifest says.
+    #[error(
+        "source object {url} is shorter than the manifest says: it ends at byte {size}, the chunk needs bytes up to {needed}"
+    )]
+    Truncated { url: String, store: String, needed: u64, size: String },
+    /// The object store did not answer in time.
+    #[error("object store {store} did not answer within {seconds} s reading {url}")]
+    Timeout { url: String, store: String, seconds: u64 },
+    /// Any other upstream failure; `detail` (the client library's error chain) is logged, not
+    /// shown to clients.
+    #[error("object store {store} failed reading {url}; the server log has the cause")]
+    Upstream { url: String, store: String, detail: String },
+}
+
+impl SourceError {
+    /// The message with the upstream's own words after it, for the log and for answers to
+    /// administrators (registration, verify); never for a data-plane answer.
+    pub fn explain(&self) -> String {
+        match self {
+            Self::Forbidden { detail, .. } | Self::Upstream { detail, .. } => format!("{self} (upstream: {detail})"),
+            _ => self.to_string(),
+        }
+    }
+
+    /// The object store involved (empty when none serves the URL).
+    pub fn store(&self) -> &str {
+        match self {
+            Self::Unregistered { .. } => "",
+            Self::NotFound { store, .. }
+            | Self::Forbidden { store, .. }
+            | Self::Modified { store, .. }
+            | Self::Truncated { store, .. }
+            | Self::Timeout { store, .. }
+            | Self::Upstream { store, .. } => store,
+        }
+    }
+
+    /// A short stable label for metrics and problem types.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Unregistered { .. } => "unregistered",
+            Self::NotFound { .. } => "not-found",
+            Self::Forbidden { .. } => "forbidden",
+            Self::Modified { .. } => "modified",
+            Self::Truncated { .. } => "truncated",
+            Self::Timeout { .. } => "timeout",
+            Self::Upstream { .. } => "error",
+        }
+    }
+}
+
+/// Why an object store cannot be registered.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceConfigError {
+    /// The URL is not a supported object store URL.
+    #[error("{0}")]
+    Url(String),
+    /// An option is unknown or has a bad value.
+    #[error("{0}")]
+    Option(String),
+    /// The client could not be built.
+    #[error("cannot build a client for {url}: {detail}")]
+    Build { url: String, detail: String },
+}

@@ -1,0 +1,137 @@
+//! The caches of the read path, each a named instance of one memo (moka) that counts its hits
+//! and misses: store -> version head (short TTL), version -> view, decoded manifest blocks and
+//! fill chunks (byte-weighted). Concurrent misses for one key load it once.
+
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use moka::future::Cache;
+
+use super::error::{Error, Result};
+use super::view::VersionView;
+use crate::catalog::StoreHead;
+use crate::config::CacheConfig;
+use crate::metrics::Metrics;
+use crate::zarr::ManifestBlock;
+
+/// A store as the URL names it: `name` (its current version) or `name@version`.
+pub type HeadKey = String;
+/// `(version, node index, tile)`.
+pub type BlockKey = (i64, u32, u64);
+/// `(version, node index)`.
+pub type FillKey = (i64, u32);
+
+/// One cache: values loaded once per key, hits and misses counted under the cache's name.
+pub struct Memo<K, V> {
+    name: &'static str,
+    cache: Cache<K, V>,
+    hits: prometheus::IntCounter,
+    misses: prometheus::IntCounter,
+}
+
+impl<K, V> std::fmt::Debug for Memo<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Memo").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl<K, V> Memo<K, V>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    fn new(name: &'static str, cache: Cache<K, V>, metrics: &Metrics) -> Self {
+        Self {
+            name,
+            cache,
+            hits: metrics.cache_hits_total.with_label_values(&[name]),
+            misses: metrics.cache_misses_total.with_label_values(&[name]),
+        }
+    }
+
+    /// The value at `key`, loaded by `load` on a miss (once, however many ask at the same time).
+    /// A failed load is not kept.
+    pub async fn get_or_load(&self, key: K, load: impl Future<Output = Result<V>>) -> Result<V> {
+        if let Some(value) = self.cache.get(&key).await {
+            self.hits.inc();
+            return Ok(value);
+        }
+        let entry = self.cache.entry(key).or_try_insert_with(load).await.map_err(|e: Arc<Error>| (*e).clone())?;
+        if entry.is_fresh() { &self.misses } else { &self.hits }.inc();
+        Ok(entry.into_value())
+    }
+
+    fn report(&self, metrics: &Metrics, weighted: bool) {
+        if weighted {
+            metrics.cache_bytes.with_label_values(&[self.name]).set(self.cache.weighted_size() as i64);
+        }
+        metrics.cache_entries.with_label_values(&[self.name]).set(self.cache.entry_count() as i64);
+    }
+}
+
+/// The caches of the read path.
+#[derive(Debug)]
+pub struct Caches {
+    /// Store (as the URL names it) -> what is served there.
+    pub heads: Memo<HeadKey, StoreHead>,
+    /// Version -> its view.
+    pub views: Memo<i64, Arc<VersionView>>,
+    /// Decoded manifest blocks.
+    pub blocks: Memo<BlockKey, Arc<ManifestBlock>>,
+    /// Encoded fill-value chunks (`None`: the array's cannot be built).
+    pub fills: Memo<FillKey, Option<Bytes>>,
+}
+
+impl Caches {
+    /// Caches sized by `config`, counting hits and misses in `metrics`.
+    pub fn new(config: &CacheConfig, metrics: &Metrics) -> Self {
+        let heads = Cache::builder()
+            .max_capacity(100_000)
+            .time_to_live(Duration::from_millis(config.current_version_ttl_ms.max(1)))
+            .support_invalidation_closures()
+            .build();
+        let views =
+            Cache::builder().max_capacity(config.metadata_bytes).weigher(|_, v: &Arc<VersionView>| v.weight()).build();
+        let blocks = Cache::builder()
+            .max_capacity(config.blocks_bytes)
+            .weigher(|_, b: &Arc<ManifestBlock>| u32::try_from(b.weight()).unwrap_or(u32::MAX))
+            .build();
+        let fills = Cache::builder()
+            .max_capacity(config.fill_chunks_bytes)
+            .weigher(|_, f: &Option<Bytes>| u32::try_from(f.as_ref().map_or(0, Bytes::len) + 64).unwrap_or(u32::MAX))
+            .build();
+        Self {
+            heads: Memo::new("heads", heads, metrics),
+            views: Memo::new("metadata", views, metrics),
+            blocks: Memo::new("blocks", blocks, metrics),
+            fills: Memo::new("fills", fills, metrics),
+        }
+    }
+
+    /// Forgets what this replica believes about `store`'s versions.
+    pub async fn forget_store(&self, store: &str) {
+        let heads = &self.heads.cache;
+        heads.invalidate(store).await;
+        let pinned = format!("{store}@");
+        if let Err(e) = heads.invalidate_entries_if(move |k, _| k.starts_with(&pinned)) {
+            tracing::error!(error = %e, "cannot invalidate cached versions");
+        }
+        heads.run_pending_tasks().await;
+    }
+
+    /// Forgets every store head (after losing the change feed).
+    pub fn forget_all(&self) {
+        self.heads.cache.invalidate_all();
+    }
+
+    /// Publishes sizes to the metrics.
+    pub fn report(&self, metrics: &Metrics) {
+        self.heads.report(metrics, false);
+        self.views.report(metrics, true);
+        self.blocks.report(metrics, true);
+        self.fills.report(metrics, true);
+    }
+}

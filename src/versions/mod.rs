@@ -1,0 +1,20 @@
+//! The read and write use cases of store versions, between the HTTP edge and the stores: the
+//! [`Reader`] (which version a URL names, its view, blocks, chunks and source reads, with their
+//! caches) and the [`Registrar`] (register, patch, delete, settle). Services take the parts they
+//! need and answer with their own [`Error`]; nothing here knows about HTTP requests or responses.
+
+pub mod cache;
+pub mod error;
+pub mod facts;
+pub mod ingest;
+mod patch;
+pub mod read;
+pub mod register;
+mod retention;
+pub mod view;
+
+pub use error::Error;
+pub use ingest::Format;
+pub use read::{Chunk, Reader, VirtualChunk};
+pub use register::{Registered, Registrar, Registration, Settings};
+pub use view::VersionView;

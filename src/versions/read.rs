@@ -1,0 +1,260 @@
+//! The read path of store versions: which version a URL names, its view, its blocks (the one
+//! block loader, cached or not), its chunks and fill chunks, and the reads of virtual chunks
+//! from their sources. Everything a data-plane answer or an export needs, with no HTTP in it.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::cache::Caches;
+use super::error::{Error, Result};
+use super::view::{VersionView, etag};
+use crate::catalog::{Catalog, StoreHead, VersionHead};
+use crate::metrics::Metrics;
+use crate::sources::{Fetched, SourceError, SourceRegistry};
+use crate::zarr::block::BlockSource;
+use crate::zarr::hierarchy::Node;
+use crate::zarr::metadata::NodeKind;
+use crate::zarr::source::SourceCheck;
+use crate::zarr::{ChunkLocation, ChunkRef, Hierarchy, ManifestBlock, NodePath};
+
+/// The read service.
+pub struct Reader {
+    catalog: Arc<dyn Catalog>,
+    sources: Arc<SourceRegistry>,
+    caches: Caches,
+    metrics: Metrics,
+}
+
+/// A chunk as a version stores it.
+#[derive(Debug)]
+pub enum Chunk {
+    /// No data: readers use the fill value.
+    Missing,
+    /// Bytes held in memory (inline, or the array's fill chunk), with their strong ETag.
+    Bytes { bytes: Bytes, etag: String },
+    /// A byte range of a source object.
+    Virtual(VirtualChunk),
+}
+
+/// A reference to `length` bytes at `offset` of a source object.
+#[derive(Debug)]
+pub struct VirtualChunk {
+    block: Arc<ManifestBlock>,
+    slot: u32,
+    /// Where in the source the chunk starts.
+    pub offset: u64,
+    /// Its length.
+    pub length: u64,
+}
+
+impl VirtualChunk {
+    /// The source object it lies in.
+    pub fn source(&self) -> BlockSource<'_> {
+        match self.block.get(self.slot) {
+            ChunkRef::Virtual { source, .. } => source,
+            // `Reader::chunk` only builds a VirtualChunk over a virtual reference.
+            _ => BlockSource { url: "".into(), check: SourceCheck::Unchecked },
+        }
+    }
+
+    /// Its strong ETag, named by what the source was recorded as: new bytes get a new tag only
+    /// when that is known.
+    pub fn etag(&self) -> String {
+        let source = self.source();
+        let (offset, length) = (self.offset, self.length);
+        let identity = match &source.check {
+            SourceCheck::ETag(e) => format!("{}\n{offset}\n{length}\n{e}", source.url),
+            SourceCheck::Size(n) => format!("{}\n{offset}\n{length}\nsize {n}", source.url),
+            SourceCheck::Unchecked => format!("{}\n{offset}\n{length}\n", source.url),
+        };
+        etag('v', identity.as_bytes())
+    }
+}
+
+impl Reader {
+    /// A reader over `catalog` and `sources`, with `caches`, timing catalog reads in `metrics`.
+    pub fn new(catalog: Arc<dyn Catalog>, sources: Arc<SourceRegistry>, caches: Caches, metrics: Metrics) -> Self {
+        Self { catalog, sources, caches, metrics }
+    }
+
+    /// The caches (for reports and invalidation).
+    pub fn caches(&self) -> &Caches {
+        &self.caches
+    }
+
+    /// Forgets what this replica believes about `store`'s versions.
+    pub async fn forget_store(&self, store: &str) {
+        self.caches.forget_store(store).await;
+    }
+
+    /// The view of the version a URL names: `store`'s current version, or its version `pinned`;
+    /// `segment` is the store as the URL writes it (`name` or `name@version`).
+    pub async fn open(&self, segment: &str, store: &str, pinned: Option<i64>) -> Result<Arc<VersionView>> {
+        match self.head(segment, store, pinned).await? {
+            StoreHead::Version(head) => self.view(&head).await,
+            // Not 404: a reader still holding the store's metadata would read every chunk as fill.
+            StoreHead::Deleted(at_ms) => {
+                let at = chrono::DateTime::from_timestamp_millis(at_ms)
+                    .map_or_else(|| at_ms.to_string(), |t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+                Err(Error::StoreDeleted(format!(
+                    "store {store:?} was deleted at {at}; nothing is served under this name until a store of \
+                     that name is registered again"
+                )))
+            }
+            StoreHead::Unknown => Err(match pinned {
+                None => Error::NotFound(format!("no store is named {store:?}")),
+                Some(v) => Error::Gone(format!(
+                    "store {store:?} has no version {v}: it never existed or retention removed it; \
+                     read /{store}/zarr.json for the current version"
+                )),
+            }),
+        }
+    }
+
+    /// What is served under `store` (current, or version `pinned`), cached under `segment`.
+    /// A store deleted (and not registered again) is [`StoreHead::Deleted`], pinned or not.
+    pub async fn head(&self, segment: &str, store: &str, pinned: Option<i64>) -> Result<StoreHead> {
+        let load = async {
+            let started = Instant::now();
+            let head = match pinned {
+                None => self.catalog.current_version(store).await?,
+                Some(id) => self.catalog.version(store, id).await?,
+            };
+            let head = match head {
+                Some(head) => StoreHead::Version(head),
+                None => self.catalog.deleted_at(store).await?.map_or(StoreHead::Unknown, StoreHead::Deleted),
+            };
+            self.time("head", started);
+            Ok(head)
+        };
+        self.caches.heads.get_or_load(segment.to_owned(), load).await
+    }
+
+    /// The current version of `store`, read from the catalog (not cached).
+    pub async fn current(&self, store: &str) -> Result<Option<VersionHead>> {
+        Ok(self.catalog.current_version(store).await?)
+    }
+
+    /// The served view of a version, built once (off the async workers: a large hierarchy is
+    /// CPU work) and cached.
+    pub async fn view(&self, head: &VersionHead) -> Result<Arc<VersionView>> {
+        let load = async {
+            let started = Instant::now();
+            let nodes = self.catalog.nodes(head.id).await?;
+            self.time("nodes", started);
+            if nodes.is_empty() {
+                // Every version has its root: this one was deleted after `head` was read.
+                return Err(gone(head));
+            }
+            let head = head.clone();
+            tokio::task::spawn_blocking(move || {
+                let stored = nodes
+                    .into_iter()
+                    .map(|n| NodePath::new(&n.path).map(|p| (p, n.metadata, n.tile_shape)))
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(|e| Error::Internal(format!("version {}: {e}", head.id)))?;
+                let hierarchy =
+                    Hierarchy::build(stored).map_err(|e| Error::Internal(format!("version {}: {e}", head.id)))?;
+                Ok(Arc::new(VersionView::new(head, hierarchy)))
+            })
+            .await?
+        };
+        self.caches.views.get_or_load(head.id, load).await
+    }
+
+    /// The block holding `tile` of array `node` in version `head`, cached.
+    pub async fn block(&self, head: &VersionHead, node: &Node, tile: u64) -> Result<Arc<ManifestBlock>> {
+        let load = async { self.load_block(head, node, tile).await.map(Arc::new) };
+        self.caches.blocks.get_or_load((head.id, node.index, tile), load).await
+    }
+
+    /// The block holding `tile` of array `node` in version `head`, read from the catalog (not
+    /// through the cache: an export or a PATCH must not evict what readers need). Empty when
+    /// nothing is stored there; a version deleted meanwhile (by retention) is [`Error::Gone`],
+    /// never an empty block, whose chunks would read as fill values.
+    pub async fn load_block(&self, head: &VersionHead, node: &Node, tile: u64) -> Result<ManifestBlock> {
+        let started = Instant::now();
+        let data = self.catalog.block(head.id, node.path.as_str(), tile).await?;
+        self.time("block", started);
+        match data {
+            None if self.catalog.version(&head.store, head.id).await?.is_none() => Err(gone(head)),
+            None => Ok(ManifestBlock::empty(tile_len(node))),
+            Some(bytes) => ManifestBlock::decode(&bytes)
+                .map_err(|e| Error::Internal(format!("version {} node {} tile {tile}: {e}", head.id, node.path))),
+        }
+    }
+
+    /// The stored (non-empty) tiles of a version, by node then tile.
+    pub async fn tiles(&self, head: &VersionHead) -> Result<Vec<(String, u64)>> {
+        Ok(self.catalog.tiles(head.id).await?)
+    }
+
+    /// The chunk at `at` of array `node` in `view`'s version; for a store served with
+    /// `missing_chunks = "fill"`, a missing chunk is its array's fill chunk when one can be built.
+    pub async fn chunk(&self, view: &VersionView, node: &Node, at: ChunkLocation) -> Result<Chunk> {
+        let block = self.block(&view.head, node, at.tile).await?;
+        match block.get(at.slot) {
+            ChunkRef::Missing if view.head.fill_missing => Ok(match self.fill_chunk(&view.head, node).await? {
+                Some(bytes) => Chunk::Bytes { etag: etag('f', &bytes), bytes },
+                None => Chunk::Missing,
+            }),
+            ChunkRef::Missing => Ok(Chunk::Missing),
+            ChunkRef::Inline(bytes) => Ok(Chunk::Bytes { etag: etag('i', &bytes), bytes }),
+            ChunkRef::Virtual { offset, length, .. } => {
+                Ok(Chunk::Virtual(VirtualChunk { offset, length, slot: at.slot, block: block.clone() }))
+            }
+        }
+    }
+
+    /// Reads `range` (relative to the chunk) of a virtual chunk from its source.
+    pub async fn fetch(&self, chunk: &VirtualChunk, range: std::ops::Range<u64>) -> Result<Fetched, SourceError> {
+        let source = chunk.source();
+        self.sources.fetch(&source.url, chunk.offset + range.start..chunk.offset + range.end, &source.check).await
+    }
+
+    /// The chunk of fill values of array `node` in version `head`, encoded with its codecs, or
+    /// `None` when zarrs cannot encode them (missing chunks then answer 404).
+    pub async fn fill_chunk(&self, head: &VersionHead, node: &Node) -> Result<Option<Bytes>> {
+        let load = async {
+            let metadata = node.metadata.clone();
+            let encoded = tokio::task::spawn_blocking(move || crate::zarr::fill::fill_chunk(&metadata)).await?;
+            Ok(match encoded {
+                Ok(bytes) => Some(Bytes::from(bytes)),
+                Err(e) => {
+                    tracing::warn!(store = %head.store, version = head.id, array = %node.path, error = %e,
+                        "cannot encode a fill-value chunk; missing chunks of this array answer 404");
+                    None
+                }
+            })
+        };
+        self.caches.fills.get_or_load((head.id, node.index), load).await
+    }
+
+    /// Records the latency of a catalog operation.
+    pub(super) fn time(&self, operation: &str, started: Instant) {
+        time_catalog(&self.metrics, operation, started);
+    }
+}
+
+/// Records the latency of a catalog operation in `metrics`.
+pub(super) fn time_catalog(metrics: &Metrics, operation: &str, started: Instant) {
+    metrics.catalog_query_duration_seconds.with_label_values(&[operation]).observe(started.elapsed().as_secs_f64());
+}
+
+/// The number of chunks in one tile of array `node` (0 for a group).
+fn tile_len(node: &Node) -> u32 {
+    match &node.kind {
+        NodeKind::Array(layout) => layout.grid.tile_len(),
+        NodeKind::Group => 0,
+    }
+}
+
+/// A version that was deleted while a request was using it.
+fn gone(head: &VersionHead) -> Error {
+    Error::Gone(format!(
+        "version {} of store {:?} was deleted by retention; read /{}/zarr.json for the current version",
+        head.id, head.store, head.store
+    ))
+}

@@ -1,0 +1,195 @@
+//! The write path of store versions: a registration takes its turn, reads the document,
+//! records its sources' facts, validates it, writes it as a new version and settles the store
+//! (retention, caches). PATCH (`patch.rs`) follows the same skeleton; deletion ends here too.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::error::{Error, Result};
+use super::facts;
+use super::ingest::{self, Body, Format};
+use super::read::{Reader, time_catalog};
+use crate::catalog::{Catalog, VersionHead, VersionOptions};
+use crate::config::{IngestConfig, RetentionConfig};
+use crate::metrics::Metrics;
+use crate::sources::SourceRegistry;
+use crate::zarr::validate::{Rejected, Summary, validate_tiled};
+
+/// What registrations are allowed, from the configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The largest document accepted (`http.max_body_bytes`).
+    pub max_body_bytes: u64,
+    /// The largest number of chunk references in one stored block.
+    pub block_chunks: u32,
+    /// Memory, scratch space and concurrency of registrations.
+    pub ingest: IngestConfig,
+    /// Which old versions are kept.
+    pub retention: RetentionConfig,
+    /// Sources asked for their facts at once.
+    pub verify_concurrency: usize,
+    /// New stores answer missing chunks with fill chunks unless told otherwise.
+    pub fill_missing_by_default: bool,
+}
+
+/// The write service.
+pub struct Registrar {
+    pub(super) catalog: Arc<dyn Catalog>,
+    pub(super) sources: Arc<SourceRegistry>,
+    pub(super) reader: Arc<Reader>,
+    pub(super) metrics: Metrics,
+    pub(super) settings: Settings,
+    /// Turns of registrations (PUT, PATCH), `ingest.max_concurrent` of them.
+    registrations: tokio::sync::Semaphore,
+    /// Held shared by registrations from validation to commit, exclusively by a change to the
+    /// object stores: a store is never written against object stores removed meanwhile.
+    object_store_changes: tokio::sync::RwLock<()>,
+}
+
+/// A registration's turn: one of `ingest.max_concurrent`, with the object stores held still.
+pub struct Turn<'a> {
+    _permit: tokio::sync::SemaphorePermit<'a>,
+    _object_stores: tokio::sync::RwLockReadGuard<'a, ()>,
+}
+
+/// How a document is to be registered.
+#[derive(Debug, Clone, Copy)]
+pub struct Registration {
+    /// Its format, when the request says (else detected).
+    pub format: Option<Format>,
+    /// Missing chunks answered with fill chunks (`Some(true)`), 404 (`Some(false)`), or as the
+    /// store does now (a new store: `http.missing_chunks`).
+    pub fill_missing: Option<bool>,
+    /// Ask every source for its facts.
+    pub verify: bool,
+}
+
+/// A version written.
+#[derive(Debug, Clone)]
+pub struct Registered {
+    /// The new, now current, version.
+    pub head: VersionHead,
+    /// True when the store did not exist before.
+    pub created: bool,
+    /// When the store was first registered, unix milliseconds.
+    pub store_created_at_ms: i64,
+    /// Its counts.
+    pub summary: Summary,
+}
+
+impl Registrar {
+    /// A registrar writing to `catalog`, checking URLs against `sources`, forgetting what
+    /// `reader` cached of the stores it changes.
+    pub fn new(
+        catalog: Arc<dyn Catalog>,
+        sources: Arc<SourceRegistry>,
+        reader: Arc<Reader>,
+        metrics: Metrics,
+        settings: Settings,
+    ) -> Self {
+        Self {
+            registrations: tokio::sync::Semaphore::new(settings.ingest.max_concurrent.max(1) as usize),
+            object_store_changes: tokio::sync::RwLock::new(()),
+            catalog,
+            sources,
+            reader,
+            metrics,
+            settings,
+        }
+    }
+
+    /// A registration's turn: it waits up to `ingest.queue_seconds` while `ingest.max_concurrent`
+    /// others run (each may hold `ingest.memory_bytes`), then gives up with [`Error::Busy`].
+    pub async fn turn(&self) -> Result<Turn<'_>> {
+        let wait = Duration::from_secs(self.settings.ingest.queue_seconds);
+        let turn = async {
+            let permit = self.registrations.acquire().await.ok()?;
+            let object_stores = self.object_store_changes.read().await;
+            Some(Turn { _permit: permit, _object_stores: object_stores })
+        };
+        match tokio::time::timeout(wait, turn).await {
+            Ok(Some(turn)) => Ok(turn),
+            _ => Err(Error::Busy(self.settings.ingest.max_concurrent)),
+        }
+    }
+
+    /// The right to change the object stores, once no registration is validating against them
+    /// (waits up to `ingest.queue_seconds`, then [`Error::Busy`]).
+    pub async fn object_store_change(&self) -> Result<tokio::sync::RwLockWriteGuard<'_, ()>> {
+        let wait = Duration::from_secs(self.settings.ingest.queue_seconds);
+        tokio::time::timeout(wait, self.object_store_changes.write())
+            .await
+            .map_err(|_| Error::Busy(self.settings.ingest.max_concurrent))
+    }
+
+    /// Registers `body` as the new current version of store `name`, atomically: the store is
+    /// left exactly as it was when anything is wrong with the document.
+    pub async fn register(&self, name: &str, body: Body, how: Registration) -> Result<Registered> {
+        // A replacement keeps the store's setting unless told otherwise: a routine
+        // re-registration must not turn the fill-value chunks a CDN relies on back into 404s.
+        let fill_missing = match how.fill_missing {
+            Some(fill) => fill,
+            None => match self.catalog.current_version(name).await? {
+                Some(current) => current.fill_missing,
+                None => self.settings.fill_missing_by_default,
+            },
+        };
+        let _turn = self.turn().await?;
+        let scratch = self.settings.ingest.scratch();
+        let reading = Instant::now();
+        let (mut doc, format) = ingest::read_document(body, self.settings.max_body_bytes, how.format, &scratch).await?;
+        let read_seconds = reading.elapsed().as_secs_f64();
+        if how.verify {
+            facts::record(&self.sources, self.settings.verify_concurrency, &mut doc).await;
+        }
+        facts::resolve_whole_objects(&self.sources, &mut doc, how.verify).await;
+        let entries = self.sources.entries();
+        let tile_chunks = u64::from(self.settings.block_chunks);
+        let validating = Instant::now();
+        let validated = tokio::task::spawn_blocking(move || {
+            validate_tiled(doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix)), tile_chunks)
+        })
+        .await?;
+        let store = match validated {
+            Ok(store) => store,
+            Err(Rejected::Scratch(e)) => return Err(ingest::scratch_error(e)),
+            Err(Rejected::Invalid(problems)) => {
+                self.metrics.registrations_total.with_label_values(&["rejected"]).inc();
+                let title = format!(
+                    "the {} manifest for store {name:?} has {} problem(s); nothing was changed",
+                    format.name(),
+                    problems.len()
+                );
+                tracing::info!(store = %name, problems = problems.len(), first = %problems[0], "registration rejected");
+                return Err(Error::Invalid { title, problems });
+            }
+        };
+        let validate_seconds = validating.elapsed().as_secs_f64();
+        let started = Instant::now();
+        let written = self.catalog.write_version(name, &store, VersionOptions { fill_missing }).await?;
+        time_catalog(&self.metrics, "write_version", started);
+        self.settle(name).await;
+        let outcome = if written.created { "created" } else { "replaced" };
+        self.metrics.registrations_total.with_label_values(&[outcome]).inc();
+        tracing::info!(store = %name, version = written.head.id, outcome,
+            chunks = store.summary.chunks.virtual_ + store.summary.chunks.inline,
+            seconds = started.elapsed().as_secs_f64(), read_seconds, validate_seconds, blocks = store.block_count(),
+            spilled_to_disk = store.spilled(), "store registered");
+        Ok(Registered {
+            store_created_at_ms: written.head.created_at_ms,
+            head: written.head,
+            created: written.created,
+            summary: store.summary,
+        })
+    }
+
+    /// Deletes store `name` with all its versions; false if there was none.
+    pub async fn delete(&self, name: &str) -> Result<bool> {
+        let deleted = self.catalog.delete_store(name).await?;
+        self.reader.forget_store(name).await;
+        if deleted {
+            tracing::info!(store = %name, "store deleted");
+        }
+        Ok(deleted)
+    }
+}

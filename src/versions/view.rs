@@ -1,0 +1,81 @@
+//! A version as served: its hierarchy, every node's `zarr.json` rendered once (identity and
+//! gzip, with strong ETags), and the header values every answer about the version carries,
+//! pre-rendered because they are part of the per-request budget.
+
+use bytes::Bytes;
+use http::HeaderValue;
+
+use crate::catalog::VersionHead;
+use crate::zarr::Hierarchy;
+
+/// One node's `zarr.json`, ready to serve.
+#[derive(Debug)]
+pub struct RenderedDoc {
+    /// Uncompressed body.
+    pub identity: Bytes,
+    /// Gzip-compressed body, when smaller.
+    pub gzip: Option<Bytes>,
+    /// Strong ETag of the identity body.
+    pub etag: HeaderValue,
+    /// Strong ETag of the gzip body.
+    pub gzip_etag: HeaderValue,
+}
+
+/// A version's metadata, as served.
+#[derive(Debug)]
+pub struct VersionView {
+    /// Which version.
+    pub head: VersionHead,
+    /// Its nodes.
+    pub hierarchy: Hierarchy,
+    /// Each node's rendered document, by node index.
+    pub docs: Vec<RenderedDoc>,
+    /// `Zarrgate-Version`, ready to send.
+    pub version_header: HeaderValue,
+    /// `Last-Modified` (when the version was registered), ready to send.
+    pub last_modified: HeaderValue,
+}
+
+impl VersionView {
+    /// Renders every node's document once. Metadata ETags include the version: the same
+    /// `zarr.json` registered again is a new response (its `Zarrgate-Version` differs), so a cache
+    /// revalidating it must not keep the old version's headers.
+    pub fn new(head: VersionHead, hierarchy: Hierarchy) -> Self {
+        let docs = hierarchy
+            .nodes()
+            .map(|node| {
+                let identity = node.zarr_json.clone();
+                let gzip = gzip(&identity).filter(|z| z.len() < identity.len());
+                let tag = etag('m', &identity);
+                let tag = tag.trim_end_matches('"');
+                let value = |suffix: &str| {
+                    HeaderValue::from_str(&format!("{tag}-v{}{suffix}\"", head.id))
+                        .unwrap_or(HeaderValue::from_static("\"\""))
+                };
+                RenderedDoc { etag: value(""), gzip_etag: value("-gz"), identity, gzip }
+            })
+            .collect();
+        let when = chrono::DateTime::from_timestamp_millis(head.created_at_ms).unwrap_or_default();
+        let last_modified = HeaderValue::from_str(&when.format("%a, %d %b %Y %H:%M:%S GMT").to_string())
+            .unwrap_or(HeaderValue::from_static("Thu, 01 Jan 1970 00:00:00 GMT"));
+        Self { version_header: HeaderValue::from(head.id), last_modified, head, hierarchy, docs }
+    }
+
+    /// What the view weighs in the cache, in bytes (saturating).
+    pub fn weight(&self) -> u32 {
+        let docs: usize = self.docs.iter().map(|d| d.identity.len() + d.gzip.as_ref().map_or(0, Bytes::len) + 64).sum();
+        u32::try_from(self.hierarchy.weight() + docs).unwrap_or(u32::MAX)
+    }
+}
+
+fn gzip(data: &[u8]) -> Option<Bytes> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::with_capacity(data.len() / 4), flate2::Compression::default());
+    encoder.write_all(data).ok()?;
+    encoder.finish().ok().map(Bytes::from)
+}
+
+/// A strong ETag derived from content only, so every replica and restart agrees.
+pub fn etag(kind: char, content: &[u8]) -> String {
+    format!("\"{kind}{:032x}\"", xxhash_rust::xxh3::xxh3_128(content))
+}
