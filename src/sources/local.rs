@@ -11,8 +11,10 @@ use futures::Stream;
 
 use crate::zarr::source::SourceCheck;
 
-/// Bytes read per blocking call.
-const PIECE: u64 = 1 << 20;
+/// Bytes read per blocking call. A response holds about two pieces while its reader takes them
+/// (one queued for the socket, one being read), so this sets the memory of every streaming
+/// reader: 256 readers of one large chunk held 495 MiB with 1 MiB pieces, 2 per reader.
+const PIECE: u64 = 256 << 10;
 
 /// What went wrong reading a local file.
 #[derive(Debug)]
