@@ -62,6 +62,7 @@ impl App {
             timeout: Duration::from_secs(config.sources.timeout_seconds.max(1)),
             connect_timeout: Duration::from_secs(config.sources.connect_timeout_seconds.max(1)),
             retries: config.sources.retries,
+            max_concurrent: config.sources.max_concurrent_per_store.max(1),
             api_ambient_credentials: config.sources.api_ambient_credentials,
         };
         let metrics = Metrics::new().context("registering metrics")?;

@@ -137,6 +137,9 @@ pub struct SourcesConfig {
     pub retries: usize,
     /// Source objects asked for their ETag and size at once when a store is registered.
     pub verify_concurrency: usize,
+    /// Requests in flight to one object store at most (a read holds its slot until its body
+    /// has passed); more wait up to `timeout_seconds`, then answer 503.
+    pub max_concurrent_per_store: usize,
     /// s3/gs/az stores registered over the API without credentials use the server's ambient
     /// identity (instance metadata, workload identity) instead of reading anonymously.
     pub api_ambient_credentials: bool,
@@ -209,6 +212,7 @@ impl Default for SourcesConfig {
             connect_timeout_seconds: 5,
             retries: 3,
             verify_concurrency: 32,
+            max_concurrent_per_store: 256,
             api_ambient_credentials: false,
         }
     }

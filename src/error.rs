@@ -87,6 +87,7 @@ impl ApiError {
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
             Self::Source(SourceError::Timeout { .. }) => StatusCode::GATEWAY_TIMEOUT,
+            Self::Source(SourceError::Busy { .. }) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Source(_) => StatusCode::BAD_GATEWAY,
             Self::Unavailable(_) | Self::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Scratch(_) => StatusCode::INSUFFICIENT_STORAGE,
@@ -114,6 +115,7 @@ impl ApiError {
                 SourceError::Forbidden { .. } => "source-forbidden",
                 SourceError::Truncated { .. } => "source-truncated",
                 SourceError::Timeout { .. } => "source-timeout",
+                SourceError::Busy { .. } => "source-busy",
                 SourceError::Unregistered { .. } => "source-unregistered",
                 SourceError::Upstream { .. } => "source-error",
             },
@@ -265,6 +267,9 @@ impl IntoResponse for ApiError {
             }
             Self::Busy(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("10"));
+            }
+            Self::Source(SourceError::Busy { .. }) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             _ => {}
         }

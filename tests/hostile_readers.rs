@@ -2,6 +2,8 @@
 //! under concurrent change, many readers of a large chunk, costs bounded by configuration.
 //! Assertions are on counts, statuses and memory, never on times.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::sync::Arc;
@@ -157,4 +159,53 @@ async fn many_readers_of_a_large_chunk_are_streamed_in_bounded_memory() {
     );
     // Held whole per reader, the chunks alone would be 2 GiB.
     assert!(growth < 256 << 20, "RSS grew by {} MiB", growth >> 20);
+}
+
+/// Readers that take their time hold their object store's request slots, never more than
+/// `sources.max_concurrent_per_store`: one more read waits, then answers 503 `source-busy` with
+/// `Retry-After` (not a timeout on the source, and never a truncated 200), and reads succeed again
+/// once the slow readers leave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_store_serves_at_most_its_configured_concurrent_reads() {
+    const LEN: usize = 64 << 20;
+    let server = TestServer::start_with(common::Backend::Sqlite, |c| {
+        c.sources.max_concurrent_per_store = 2;
+        c.sources.timeout_seconds = 1;
+    })
+    .await;
+    server.local_store().await;
+    let path = server.write("slow.bin", &vec![7u8; LEN]);
+    let node = json!({
+        "zarr_format": 3, "node_type": "array", "shape": [LEN], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [LEN]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0, "codecs": [{"name": "bytes"}],
+        "manifest": {"0": {"path": path, "offset": 0, "length": LEN}},
+    });
+    let doc = json!({"nodes": {"": {"zarr_format": 3, "node_type": "group"}, "s": node}});
+    let (status, body) = server.put("/api/v1/stores/slow?verify=false", &doc).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // Two readers take the head of their answer and stop reading: the bodies stall, slots held.
+    let first = server.get("/slow/s/c/0", &[]).await;
+    let second = server.get("/slow/s/c/0", &[]).await;
+    assert_eq!((first.status(), second.status()), (StatusCode::OK, StatusCode::OK));
+    let third = server.get("/slow/s/c/0", &[]).await;
+    assert_eq!(third.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(third.headers()["retry-after"], "1");
+    let problem: serde_json::Value = third.json().await.unwrap();
+    assert_eq!(problem["type"], "urn:zarrgate:problem:source-busy", "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("max_concurrent_per_store"), "{problem}");
+    // HEAD needs no slot: it never asks the source.
+    assert_eq!(server.head("/slow/s/c/0").await.status(), StatusCode::OK);
+    drop((first, second));
+    let mut served = None;
+    for _ in 0..50 {
+        let r = server.get("/slow/s/c/0", &[("range", "bytes=0-3")]).await;
+        if r.status() == StatusCode::PARTIAL_CONTENT {
+            served = Some(r.bytes().await.unwrap());
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(served.as_deref(), Some(&[7u8, 7, 7, 7][..]), "slots come back once the slow readers leave");
 }

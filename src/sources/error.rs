@@ -29,6 +29,12 @@ pub enum SourceError {
     /// The object store did not answer in time.
     #[error("object store {store} did not answer within {seconds} s reading {url}")]
     Timeout { url: String, store: String, seconds: u64 },
+    /// As many requests as `sources.max_concurrent_per_store` allows were in flight to the
+    /// object store, and none ended within the timeout.
+    #[error(
+        "object store {store} has {limit} requests in flight (sources.max_concurrent_per_store) and none ended within {seconds} s; retry later"
+    )]
+    Busy { url: String, store: String, limit: usize, seconds: u64 },
     /// Any other upstream failure; `detail` (the client library's error chain) is logged, not
     /// shown to clients.
     #[error("object store {store} failed reading {url}; the server log has the cause")]
@@ -54,6 +60,7 @@ impl SourceError {
             | Self::Modified { store, .. }
             | Self::Truncated { store, .. }
             | Self::Timeout { store, .. }
+            | Self::Busy { store, .. }
             | Self::Upstream { store, .. } => store,
         }
     }
@@ -67,6 +74,7 @@ impl SourceError {
             Self::Modified { .. } => "modified",
             Self::Truncated { .. } => "truncated",
             Self::Timeout { .. } => "timeout",
+            Self::Busy { .. } => "busy",
             Self::Upstream { .. } => "error",
         }
     }

@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use futures::{Stream, StreamExt, TryStreamExt};
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::SourceError;
 use super::local::{self, LocalError};
@@ -62,6 +63,7 @@ impl SourceRegistry {
         check: &SourceCheck<'_>,
     ) -> Result<(Fetched, std::sync::Arc<ObjectStoreEntry>), SourceError> {
         let entry = self.entry_for(url)?;
+        let slot = self.slot(&entry, url).await?;
         let len = range.end - range.start;
         let body = match (&entry.base, &entry.client) {
             (Base::Local { root }, _) => {
@@ -119,12 +121,27 @@ impl SourceRegistry {
             }
             (_, None) => return Err(upstream(&entry, url, "object store has no client".into())),
         };
-        Ok((Fetched { body: Box::pin(Exact { inner: body, remaining: len, url: url.to_owned() }), len }, entry))
+        let body = Exact { inner: body, remaining: len, url: url.to_owned(), _slot: Some(slot) };
+        Ok((Fetched { body: Box::pin(body), len }, entry))
+    }
+
+    /// One of `entry`'s request slots, waiting up to the request timeout for it.
+    async fn slot(&self, entry: &ObjectStoreEntry, url: &str) -> Result<OwnedSemaphorePermit, SourceError> {
+        match tokio::time::timeout(self.settings.timeout, entry.slots.clone().acquire_owned()).await {
+            Ok(Ok(slot)) => Ok(slot),
+            _ => Err(SourceError::Busy {
+                url: url.into(),
+                store: entry.name.clone(),
+                limit: self.settings.max_concurrent,
+                seconds: self.settings.timeout.as_secs(),
+            }),
+        }
     }
 
     /// The size, ETag and modification time of `url`.
     pub async fn head(&self, url: &str) -> Result<SourceFacts, SourceError> {
         let entry = self.entry_for(url)?;
+        let _slot = self.slot(&entry, url).await?;
         match (&entry.base, &entry.client) {
             (Base::Local { root }, _) => {
                 let (root, rel) = (root.clone(), relative(&entry, url)?);
@@ -232,6 +249,8 @@ struct Exact {
     inner: Pin<Box<dyn Stream<Item = Result<Bytes, io::Error>> + Send>>,
     remaining: u64,
     url: String,
+    /// The object store request slot, held until the body has passed or the reader left.
+    _slot: Option<OwnedSemaphorePermit>,
 }
 
 impl Stream for Exact {
@@ -295,7 +314,7 @@ mod tests {
     async fn exact_refuses_short_and_long_bodies() {
         let collect = |parts: Vec<&'static [u8]>, remaining| async move {
             let inner = futures::stream::iter(parts.into_iter().map(|p| Ok(Bytes::from_static(p)))).boxed();
-            Exact { inner, remaining, url: "u".into() }
+            Exact { inner, remaining, url: "u".into(), _slot: None }
                 .try_fold(Vec::new(), |mut all, b| async move {
                     all.extend_from_slice(&b);
                     Ok(all)

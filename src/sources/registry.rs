@@ -30,6 +30,8 @@ pub struct SourceSettings {
     pub connect_timeout: Duration,
     /// Retries of transient failures.
     pub retries: usize,
+    /// Requests in flight to one object store at most.
+    pub max_concurrent: usize,
     /// s3/gs/az stores registered over the API with no credentials of their own may use the
     /// server's ambient identity (instance metadata, workload identity); otherwise they read
     /// anonymously.
@@ -72,6 +74,8 @@ pub struct ObjectStoreEntry {
     pub(super) client: Option<Arc<dyn ObjectStore>>,
     /// Its upstream counters, bound on first use.
     pub(super) meters: std::sync::OnceLock<StoreMeters>,
+    /// Slots of requests in flight to it (`sources.max_concurrent_per_store`).
+    pub(super) slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl ObjectStoreEntry {
@@ -146,6 +150,7 @@ impl ObjectStoreEntry {
             base,
             client,
             meters: std::sync::OnceLock::new(),
+            slots: Arc::new(tokio::sync::Semaphore::new(settings.max_concurrent.max(1))),
         })
     }
 
@@ -348,6 +353,7 @@ mod tests {
             timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(1),
             retries: 1,
+            max_concurrent: 4,
             api_ambient_credentials: false,
         }
     }
