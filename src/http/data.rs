@@ -186,7 +186,7 @@ async fn virtual_chunk(
     served: &Served,
 ) -> Result<Response, ApiError> {
     let length = chunk.length;
-    let tag = tag_value(&chunk.etag());
+    let tag = tag_value(&chunk.etag);
     let (status, range) = match plan(headers, length, tag.to_str().unwrap_or_default()) {
         Plan::NotModified => return Ok(not_modified(&tag, served, length)),
         Plan::Unsatisfiable => return Err(ApiError::RangeNotSatisfiable { len: length }),

@@ -12,7 +12,7 @@ use super::error::{Error, Result};
 use super::view::{VersionView, etag};
 use crate::catalog::{Catalog, StoreHead, VersionHead};
 use crate::metrics::Metrics;
-use crate::sources::{Fetched, SourceError, SourceRegistry};
+use crate::sources::{Fetched, SourceRegistry};
 use crate::zarr::block::BlockSource;
 use crate::zarr::hierarchy::Node;
 use crate::zarr::metadata::NodeKind;
@@ -47,29 +47,29 @@ pub struct VirtualChunk {
     pub offset: u64,
     /// Its length.
     pub length: u64,
+    /// Its strong ETag, named by what the source was recorded as: new bytes get a new tag only
+    /// when that is known.
+    pub etag: String,
 }
 
 impl VirtualChunk {
-    /// The source object it lies in.
-    pub fn source(&self) -> BlockSource<'_> {
-        match self.block.get(self.slot) {
-            ChunkRef::Virtual { source, .. } => source,
-            // `Reader::chunk` only builds a VirtualChunk over a virtual reference.
-            _ => BlockSource { url: "".into(), check: SourceCheck::Unchecked },
-        }
-    }
-
-    /// Its strong ETag, named by what the source was recorded as: new bytes get a new tag only
-    /// when that is known.
-    pub fn etag(&self) -> String {
-        let source = self.source();
-        let (offset, length) = (self.offset, self.length);
+    fn new(block: Arc<ManifestBlock>, slot: u32) -> Option<Self> {
+        let ChunkRef::Virtual { source, offset, length } = block.get(slot) else { return None };
         let identity = match &source.check {
             SourceCheck::ETag(e) => format!("{}\n{offset}\n{length}\n{e}", source.url),
             SourceCheck::Size(n) => format!("{}\n{offset}\n{length}\nsize {n}", source.url),
             SourceCheck::Unchecked => format!("{}\n{offset}\n{length}\n", source.url),
         };
-        etag('v', identity.as_bytes())
+        let etag = etag('v', identity.as_bytes());
+        Some(Self { block, slot, offset, length, etag })
+    }
+
+    /// The source object it lies in.
+    fn source(&self) -> Option<BlockSource<'_>> {
+        match self.block.get(self.slot) {
+            ChunkRef::Virtual { source, .. } => Some(source),
+            _ => None,
+        }
     }
 }
 
@@ -202,16 +202,17 @@ impl Reader {
             }),
             ChunkRef::Missing => Ok(Chunk::Missing),
             ChunkRef::Inline(bytes) => Ok(Chunk::Bytes { etag: etag('i', &bytes), bytes }),
-            ChunkRef::Virtual { offset, length, .. } => {
-                Ok(Chunk::Virtual(VirtualChunk { offset, length, slot: at.slot, block: block.clone() }))
-            }
+            ChunkRef::Virtual { .. } => VirtualChunk::new(block.clone(), at.slot)
+                .map(Chunk::Virtual)
+                .ok_or_else(|| Error::Internal("a virtual reference read back as another kind".into())),
         }
     }
 
     /// Reads `range` (relative to the chunk) of a virtual chunk from its source.
-    pub async fn fetch(&self, chunk: &VirtualChunk, range: std::ops::Range<u64>) -> Result<Fetched, SourceError> {
-        let source = chunk.source();
-        self.sources.fetch(&source.url, chunk.offset + range.start..chunk.offset + range.end, &source.check).await
+    pub async fn fetch(&self, chunk: &VirtualChunk, range: std::ops::Range<u64>) -> Result<Fetched> {
+        let source = chunk.source().ok_or_else(|| Error::Internal("a virtual chunk without a source".into()))?;
+        let range = chunk.offset + range.start..chunk.offset + range.end;
+        Ok(self.sources.fetch(&source.url, range, &source.check).await?)
     }
 
     /// The chunk of fill values of array `node` in version `head`, encoded with its codecs, or
