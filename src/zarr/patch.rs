@@ -2,7 +2,7 @@
 //! given override the stored metadata key by key; manifest entries are set or cleared; untouched
 //! blocks are left to be shared with the new version.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::block::{BlockBuilder, ChunkRef, ManifestBlock, SourceCheck};
 use super::document::{Document, SourceFacts};
@@ -75,11 +75,18 @@ pub fn plan(
             Err(e) => problems.push(e.to_string()),
         }
     }
-    let is_deleted = |p: &NodePath| deleted.iter().any(|d| p == d || p.relative_to(d).is_some());
+    let deleted_set: HashSet<&str> = deleted.iter().map(NodePath::as_str).collect();
+    // In path order a parent comes first (and every parent of a stored node is stored): a node
+    // is deleted when it is named or its parent is.
+    let mut is_deleted: HashMap<&str, bool> = HashMap::new();
     let mut nodes: BTreeMap<NodePath, ValidNode> = BTreeMap::new();
     let mut removed = Vec::new();
     for node in base.nodes() {
-        if is_deleted(&node.path) {
+        let path = node.path.as_str();
+        let gone = deleted_set.contains(path)
+            || (!node.path.is_root() && is_deleted.get(node.path.parent_str()).copied().unwrap_or(false));
+        is_deleted.insert(path, gone);
+        if gone {
             if matches!(node.kind, NodeKind::Array(_)) {
                 removed.push(node.path.clone());
             }
@@ -116,7 +123,7 @@ pub fn plan(
                     .into_iter()
                     .filter(|k| merged.get(*k) != old.metadata.get(*k))
                     .collect();
-                if !fixed.is_empty() && !deleted.contains(&path) {
+                if !fixed.is_empty() && !deleted_set.contains(path.as_str()) {
                     problems.push(format!(
                         "array {path}: {} describe the chunks already stored and cannot change in a PATCH; \
                          delete the array and add it again (both in one PATCH) to replace it whole",

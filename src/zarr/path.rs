@@ -63,6 +63,16 @@ impl NodePath {
         self.0.is_empty()
     }
 
+    /// How many names the path has: 0 for the root, 2 for `a/b`.
+    pub fn depth(&self) -> usize {
+        if self.is_root() { 0 } else { self.0.bytes().filter(|b| *b == b'/').count() + 1 }
+    }
+
+    /// The parent's path as text (`""` for the root and its children).
+    pub fn parent_str(&self) -> &str {
+        self.0.rfind('/').map_or("", |i| &self.0[..i])
+    }
+
     /// The parent node, `None` for the root.
     pub fn parent(&self) -> Option<NodePath> {
         if self.is_root() {
@@ -115,5 +125,7 @@ mod tests {
         assert_eq!(p.relative_to(&NodePath::root()), Some("a/b/c"));
         assert_eq!(p.relative_to(&NodePath::new("a/bb").unwrap()), None);
         assert_eq!(p.relative_to(&p), None);
+        assert_eq!((p.depth(), NodePath::root().depth(), NodePath::new("a").unwrap().depth()), (3, 0, 1));
+        assert_eq!((p.parent_str(), NodePath::new("a").unwrap().parent_str()), ("a/b", ""));
     }
 }

@@ -6,7 +6,7 @@
 //! encoded block by block into a scratch log that the catalog then writes as it reads it. Memory
 //! stays bounded whatever the number of references.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Read, Write};
 
 use extsort::{ExternalSorter, Sortable};
@@ -384,34 +384,48 @@ pub(super) fn check_ref(
     Ok(RawRef::Virtual { url, offset, length })
 }
 
+/// Adds the missing ancestors of every node as empty groups, and reports nodes inside arrays.
+/// In path order a parent comes before its children, so each walk up stops at the first
+/// ancestor already there, whose own place was settled before: linear in the nodes.
 pub(super) fn add_implicit_groups(nodes: &mut BTreeMap<NodePath, ValidNode>, problems: &mut Problems) {
     let paths: Vec<NodePath> = nodes.keys().cloned().collect();
+    // Nodes that lie inside an array, with that array.
+    let mut inside: HashMap<NodePath, NodePath> = HashMap::new();
     for path in paths {
+        let mut added = Vec::new();
         let mut parent = path.parent();
-        while let Some(p) = parent {
+        let array = loop {
+            let Some(p) = parent else { break None };
             match nodes.get(&p) {
-                Some(ValidNode { kind: NodeKind::Array(_), .. }) => {
-                    problems.push(format!("node {path} is inside array {p}: arrays have no children"));
-                    break;
-                }
-                Some(_) => {}
+                Some(ValidNode { kind: NodeKind::Array(_), .. }) => break Some(p),
+                Some(_) => break inside.get(&p).cloned(),
                 None => {
-                    let metadata = json!({"zarr_format": 3, "node_type": "group", "attributes": {}});
-                    let metadata = metadata.as_object().cloned().unwrap_or_default();
-                    nodes.insert(p.clone(), ValidNode { path: p.clone(), metadata, kind: NodeKind::Group });
+                    nodes.insert(
+                        p.clone(),
+                        ValidNode { path: p.clone(), metadata: empty_group(), kind: NodeKind::Group },
+                    );
+                    parent = p.parent();
+                    added.push(p);
                 }
             }
-            parent = p.parent();
+        };
+        if let Some(array) = array {
+            problems.push(format!("node {path} is inside array {array}: arrays have no children"));
+            for p in added.into_iter().chain([path]) {
+                inside.insert(p, array.clone());
+            }
         }
     }
-    nodes.entry(NodePath::root()).or_insert_with(|| {
-        let metadata = json!({"zarr_format": 3, "node_type": "group", "attributes": {}});
-        ValidNode {
-            path: NodePath::root(),
-            metadata: metadata.as_object().cloned().unwrap_or_default(),
-            kind: NodeKind::Group,
-        }
+    nodes.entry(NodePath::root()).or_insert_with(|| ValidNode {
+        path: NodePath::root(),
+        metadata: empty_group(),
+        kind: NodeKind::Group,
     });
+}
+
+fn empty_group() -> Map<String, Value> {
+    let metadata = json!({"zarr_format": 3, "node_type": "group", "attributes": {}});
+    metadata.as_object().cloned().unwrap_or_default()
 }
 
 /// One block to store: the encoded references of `tile` of the array at `node`.

@@ -62,7 +62,7 @@ fn rejects_duplicates_children_of_arrays_and_groups_with_manifests() {
 
     let nested = parse_slice(
         format!(
-            r#"{{"nodes": {{"a": {{{AIR}}}, "a/b": {{"zarr_format": 3, "node_type": "group"}},
+            r#"{{"nodes": {{"a": {{{AIR}}}, "a/b": {{"zarr_format": 3, "node_type": "group"}}, "a/b/c/d": {{"zarr_format": 3, "node_type": "group"}},
         "g": {{"zarr_format": 3, "node_type": "group", "manifest": {{}}}}}}}}"#
         )
         .as_bytes(),
@@ -70,6 +70,7 @@ fn rejects_duplicates_children_of_arrays_and_groups_with_manifests() {
     .unwrap();
     let problems = validate(nested, &|_| true).unwrap_err().problems();
     assert!(problems.iter().any(|p| p.contains("node a/b is inside array a")), "{problems:?}");
+    assert!(problems.iter().any(|p| p.contains("node a/b/c/d is inside array a")), "{problems:?}");
     assert!(problems.iter().any(|p| p.contains("a group cannot have a manifest")), "{problems:?}");
 }
 
