@@ -251,11 +251,12 @@ impl App {
     }
 
     /// The chunk of fill values of array `node` in version `head`, encoded with its codecs, or
-    /// `None` when zarrs cannot encode them (missing chunks then answer 404).
+    /// `None` when zarrs cannot encode them or the chunk is larger than `limits.max_fill_chunk_bytes`
+    /// decoded (missing chunks then answer 404).
     pub async fn fill_chunk(&self, head: &VersionHead, node: &Node) -> Result<Option<bytes::Bytes>, ApiError> {
         let load = async {
-            let metadata = node.metadata.clone();
-            let encoded = tokio::task::spawn_blocking(move || crate::zarr::fill::fill_chunk(&metadata))
+            let (metadata, max_bytes) = (node.metadata.clone(), self.config.limits.max_fill_chunk_bytes);
+            let encoded = tokio::task::spawn_blocking(move || crate::zarr::fill::fill_chunk(&metadata, max_bytes))
                 .await
                 .map_err(|e| ApiError::Internal(e.to_string()))?;
             Ok(match encoded {

@@ -43,6 +43,8 @@ pub struct Config {
     pub retention: RetentionConfig,
     /// Registration of large documents.
     pub ingest: IngestConfig,
+    /// Bounds on what one store version may make a reader cost.
+    pub limits: LimitsConfig,
     /// Object stores declared here (credentials from the environment or the options).
     pub object_stores: Vec<ObjectStoreConfig>,
     /// The file this configuration was read from, if any.
@@ -173,6 +175,7 @@ impl Default for Config {
             sources: SourcesConfig::default(),
             retention: RetentionConfig::default(),
             ingest: IngestConfig::default(),
+            limits: LimitsConfig::default(),
             object_stores: Vec::new(),
             file: None,
         }
@@ -228,6 +231,7 @@ impl std::fmt::Debug for Config {
             .field("sources", &self.sources)
             .field("retention", &self.retention)
             .field("ingest", &self.ingest)
+            .field("limits", &self.limits)
             .field("object_stores", &self.object_stores.iter().map(|o| (&o.name, &o.url)).collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
@@ -357,6 +361,20 @@ fn apply_env(
         }
     }
     Ok(())
+}
+
+/// Bounds on what one store version may make a reader cost.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Bytes of one decoded chunk of an array of a version with `missing_chunks = "fill"`.
+    pub max_fill_chunk_bytes: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self { max_fill_chunk_bytes: crate::zarr::limits::DEFAULT_MAX_FILL_CHUNK_BYTES }
+    }
 }
 
 #[cfg(test)]

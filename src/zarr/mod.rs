@@ -9,6 +9,7 @@ pub mod hierarchy;
 pub mod json_stream;
 pub mod kerchunk;
 pub mod key;
+pub mod limits;
 pub mod manifest;
 pub mod metadata;
 pub mod native;

@@ -1,0 +1,29 @@
+//! The bounds of `[limits]` as a client meets them: a version past a bound still answers every
+//! reader correctly (a missing chunk as 404, which every Zarr client reads as the fill value).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{Backend, TestServer, f32_array};
+use reqwest::StatusCode;
+use serde_json::json;
+
+/// One array of a single chunk of 2^40 float32 (4 TiB decoded): with `missing_chunks = "fill"`,
+/// a GET of its chunk used to abort the server allocating it.
+fn huge() -> serde_json::Value {
+    json!({"nodes": {"huge": f32_array(&[1 << 40], &[1 << 40], json!({})), "small": f32_array(&[8], &[4], json!({}))}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_version_past_the_bound_answers_404_for_missing_chunks() {
+    // Stored by a server whose bound was higher (or before there was one).
+    let server = TestServer::start_with(Backend::Sqlite, |c| c.limits.max_fill_chunk_bytes = u64::MAX).await;
+    let (status, body) = server.put("/api/v1/stores/s?missing_chunks=fill", &huge()).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let bounded = server.replica(|c| c.limits = Default::default()).await;
+    let r = bounded.get("/s/huge/c/0", &[]).await;
+    assert_eq!(r.status(), StatusCode::NOT_FOUND, "not built: 4 TiB is past the bound");
+    assert_eq!(bounded.bytes("/s/small/c/1").await, (-1.0f32).to_le_bytes().repeat(4), "within it, filled");
+    assert_eq!(bounded.get("/healthz", &[]).await.status(), StatusCode::OK, "and the server is alive");
+}
