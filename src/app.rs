@@ -217,8 +217,8 @@ impl App {
                 // Every version has its root: this one was deleted after `head` was read.
                 return Err(gone(head));
             }
-            let hierarchy =
-                Hierarchy::build(stored).map_err(|e| ApiError::Internal(format!("version {}: {e}", head.id)))?;
+            let hierarchy = Hierarchy::build(stored, self.config.limits.max_metadata_bytes)
+                .map_err(|e| ApiError::Internal(format!("version {}: {e}", head.id)))?;
             Ok(Arc::new(VersionView::new(head.clone(), hierarchy)))
         };
         self.caches.view(head.id, load).await

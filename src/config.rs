@@ -367,13 +367,17 @@ fn apply_env(
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsConfig {
+    /// Bytes of the consolidated metadata of the groups below the root, together (the root's
+    /// own is always served).
+    pub max_metadata_bytes: u64,
     /// Bytes of one decoded chunk of an array of a version with `missing_chunks = "fill"`.
     pub max_fill_chunk_bytes: u64,
 }
 
 impl Default for LimitsConfig {
     fn default() -> Self {
-        Self { max_fill_chunk_bytes: crate::zarr::limits::DEFAULT_MAX_FILL_CHUNK_BYTES }
+        use crate::zarr::limits::*;
+        Self { max_metadata_bytes: DEFAULT_MAX_METADATA_BYTES, max_fill_chunk_bytes: DEFAULT_MAX_FILL_CHUNK_BYTES }
     }
 }
 

@@ -17,11 +17,11 @@ fn array(shape: Value, chunks: Value) -> serde_json::Map<String, Value> {
 }
 
 fn base() -> Hierarchy {
-    Hierarchy::build(vec![
+    let stored = vec![
         (NodePath::root(), json!({"zarr_format": 3, "node_type": "group"}).as_object().unwrap().clone(), None),
         (NodePath::new("x").unwrap(), array(json!([4]), json!([1])), Some(vec![2])),
-    ])
-    .unwrap()
+    ];
+    Hierarchy::build(stored, u64::MAX).unwrap()
 }
 
 fn doc(text: &str) -> Document {
