@@ -82,9 +82,10 @@ pub(super) async fn patch(
     keep_source_facts(&mut doc, &base_sources, head.id);
     let entries = app.sources.entries();
     let max_tile = u64::from(app.config.block_chunks);
+    let limits = app.config.limits.for_version(options.fill_missing);
     let base = view.clone();
     let planned = tokio::task::spawn_blocking(move || {
-        plan(&base.hierarchy, doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix)), max_tile)
+        plan(&base.hierarchy, doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix)), max_tile, &limits)
     })
     .await
     .map_err(|e| ApiError::Internal(e.to_string()))?;

@@ -82,9 +82,10 @@ async fn register(
     ingest::resolve_whole_objects(&app, &mut doc, verify).await;
     let entries = app.sources.entries();
     let tile_chunks = u64::from(app.config.block_chunks);
+    let limits = app.config.limits.for_version(fill_missing);
     let validating = std::time::Instant::now();
     let validated = tokio::task::spawn_blocking(move || {
-        validate_tiled(doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix)), tile_chunks)
+        validate_tiled(doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix)), tile_chunks, &limits)
     })
     .await
     .map_err(|e| ApiError::Internal(e.to_string()))?;

@@ -23,4 +23,5 @@ pub use block::{BlockSource, ChunkRef, ManifestBlock};
 pub use grid::{ChunkGrid, ChunkLocation};
 pub use hierarchy::{Hierarchy, Resolved};
 pub use key::ChunkKeyEncoding;
+pub use limits::Limits;
 pub use path::NodePath;

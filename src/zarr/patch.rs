@@ -9,6 +9,7 @@ use super::document::{Document, SourceFacts};
 use super::grid::ChunkLocation;
 use super::hierarchy::Hierarchy;
 use super::key::manifest_key;
+use super::limits::Limits;
 use super::manifest::RawRef;
 use super::metadata::{ArrayLayout, NodeKind, Tiling, validate_node_tiled};
 use super::path::NodePath;
@@ -50,15 +51,20 @@ pub struct PatchPlan {
 }
 
 /// Merges `doc` into `base`. New arrays get tiles of at most `max_tile` chunks; existing arrays
-/// keep theirs. Every problem is listed.
+/// keep theirs. The new version is held to `limits` as a registration is. Every problem is listed.
 pub fn plan(
     base: &Hierarchy,
     doc: Document,
     registered: &dyn Fn(&str) -> bool,
     max_tile: u64,
+    limits: &Limits,
 ) -> Result<PatchPlan, Rejected> {
     let Document { nodes: doc_nodes, urls, sources, mut problems, delete, object_sizes, scratch, .. } = doc;
     scratch.check()?;
+    if let Err(p) = limits.check_count(doc_nodes.len()) {
+        problems.push(p);
+        return Err(Rejected::Invalid(problems.into_vec()));
+    }
     for url in urls.all() {
         if !registered(url) {
             problems.push(format!(
@@ -99,10 +105,13 @@ pub fn plan(
     }
     let mut arrays = Vec::new();
     for (path_text, doc_node) in doc_nodes {
-        let path = match NodePath::new(&path_text) {
+        let path = match NodePath::new(&path_text).map_err(|e| e.to_string()).and_then(|p| {
+            limits.check_depth(&p)?;
+            Ok(p)
+        }) {
             Ok(p) => p,
             Err(e) => {
-                problems.push(e.to_string());
+                problems.push(e);
                 continue;
             }
         };
@@ -217,6 +226,8 @@ pub fn plan(
     }
     let mut problem_list = super::document::Problems::default();
     add_implicit_groups(&mut nodes, &mut problem_list);
+    let nodes: Vec<ValidNode> = nodes.into_values().collect();
+    limits.check(&nodes, &mut problem_list);
     for p in problem_list.into_vec() {
         problems.push(p);
     }
@@ -230,7 +241,7 @@ pub fn plan(
     let urls = urls.all().to_vec();
     let checks =
         urls.iter().map(|u| sources.get(u).map_or(SourceCheck::Unchecked, |f| f.read_check().into_owned())).collect();
-    Ok(PatchPlan { nodes: nodes.into_values().collect(), arrays, removed, urls, checks, sources })
+    Ok(PatchPlan { nodes, arrays, removed, urls, checks, sources })
 }
 
 /// A reference owned outside any block, for rebuilding an array from its old blocks.

@@ -17,6 +17,7 @@ use super::block::{BlockBuilder, SourceCheck};
 use super::document::{Document, Problems, SourceFacts, UrlTable};
 use super::grid::{ChunkLocation, DEFAULT_TILE_CHUNKS};
 use super::key::manifest_key;
+use super::limits::Limits;
 use super::manifest::{RawManifest, RawRef};
 use super::metadata::{ArrayLayout, NodeKind, Tiling, validate_node_tiled};
 use super::path::NodePath;
@@ -103,17 +104,18 @@ pub struct ValidatedStore {
     index: Vec<(usize, u64, u64, u64)>,
 }
 
-/// Validates `doc` with the default block size. `registered` says whether a source URL falls
-/// under a registered object store.
+/// Validates `doc` with the default block size and limits. `registered` says whether a source
+/// URL falls under a registered object store.
 pub fn validate(doc: Document, registered: &dyn Fn(&str) -> bool) -> Result<ValidatedStore, Rejected> {
-    validate_tiled(doc, registered, DEFAULT_TILE_CHUNKS)
+    validate_tiled(doc, registered, DEFAULT_TILE_CHUNKS, &Limits::default())
 }
 
-/// Validates `doc`, tiling arrays in blocks of at most `tile_chunks` references.
+/// Validates `doc`, tiling arrays in blocks of at most `tile_chunks` references, within `limits`.
 pub fn validate_tiled(
     doc: Document,
     registered: &dyn Fn(&str) -> bool,
     tile_chunks: u64,
+    limits: &Limits,
 ) -> Result<ValidatedStore, Rejected> {
     let Document { nodes: doc_nodes, urls, sources, mut problems, delete, object_sizes, scratch, .. } = doc;
     scratch.check()?;
@@ -127,13 +129,22 @@ pub fn validate_tiled(
             ));
         }
     }
+    // Validating a node costs far more than counting them: a document past the bound is refused
+    // before.
+    if let Err(p) = limits.check_count(doc_nodes.len()) {
+        problems.push(p);
+        return Err(Rejected::Invalid(problems.into_vec()));
+    }
     let mut nodes: BTreeMap<NodePath, ValidNode> = BTreeMap::new();
     let mut manifests = Vec::new();
     for (path_text, mut node) in doc_nodes {
-        let path = match NodePath::new(&path_text) {
+        let path = match NodePath::new(&path_text).map_err(|e| e.to_string()).and_then(|p| {
+            limits.check_depth(&p)?;
+            Ok(p)
+        }) {
             Ok(p) => p,
             Err(e) => {
-                problems.push(e.to_string());
+                problems.push(e);
                 continue;
             }
         };
@@ -152,6 +163,7 @@ pub fn validate_tiled(
     }
     add_implicit_groups(&mut nodes, &mut problems);
     let nodes: Vec<ValidNode> = nodes.into_values().collect();
+    limits.check(&nodes, &mut problems);
 
     let urls_list = urls.all().to_vec();
     let sources: BTreeMap<String, SourceFacts> =
