@@ -48,7 +48,7 @@ async fn a_stored_version_past_the_bound_answers_404_for_missing_chunks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn too_many_or_too_deep_nodes_are_refused() {
+async fn too_many_too_deep_or_twice_named_nodes_are_refused() {
     let server = TestServer::start_with(Backend::Sqlite, |c| {
         c.limits.max_nodes = 4;
         c.limits.max_depth = 2;
@@ -65,4 +65,7 @@ async fn too_many_or_too_deep_nodes_are_refused() {
     let (status, body) = put(json!({"a/b": group, "c/d": group})).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(body["problems"][0].as_str().unwrap().contains("5 nodes"), "{body}");
+    let (status, body) = put(json!({"caf\u{e9}": group, "cafe\u{301}": group})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(body["problems"][0].as_str().unwrap().contains("one name written two ways in Unicode"), "{body}");
 }

@@ -13,7 +13,7 @@ use super::limits::Limits;
 use super::manifest::RawRef;
 use super::metadata::{ArrayLayout, NodeKind, Tiling, validate_node_tiled};
 use super::path::NodePath;
-use super::validate::{Rejected, ValidNode, add_implicit_groups, check_ref, display_key};
+use super::validate::{Rejected, ValidNode, add_implicit_groups, check_names, check_ref, display_key};
 
 /// What a PATCH does to one array.
 #[derive(Debug)]
@@ -226,6 +226,7 @@ pub fn plan(
     }
     let mut problem_list = super::document::Problems::default();
     add_implicit_groups(&mut nodes, &mut problem_list);
+    check_names(&nodes, &mut problem_list);
     let nodes: Vec<ValidNode> = nodes.into_values().collect();
     limits.check(&nodes, &mut problem_list);
     for p in problem_list.into_vec() {

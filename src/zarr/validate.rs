@@ -20,7 +20,7 @@ use super::key::manifest_key;
 use super::limits::Limits;
 use super::manifest::{RawManifest, RawRef};
 use super::metadata::{ArrayLayout, NodeKind, Tiling, validate_node_tiled};
-use super::path::NodePath;
+use super::path::{NodePath, normalisation_clashes};
 use super::spill::{Scratch, SpillLog, get_u8, get_varint, put_varint};
 
 /// A validated node.
@@ -162,6 +162,7 @@ pub fn validate_tiled(
         }
     }
     add_implicit_groups(&mut nodes, &mut problems);
+    check_names(&nodes, &mut problems);
     let nodes: Vec<ValidNode> = nodes.into_values().collect();
     limits.check(&nodes, &mut problems);
 
@@ -438,6 +439,20 @@ pub(super) fn add_implicit_groups(nodes: &mut BTreeMap<NodePath, ValidNode>, pro
 fn empty_group() -> Map<String, Value> {
     let metadata = json!({"zarr_format": 3, "node_type": "group", "attributes": {}});
     metadata.as_object().cloned().unwrap_or_default()
+}
+
+/// Reports nodes whose names are one name written two ways in Unicode. Names are served as
+/// written (the store mirrors its source files); two that a person cannot tell apart, and that
+/// a file system such as APFS would store as one, are refused.
+pub(super) fn check_names(nodes: &BTreeMap<NodePath, ValidNode>, problems: &mut Problems) {
+    for (first, second) in normalisation_clashes(nodes.keys()) {
+        problems.push(format!(
+            "nodes {:?} and {:?} are one name written two ways in Unicode (equal once normalised to NFC); \
+             rename one of them",
+            first.as_str(),
+            second.as_str()
+        ));
+    }
 }
 
 /// One block to store: the encoded references of `tile` of the array at `node`.

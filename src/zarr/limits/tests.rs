@@ -150,6 +150,27 @@ fn a_patch_is_held_to_the_same_bounds() {
     assert_eq!(problems, ["node a/b/c is 3 levels deep, above limits.max_depth = 2"]);
     let problems = patch(&[("x", group()), ("y", group())], &Limits { max_nodes: 3, ..Limits::default() }).unwrap_err();
     assert!(problems[0].contains("4 nodes"), "{problems:?}");
+    let problems = patch(&[("cafe\u{301}/x", array(4, 2))], &Limits::default()).unwrap_err();
+    assert_eq!(
+        problems,
+        [
+            r#"nodes "cafe\u{301}" and "café" are one name written two ways in Unicode (equal once normalised to NFC); rename one of them"#
+        ]
+    );
+}
+
+#[test]
+fn names_equal_in_nfc_are_refused_naming_both() {
+    let problems =
+        register(doc(&[("caf\u{e9}/t", array(4, 2)), ("cafe\u{301}/t", array(4, 2))]), &Limits::default()).unwrap_err();
+    assert_eq!(
+        problems,
+        [
+            r#"nodes "cafe\u{301}" and "café" are one name written two ways in Unicode (equal once normalised to NFC); rename one of them"#
+        ]
+    );
+    let one = register(doc(&[("cafe\u{301}/t", array(4, 2))]), &Limits::default()).unwrap();
+    assert_eq!(one.nodes[1].path.as_str(), "cafe\u{301}", "a name is kept as written");
 }
 
 /// A store of 100,000 arrays (in 100 groups, each with the metadata of DESIGN.md's example,
