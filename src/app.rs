@@ -69,7 +69,8 @@ impl App {
         metrics.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
         let sources = Arc::new(SourceRegistry::metered(settings, &metrics));
         let caches = Caches::new(&config.cache, &metrics);
-        let reader = Arc::new(Reader::new(catalog.clone(), sources.clone(), caches, metrics.clone()));
+        let reader =
+            Arc::new(Reader::new(catalog.clone(), sources.clone(), caches, metrics.clone(), config.limits.clone()));
         let registration = Settings {
             max_body_bytes: config.http.max_body_bytes,
             block_chunks: config.block_chunks,
@@ -77,6 +78,7 @@ impl App {
             retention: config.retention.clone(),
             verify_concurrency: config.sources.verify_concurrency,
             fill_missing_by_default: config.http.missing_chunks == "fill",
+            limits: config.limits.clone(),
         };
         let registrar = Registrar::new(catalog.clone(), sources.clone(), reader.clone(), metrics.clone(), registration);
         let app = App {

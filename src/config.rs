@@ -43,6 +43,8 @@ pub struct Config {
     pub retention: RetentionConfig,
     /// Registration of large documents.
     pub ingest: IngestConfig,
+    /// Bounds on what one store version may make a reader cost, checked at registration.
+    pub limits: LimitsConfig,
     /// Object stores declared here (credentials from the environment or the options).
     pub object_stores: Vec<ObjectStoreConfig>,
     /// The file this configuration was read from, if any.
@@ -176,6 +178,7 @@ impl Default for Config {
             sources: SourcesConfig::default(),
             retention: RetentionConfig::default(),
             ingest: IngestConfig::default(),
+            limits: LimitsConfig::default(),
             object_stores: Vec::new(),
             file: None,
         }
@@ -232,6 +235,7 @@ impl std::fmt::Debug for Config {
             .field("sources", &self.sources)
             .field("retention", &self.retention)
             .field("ingest", &self.ingest)
+            .field("limits", &self.limits)
             .field("object_stores", &self.object_stores.iter().map(|o| (&o.name, &o.url)).collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
@@ -361,6 +365,46 @@ fn apply_env(
         }
     }
     Ok(())
+}
+
+/// Bounds on what one store version may make a reader cost: a store past one is refused at
+/// registration (PUT and PATCH) with a problem naming the bound.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Nodes (arrays and groups, implicit parents and the root included) of one version.
+    pub max_nodes: u64,
+    /// Names in a node's path.
+    pub max_depth: u64,
+    /// Bytes of the root `zarr.json` with its consolidated metadata; also the budget of the
+    /// consolidated metadata of the other groups together.
+    pub max_metadata_bytes: u64,
+    /// Bytes of one decoded chunk of an array of a version with `missing_chunks = "fill"`.
+    pub max_fill_chunk_bytes: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        use crate::zarr::limits::*;
+        Self {
+            max_nodes: DEFAULT_MAX_NODES,
+            max_depth: DEFAULT_MAX_DEPTH,
+            max_metadata_bytes: DEFAULT_MAX_METADATA_BYTES,
+            max_fill_chunk_bytes: DEFAULT_MAX_FILL_CHUNK_BYTES,
+        }
+    }
+}
+
+impl LimitsConfig {
+    /// The bounds of a version that answers missing chunks with fill-value chunks or not.
+    pub fn for_version(&self, fill_missing: bool) -> crate::zarr::Limits {
+        crate::zarr::Limits {
+            max_nodes: self.max_nodes,
+            max_depth: self.max_depth,
+            max_metadata_bytes: self.max_metadata_bytes,
+            max_fill_chunk_bytes: fill_missing.then_some(self.max_fill_chunk_bytes),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -56,9 +56,10 @@ impl Registrar {
         keep_source_facts(&mut doc, &base_sources, head.id);
         let entries = self.sources.entries();
         let max_tile = u64::from(self.settings.block_chunks);
+        let limits = self.settings.limits.for_version(options.fill_missing);
         let base = view.clone();
         let planned = tokio::task::spawn_blocking(move || {
-            plan(&base.hierarchy, doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix)), max_tile)
+            plan(&base.hierarchy, doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix)), max_tile, &limits)
         })
         .await?;
         let plan = match planned {

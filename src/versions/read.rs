@@ -11,6 +11,7 @@ use super::cache::Caches;
 use super::error::{Error, Result};
 use super::view::{VersionView, etag};
 use crate::catalog::{Catalog, StoreHead, VersionHead};
+use crate::config::LimitsConfig;
 use crate::metrics::Metrics;
 use crate::sources::{Fetched, SourceRegistry};
 use crate::zarr::block::BlockSource;
@@ -25,6 +26,7 @@ pub struct Reader {
     sources: Arc<SourceRegistry>,
     caches: Caches,
     metrics: Metrics,
+    limits: LimitsConfig,
 }
 
 /// A chunk as a version stores it.
@@ -74,9 +76,16 @@ impl VirtualChunk {
 }
 
 impl Reader {
-    /// A reader over `catalog` and `sources`, with `caches`, timing catalog reads in `metrics`.
-    pub fn new(catalog: Arc<dyn Catalog>, sources: Arc<SourceRegistry>, caches: Caches, metrics: Metrics) -> Self {
-        Self { catalog, sources, caches, metrics }
+    /// A reader over `catalog` and `sources`, with `caches`, timing catalog reads in `metrics`;
+    /// `limits` bound what a read may build (nested consolidated metadata, fill chunks).
+    pub fn new(
+        catalog: Arc<dyn Catalog>,
+        sources: Arc<SourceRegistry>,
+        caches: Caches,
+        metrics: Metrics,
+        limits: LimitsConfig,
+    ) -> Self {
+        Self { catalog, sources, caches, metrics, limits }
     }
 
     /// The caches (for reports and invalidation).
@@ -148,15 +157,15 @@ impl Reader {
                 // Every version has its root: this one was deleted after `head` was read.
                 return Err(gone(head));
             }
-            let head = head.clone();
+            let (head, nested_budget) = (head.clone(), self.limits.max_metadata_bytes);
             tokio::task::spawn_blocking(move || {
                 let stored = nodes
                     .into_iter()
                     .map(|n| NodePath::new(&n.path).map(|p| (p, n.metadata, n.tile_shape)))
                     .collect::<std::result::Result<Vec<_>, _>>()
                     .map_err(|e| Error::Internal(format!("version {}: {e}", head.id)))?;
-                let hierarchy =
-                    Hierarchy::build(stored).map_err(|e| Error::Internal(format!("version {}: {e}", head.id)))?;
+                let hierarchy = Hierarchy::build(stored, nested_budget)
+                    .map_err(|e| Error::Internal(format!("version {}: {e}", head.id)))?;
                 Ok(Arc::new(VersionView::new(head, hierarchy)))
             })
             .await?
@@ -216,11 +225,14 @@ impl Reader {
     }
 
     /// The chunk of fill values of array `node` in version `head`, encoded with its codecs, or
-    /// `None` when zarrs cannot encode them (missing chunks then answer 404).
+    /// `None` when zarrs cannot encode them or the chunk is larger than
+    /// `limits.max_fill_chunk_bytes` decoded (missing chunks then answer 404, which every client
+    /// reads as the same fill values; nothing past the bound is ever allocated).
     pub async fn fill_chunk(&self, head: &VersionHead, node: &Node) -> Result<Option<Bytes>> {
         let load = async {
-            let metadata = node.metadata.clone();
-            let encoded = tokio::task::spawn_blocking(move || crate::zarr::fill::fill_chunk(&metadata)).await?;
+            let (metadata, max_bytes) = (node.metadata.clone(), self.limits.max_fill_chunk_bytes);
+            let encoded =
+                tokio::task::spawn_blocking(move || crate::zarr::fill::fill_chunk(&metadata, max_bytes)).await?;
             Ok(match encoded {
                 Ok(bytes) => Some(Bytes::from(bytes)),
                 Err(e) => {

@@ -10,7 +10,7 @@ use super::facts;
 use super::ingest::{self, Body, Format};
 use super::read::{Reader, time_catalog};
 use crate::catalog::{Catalog, VersionHead, VersionOptions};
-use crate::config::{IngestConfig, RetentionConfig};
+use crate::config::{IngestConfig, LimitsConfig, RetentionConfig};
 use crate::metrics::Metrics;
 use crate::sources::SourceRegistry;
 use crate::zarr::validate::{Rejected, Summary, validate_tiled};
@@ -30,6 +30,8 @@ pub struct Settings {
     pub verify_concurrency: usize,
     /// New stores answer missing chunks with fill chunks unless told otherwise.
     pub fill_missing_by_default: bool,
+    /// What one version may hold.
+    pub limits: LimitsConfig,
 }
 
 /// The write service.
@@ -145,9 +147,10 @@ impl Registrar {
         facts::resolve_whole_objects(&self.sources, &mut doc, how.verify).await;
         let entries = self.sources.entries();
         let tile_chunks = u64::from(self.settings.block_chunks);
+        let limits = self.settings.limits.for_version(fill_missing);
         let validating = Instant::now();
         let validated = tokio::task::spawn_blocking(move || {
-            validate_tiled(doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix)), tile_chunks)
+            validate_tiled(doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix)), tile_chunks, &limits)
         })
         .await?;
         let store = match validated {

@@ -1,11 +1,13 @@
-//! The served view of one store version: every node's rendered `zarr.json` (groups carry the
-//! consolidated metadata of their descendants) and the resolution of store keys.
+//! The served view of one store version: every node's rendered `zarr.json` and the resolution
+//! of store keys. The root carries the consolidated metadata of every descendant; other groups
+//! carry that of their own subtree while those documents together stay within a budget.
 
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
+use super::consolidated::{Listings, Member, plain_group_document};
 use super::grid::ChunkLocation;
 use super::metadata::{ArrayLayout, NodeKind, node_kind};
 use super::path::NodePath;
@@ -51,56 +53,53 @@ pub enum Resolved<'a> {
 /// All nodes of a version, by path.
 #[derive(Debug)]
 pub struct Hierarchy {
-    nodes: HashMap<String, Node>,
-    sorted: Vec<String>,
+    /// In path order.
+    nodes: Vec<Node>,
+    /// Position in `nodes` by path.
+    by_path: HashMap<String, u32>,
 }
 
 impl Hierarchy {
     /// Builds the view from stored nodes (validated at registration): path, metadata, and for
-    /// arrays the tile shape they were stored with.
-    pub fn build(stored: Vec<StoredNode>) -> Result<Self, String> {
-        let mut nodes = HashMap::with_capacity(stored.len());
-        for (path, metadata, tile) in stored {
+    /// arrays the tile shape they were stored with. Groups below the root carry the consolidated
+    /// metadata of their subtree when their documents together take at most
+    /// `max_nested_metadata_bytes` (in a deep hierarchy every node is listed once per ancestor;
+    /// past that, readers find it in the root's). Time and memory are linear in the nodes and
+    /// their metadata, plus that budget.
+    pub fn build(mut stored: Vec<StoredNode>, max_nested_metadata_bytes: u64) -> Result<Self, String> {
+        stored.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        stored.dedup_by(|a, b| a.0 == b.0);
+        let mut nodes = Vec::with_capacity(stored.len());
+        for (index, (path, mut metadata, tile)) in stored.into_iter().enumerate() {
             let kind = node_kind(&metadata, tile.as_deref()).map_err(|e| format!("node {path}: {e}"))?;
-            nodes.insert(path.as_str().to_owned(), Node { index: 0, path, metadata, kind, zarr_json: Bytes::new() });
-        }
-        let mut sorted: Vec<String> = nodes.keys().cloned().collect();
-        sorted.sort();
-        for (i, path) in sorted.iter().enumerate() {
-            if let Some(node) = nodes.get_mut(path) {
-                node.index = i as u32;
+            if kind == NodeKind::Group {
+                // The server writes its own (validation drops any given); `retain` keeps the order.
+                metadata.retain(|k, _| k != "consolidated_metadata");
             }
+            let index = u32::try_from(index).map_err(|_| "more than 2^32 nodes".to_owned())?;
+            nodes.push(Node { index, path, metadata, kind, zarr_json: Bytes::new() });
         }
-        let mut rendered = Vec::with_capacity(sorted.len());
-        for path in &sorted {
-            let node = &nodes[path];
-            let body = match node.kind {
-                NodeKind::Array(_) => Value::Object(node.metadata.clone()),
-                NodeKind::Group => consolidated(node, sorted.iter().map(|p| &nodes[p])),
-            };
-            rendered.push(Bytes::from(serde_json::to_vec(&body).map_err(|e| e.to_string())?));
+        let rendered = render(&nodes, max_nested_metadata_bytes);
+        for (node, json) in nodes.iter_mut().zip(rendered) {
+            node.zarr_json = json;
         }
-        for (path, json) in sorted.iter().zip(rendered) {
-            if let Some(node) = nodes.get_mut(path) {
-                node.zarr_json = json;
-            }
-        }
-        Ok(Self { nodes, sorted })
+        let by_path = nodes.iter().map(|n| (n.path.as_str().to_owned(), n.index)).collect();
+        Ok(Self { nodes, by_path })
     }
 
     /// Every node, sorted by path.
     pub fn nodes(&self) -> impl Iterator<Item = &Node> + '_ {
-        self.sorted.iter().filter_map(|p| self.nodes.get(p))
+        self.nodes.iter()
     }
 
     /// The node at `path`.
     pub fn node(&self, path: &str) -> Option<&Node> {
-        self.nodes.get(path)
+        self.by_path.get(path).map(|&i| &self.nodes[i as usize])
     }
 
     /// Approximate heap footprint, for the metadata cache's weigher.
     pub fn weight(&self) -> usize {
-        self.nodes.values().map(|n| n.zarr_json.len() * 2 + n.path.as_str().len() * 2 + 256).sum()
+        self.nodes.iter().map(|n| n.zarr_json.len() * 2 + n.path.as_str().len() * 2 + 256).sum()
     }
 
     /// What `key` (normalised: no leading `/`, no empty segments) names.
@@ -111,11 +110,11 @@ impl Hierarchy {
         if let Some(path) = key.strip_suffix("/zarr.json") {
             return self.metadata(path);
         }
-        if let Some(root) = self.nodes.get("").filter(|n| matches!(n.kind, NodeKind::Array(_))) {
+        if let Some(root) = self.node("").filter(|n| matches!(n.kind, NodeKind::Array(_))) {
             return chunk(root, key);
         }
         for (i, _) in key.match_indices('/') {
-            match self.nodes.get(&key[..i]) {
+            match self.node(&key[..i]) {
                 Some(node) if matches!(node.kind, NodeKind::Array(_)) => return chunk(node, &key[i + 1..]),
                 Some(_) => {}
                 None => break,
@@ -125,7 +124,7 @@ impl Hierarchy {
     }
 
     fn metadata(&self, path: &str) -> Resolved<'_> {
-        match self.nodes.get(path) {
+        match self.node(path) {
             Some(node) => Resolved::Metadata(node),
             None => Resolved::NotFound(format!("no node at {path:?}")),
         }
@@ -155,33 +154,40 @@ fn chunk<'a>(node: &'a Node, key: &str) -> Resolved<'a> {
     }
 }
 
-/// A group's metadata with the consolidated metadata of all its descendants, keyed by their
-/// paths relative to it, in zarr-python's layout (nested groups listed with an empty one).
-fn consolidated<'a>(group: &Node, all: impl Iterator<Item = &'a Node>) -> Value {
-    let mut listing = Map::new();
-    for node in all {
-        let Some(relative) = node.path.relative_to(&group.path) else { continue };
-        let mut entry = node.metadata.clone();
-        if node.kind == NodeKind::Group {
-            entry.insert(
-                "consolidated_metadata".into(),
-                json!({"kind": "inline", "must_understand": false, "metadata": {}}),
-            );
+/// Every node's `zarr.json`, in path order: arrays their metadata, the root group with the
+/// consolidated metadata of every descendant, other groups with that of their subtree if all of
+/// theirs fit in `nested_budget` bytes, else without.
+fn render(nodes: &[Node], nested_budget: u64) -> Vec<Bytes> {
+    let members = nodes
+        .iter()
+        .map(|n| Member { path: n.path.as_str(), metadata: &n.metadata, group: n.kind == NodeKind::Group })
+        .collect();
+    let listings = Listings::render(members);
+    let mut nested = 0u64;
+    for (i, node) in nodes.iter().enumerate() {
+        if node.kind == NodeKind::Group && !node.path.is_root() && nested <= nested_budget {
+            nested = nested.saturating_add(listings.document_len(i));
         }
-        listing.insert(relative.to_owned(), Value::Object(entry));
     }
-    let mut body = group.metadata.clone();
-    body.entry("attributes").or_insert_with(|| json!({}));
-    body.insert(
-        "consolidated_metadata".into(),
-        json!({"kind": "inline", "must_understand": false, "metadata": listing}),
-    );
-    Value::Object(body)
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| match node.kind {
+            NodeKind::Array(_) => Bytes::copy_from_slice(listings.entry(i)),
+            NodeKind::Group if node.path.is_root() || nested <= nested_budget => {
+                let mut out = Vec::with_capacity(usize::try_from(listings.document_len(i)).unwrap_or(0));
+                listings.write_document(i, &mut out);
+                Bytes::from(out)
+            }
+            NodeKind::Group => Bytes::from(plain_group_document(&node.metadata)),
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn array(shape: Value, chunks: Value, encoding: Value) -> Map<String, Value> {
         json!({"zarr_format": 3, "node_type": "array", "shape": shape, "data_type": "uint8",
@@ -201,15 +207,15 @@ mod tests {
             let ndim = shape.as_array().unwrap().len();
             (NodePath::new(path).unwrap(), array(shape, chunks, encoding), Some(vec![4; ndim]))
         };
-        Hierarchy::build(vec![
+        let stored = vec![
             (NodePath::root(), group(), None),
             arr("temp", json!([4, 4]), json!([2, 2]), json!({"name": "default"})),
             (NodePath::new("sub").unwrap(), group(), None),
             arr("sub/inner", json!([4]), json!([2]), json!({"name": "v2"})),
             arr("sub/dots", json!([4]), json!([2]), json!({"name": "default", "configuration": {"separator": "."}})),
             arr("scalar", json!([]), json!([]), json!({"name": "default"})),
-        ])
-        .unwrap()
+        ];
+        Hierarchy::build(stored, u64::MAX).unwrap()
     }
 
     #[test]
@@ -253,10 +259,13 @@ mod tests {
     #[test]
     fn a_root_array_is_a_store_of_one_array() {
         let root = array(json!([4]), json!([2]), json!({"name": "default"}));
-        let h = Hierarchy::build(vec![(NodePath::root(), root, Some(vec![8]))]).unwrap();
+        let h = Hierarchy::build(vec![(NodePath::root(), root, Some(vec![8]))], u64::MAX).unwrap();
         assert!(
-            Hierarchy::build(vec![(NodePath::root(), array(json!([4]), json!([2]), json!({"name": "default"})), None)])
-                .is_err()
+            Hierarchy::build(
+                vec![(NodePath::root(), array(json!([4]), json!([2]), json!({"name": "default"})), None)],
+                u64::MAX
+            )
+            .is_err()
         );
         assert!(matches!(h.resolve("c/1"), Resolved::Chunk { .. }));
         assert!(matches!(h.resolve("zarr.json"), Resolved::Metadata(_)));

@@ -2,6 +2,7 @@
 //! encoding, document parsing and validation. Nothing here knows about HTTP, SQL or I/O.
 
 pub mod block;
+pub mod consolidated;
 pub mod document;
 pub mod fill;
 pub mod grid;
@@ -9,6 +10,7 @@ pub mod hierarchy;
 pub mod json_stream;
 pub mod kerchunk;
 pub mod key;
+pub mod limits;
 pub mod manifest;
 pub mod metadata;
 pub mod native;
@@ -22,4 +24,5 @@ pub use block::{BlockSource, ChunkRef, ManifestBlock};
 pub use grid::{ChunkGrid, ChunkLocation};
 pub use hierarchy::{Hierarchy, Resolved};
 pub use key::ChunkKeyEncoding;
+pub use limits::Limits;
 pub use path::NodePath;

@@ -2,17 +2,18 @@
 //! given override the stored metadata key by key; manifest entries are set or cleared; untouched
 //! blocks are left to be shared with the new version.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::block::{BlockBuilder, ChunkRef, ManifestBlock, SourceCheck};
 use super::document::{Document, SourceFacts};
 use super::grid::ChunkLocation;
 use super::hierarchy::Hierarchy;
 use super::key::manifest_key;
+use super::limits::Limits;
 use super::manifest::RawRef;
 use super::metadata::{ArrayLayout, NodeKind, Tiling, validate_node_tiled};
 use super::path::NodePath;
-use super::validate::{Rejected, ValidNode, add_implicit_groups, check_ref, display_key};
+use super::validate::{Rejected, ValidNode, add_implicit_groups, check_names, check_ref, display_key};
 
 /// What a PATCH does to one array.
 #[derive(Debug)]
@@ -50,15 +51,20 @@ pub struct PatchPlan {
 }
 
 /// Merges `doc` into `base`. New arrays get tiles of at most `max_tile` chunks; existing arrays
-/// keep theirs. Every problem is listed.
+/// keep theirs. The new version is held to `limits` as a registration is. Every problem is listed.
 pub fn plan(
     base: &Hierarchy,
     doc: Document,
     registered: &dyn Fn(&str) -> bool,
     max_tile: u64,
+    limits: &Limits,
 ) -> Result<PatchPlan, Rejected> {
     let Document { nodes: doc_nodes, urls, sources, mut problems, delete, object_sizes, scratch, .. } = doc;
     scratch.check()?;
+    if let Err(p) = limits.check_count(doc_nodes.len()) {
+        problems.push(p);
+        return Err(Rejected::Invalid(problems.into_vec()));
+    }
     for url in urls.all() {
         if !registered(url) {
             problems.push(format!(
@@ -75,11 +81,18 @@ pub fn plan(
             Err(e) => problems.push(e.to_string()),
         }
     }
-    let is_deleted = |p: &NodePath| deleted.iter().any(|d| p == d || p.relative_to(d).is_some());
+    let deleted_set: HashSet<&str> = deleted.iter().map(NodePath::as_str).collect();
+    // In path order a parent comes first (and every parent of a stored node is stored): a node
+    // is deleted when it is named or its parent is.
+    let mut is_deleted: HashMap<&str, bool> = HashMap::new();
     let mut nodes: BTreeMap<NodePath, ValidNode> = BTreeMap::new();
     let mut removed = Vec::new();
     for node in base.nodes() {
-        if is_deleted(&node.path) {
+        let path = node.path.as_str();
+        let gone = deleted_set.contains(path)
+            || (!node.path.is_root() && is_deleted.get(node.path.parent_str()).copied().unwrap_or(false));
+        is_deleted.insert(path, gone);
+        if gone {
             if matches!(node.kind, NodeKind::Array(_)) {
                 removed.push(node.path.clone());
             }
@@ -92,10 +105,13 @@ pub fn plan(
     }
     let mut arrays = Vec::new();
     for (path_text, doc_node) in doc_nodes {
-        let path = match NodePath::new(&path_text) {
+        let path = match NodePath::new(&path_text).map_err(|e| e.to_string()).and_then(|p| {
+            limits.check_depth(&p)?;
+            Ok(p)
+        }) {
             Ok(p) => p,
             Err(e) => {
-                problems.push(e.to_string());
+                problems.push(e);
                 continue;
             }
         };
@@ -116,7 +132,7 @@ pub fn plan(
                     .into_iter()
                     .filter(|k| merged.get(*k) != old.metadata.get(*k))
                     .collect();
-                if !fixed.is_empty() && !deleted.contains(&path) {
+                if !fixed.is_empty() && !deleted_set.contains(path.as_str()) {
                     problems.push(format!(
                         "array {path}: {} describe the chunks already stored and cannot change in a PATCH; \
                          delete the array and add it again (both in one PATCH) to replace it whole",
@@ -210,6 +226,9 @@ pub fn plan(
     }
     let mut problem_list = super::document::Problems::default();
     add_implicit_groups(&mut nodes, &mut problem_list);
+    check_names(&nodes, &mut problem_list);
+    let nodes: Vec<ValidNode> = nodes.into_values().collect();
+    limits.check(&nodes, &mut problem_list);
     for p in problem_list.into_vec() {
         problems.push(p);
     }
@@ -223,7 +242,7 @@ pub fn plan(
     let urls = urls.all().to_vec();
     let checks =
         urls.iter().map(|u| sources.get(u).map_or(SourceCheck::Unchecked, |f| f.read_check().into_owned())).collect();
-    Ok(PatchPlan { nodes: nodes.into_values().collect(), arrays, removed, urls, checks, sources })
+    Ok(PatchPlan { nodes, arrays, removed, urls, checks, sources })
 }
 
 /// A reference owned outside any block, for rebuilding an array from its old blocks.

@@ -1,6 +1,11 @@
 //! Node paths inside a store: `""` is the root, `"a/b"` a descendant.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fmt;
+
+use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 
 /// A validated path of a node in a Zarr hierarchy, without leading or trailing `/`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -63,6 +68,16 @@ impl NodePath {
         self.0.is_empty()
     }
 
+    /// How many names the path has: 0 for the root, 2 for `a/b`.
+    pub fn depth(&self) -> usize {
+        if self.is_root() { 0 } else { self.0.bytes().filter(|b| *b == b'/').count() + 1 }
+    }
+
+    /// The parent's path as text (`""` for the root and its children).
+    pub fn parent_str(&self) -> &str {
+        self.0.rfind('/').map_or("", |i| &self.0[..i])
+    }
+
     /// The parent node, `None` for the root.
     pub fn parent(&self) -> Option<NodePath> {
         if self.is_root() {
@@ -81,6 +96,37 @@ impl NodePath {
         }
         self.0.strip_prefix(ancestor.as_str()).and_then(|rest| rest.strip_prefix('/')).filter(|rest| !rest.is_empty())
     }
+}
+
+/// The path in Unicode NFC, borrowed when it already is (every ASCII path is).
+fn nfc(path: &str) -> Cow<'_, str> {
+    match is_nfc_quick(path.chars()) {
+        IsNormalized::Yes => Cow::Borrowed(path),
+        _ => Cow::Owned(path.nfc().collect()),
+    }
+}
+
+/// Pairs of nodes that are one name to a reader: equal once normalised to Unicode NFC (`é`
+/// written as one code point, or as `e` and a combining accent). Zarr compares names byte by
+/// byte, but people, and the file systems a store may be copied to (APFS, HFS+), do not.
+/// Each clash is given once, where it starts: the descendants of two clashing groups clash too.
+pub fn normalisation_clashes<'a>(paths: impl IntoIterator<Item = &'a NodePath>) -> Vec<(&'a NodePath, &'a NodePath)> {
+    let mut seen: HashMap<Cow<'a, str>, &'a NodePath> = HashMap::new();
+    let mut clashes = Vec::new();
+    for path in paths {
+        match seen.entry(nfc(path.as_str())) {
+            Entry::Vacant(slot) => {
+                slot.insert(path);
+            }
+            // NFC works name by name (`/` composes with nothing), so paths whose parents differ
+            // have clashing parents, which are reported instead.
+            Entry::Occupied(first) if first.get().parent_str() == path.parent_str() => {
+                clashes.push((*first.get(), path))
+            }
+            Entry::Occupied(_) => {}
+        }
+    }
+    clashes
 }
 
 impl fmt::Display for NodePath {
@@ -115,5 +161,21 @@ mod tests {
         assert_eq!(p.relative_to(&NodePath::root()), Some("a/b/c"));
         assert_eq!(p.relative_to(&NodePath::new("a/bb").unwrap()), None);
         assert_eq!(p.relative_to(&p), None);
+        assert_eq!((p.depth(), NodePath::root().depth(), NodePath::new("a").unwrap().depth()), (3, 0, 1));
+        assert_eq!((p.parent_str(), NodePath::new("a").unwrap().parent_str()), ("a/b", ""));
+    }
+
+    #[test]
+    fn names_equal_in_nfc_clash_once_where_they_start() {
+        let paths: Vec<NodePath> =
+            ["caf\u{e9}", "caf\u{e9}/x", "cafe\u{301}", "cafe\u{301}/x", "cafe", "n\u{303}", "\u{f1}"]
+                .iter()
+                .map(|p| NodePath::new(p).unwrap())
+                .collect();
+        let clashes: Vec<(&str, &str)> =
+            normalisation_clashes(&paths).into_iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        assert_eq!(clashes, [("caf\u{e9}", "cafe\u{301}"), ("n\u{303}", "\u{f1}")]);
+        assert!(normalisation_clashes(&paths[..2]).is_empty());
+        assert_eq!(format!("{:?}", paths[2].as_str()), r#""cafe\u{301}""#, "problems show the difference");
     }
 }

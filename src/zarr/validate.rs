@@ -6,7 +6,7 @@
 //! encoded block by block into a scratch log that the catalog then writes as it reads it. Memory
 //! stays bounded whatever the number of references.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Read, Write};
 
 use extsort::{ExternalSorter, Sortable};
@@ -17,9 +17,10 @@ use super::block::{BlockBuilder, SourceCheck};
 use super::document::{Document, Problems, SourceFacts, UrlTable};
 use super::grid::{ChunkLocation, DEFAULT_TILE_CHUNKS};
 use super::key::manifest_key;
+use super::limits::Limits;
 use super::manifest::{RawManifest, RawRef};
 use super::metadata::{ArrayLayout, NodeKind, Tiling, validate_node_tiled};
-use super::path::NodePath;
+use super::path::{NodePath, normalisation_clashes};
 use super::spill::{Scratch, SpillLog, get_u8, get_varint, put_varint};
 
 /// A validated node.
@@ -103,17 +104,18 @@ pub struct ValidatedStore {
     index: Vec<(usize, u64, u64, u64)>,
 }
 
-/// Validates `doc` with the default block size. `registered` says whether a source URL falls
-/// under a registered object store.
+/// Validates `doc` with the default block size and limits. `registered` says whether a source
+/// URL falls under a registered object store.
 pub fn validate(doc: Document, registered: &dyn Fn(&str) -> bool) -> Result<ValidatedStore, Rejected> {
-    validate_tiled(doc, registered, DEFAULT_TILE_CHUNKS)
+    validate_tiled(doc, registered, DEFAULT_TILE_CHUNKS, &Limits::default())
 }
 
-/// Validates `doc`, tiling arrays in blocks of at most `tile_chunks` references.
+/// Validates `doc`, tiling arrays in blocks of at most `tile_chunks` references, within `limits`.
 pub fn validate_tiled(
     doc: Document,
     registered: &dyn Fn(&str) -> bool,
     tile_chunks: u64,
+    limits: &Limits,
 ) -> Result<ValidatedStore, Rejected> {
     let Document { nodes: doc_nodes, urls, sources, mut problems, delete, object_sizes, scratch, .. } = doc;
     scratch.check()?;
@@ -127,13 +129,22 @@ pub fn validate_tiled(
             ));
         }
     }
+    // Validating a node costs far more than counting them: a document past the bound is refused
+    // before.
+    if let Err(p) = limits.check_count(doc_nodes.len()) {
+        problems.push(p);
+        return Err(Rejected::Invalid(problems.into_vec()));
+    }
     let mut nodes: BTreeMap<NodePath, ValidNode> = BTreeMap::new();
     let mut manifests = Vec::new();
     for (path_text, mut node) in doc_nodes {
-        let path = match NodePath::new(&path_text) {
+        let path = match NodePath::new(&path_text).map_err(|e| e.to_string()).and_then(|p| {
+            limits.check_depth(&p)?;
+            Ok(p)
+        }) {
             Ok(p) => p,
             Err(e) => {
-                problems.push(e.to_string());
+                problems.push(e);
                 continue;
             }
         };
@@ -151,7 +162,9 @@ pub fn validate_tiled(
         }
     }
     add_implicit_groups(&mut nodes, &mut problems);
+    check_names(&nodes, &mut problems);
     let nodes: Vec<ValidNode> = nodes.into_values().collect();
+    limits.check(&nodes, &mut problems);
 
     let urls_list = urls.all().to_vec();
     let sources: BTreeMap<String, SourceFacts> =
@@ -384,34 +397,62 @@ pub(super) fn check_ref(
     Ok(RawRef::Virtual { url, offset, length })
 }
 
+/// Adds the missing ancestors of every node as empty groups, and reports nodes inside arrays.
+/// In path order a parent comes before its children, so each walk up stops at the first
+/// ancestor already there, whose own place was settled before: linear in the nodes.
 pub(super) fn add_implicit_groups(nodes: &mut BTreeMap<NodePath, ValidNode>, problems: &mut Problems) {
     let paths: Vec<NodePath> = nodes.keys().cloned().collect();
+    // Nodes that lie inside an array, with that array.
+    let mut inside: HashMap<NodePath, NodePath> = HashMap::new();
     for path in paths {
+        let mut added = Vec::new();
         let mut parent = path.parent();
-        while let Some(p) = parent {
+        let array = loop {
+            let Some(p) = parent else { break None };
             match nodes.get(&p) {
-                Some(ValidNode { kind: NodeKind::Array(_), .. }) => {
-                    problems.push(format!("node {path} is inside array {p}: arrays have no children"));
-                    break;
-                }
-                Some(_) => {}
+                Some(ValidNode { kind: NodeKind::Array(_), .. }) => break Some(p),
+                Some(_) => break inside.get(&p).cloned(),
                 None => {
-                    let metadata = json!({"zarr_format": 3, "node_type": "group", "attributes": {}});
-                    let metadata = metadata.as_object().cloned().unwrap_or_default();
-                    nodes.insert(p.clone(), ValidNode { path: p.clone(), metadata, kind: NodeKind::Group });
+                    nodes.insert(
+                        p.clone(),
+                        ValidNode { path: p.clone(), metadata: empty_group(), kind: NodeKind::Group },
+                    );
+                    parent = p.parent();
+                    added.push(p);
                 }
             }
-            parent = p.parent();
+        };
+        if let Some(array) = array {
+            problems.push(format!("node {path} is inside array {array}: arrays have no children"));
+            for p in added.into_iter().chain([path]) {
+                inside.insert(p, array.clone());
+            }
         }
     }
-    nodes.entry(NodePath::root()).or_insert_with(|| {
-        let metadata = json!({"zarr_format": 3, "node_type": "group", "attributes": {}});
-        ValidNode {
-            path: NodePath::root(),
-            metadata: metadata.as_object().cloned().unwrap_or_default(),
-            kind: NodeKind::Group,
-        }
+    nodes.entry(NodePath::root()).or_insert_with(|| ValidNode {
+        path: NodePath::root(),
+        metadata: empty_group(),
+        kind: NodeKind::Group,
     });
+}
+
+fn empty_group() -> Map<String, Value> {
+    let metadata = json!({"zarr_format": 3, "node_type": "group", "attributes": {}});
+    metadata.as_object().cloned().unwrap_or_default()
+}
+
+/// Reports nodes whose names are one name written two ways in Unicode. Names are served as
+/// written (the store mirrors its source files); two that a person cannot tell apart, and that
+/// a file system such as APFS would store as one, are refused.
+pub(super) fn check_names(nodes: &BTreeMap<NodePath, ValidNode>, problems: &mut Problems) {
+    for (first, second) in normalisation_clashes(nodes.keys()) {
+        problems.push(format!(
+            "nodes {:?} and {:?} are one name written two ways in Unicode (equal once normalised to NFC); \
+             rename one of them",
+            first.as_str(),
+            second.as_str()
+        ));
+    }
 }
 
 /// One block to store: the encoded references of `tile` of the array at `node`.

@@ -62,7 +62,7 @@ fn rejects_duplicates_children_of_arrays_and_groups_with_manifests() {
 
     let nested = parse_slice(
         format!(
-            r#"{{"nodes": {{"a": {{{AIR}}}, "a/b": {{"zarr_format": 3, "node_type": "group"}},
+            r#"{{"nodes": {{"a": {{{AIR}}}, "a/b": {{"zarr_format": 3, "node_type": "group"}}, "a/b/c/d": {{"zarr_format": 3, "node_type": "group"}},
         "g": {{"zarr_format": 3, "node_type": "group", "manifest": {{}}}}}}}}"#
         )
         .as_bytes(),
@@ -70,6 +70,7 @@ fn rejects_duplicates_children_of_arrays_and_groups_with_manifests() {
     .unwrap();
     let problems = validate(nested, &|_| true).unwrap_err().problems();
     assert!(problems.iter().any(|p| p.contains("node a/b is inside array a")), "{problems:?}");
+    assert!(problems.iter().any(|p| p.contains("node a/b/c/d is inside array a")), "{problems:?}");
     assert!(problems.iter().any(|p| p.contains("a group cannot have a manifest")), "{problems:?}");
 }
 
@@ -125,10 +126,10 @@ fn decoded_blocks(store: &ValidatedStore) -> Vec<(u64, ManifestBlock)> {
 #[test]
 fn spilling_to_disk_gives_the_same_blocks_as_memory() {
     let text = big(20_011, false);
-    let in_memory = validate_tiled(parse_slice(text.as_bytes()).unwrap(), &|_| true, 1000).unwrap();
+    let in_memory = validate_tiled(parse_slice(text.as_bytes()).unwrap(), &|_| true, 1000, &Limits::default()).unwrap();
     let scratch = Scratch::new(0, None);
     let doc = crate::zarr::native::parse_reader(text.as_bytes(), &scratch).unwrap();
-    let spilled = validate_tiled(doc, &|_| true, 1000).unwrap();
+    let spilled = validate_tiled(doc, &|_| true, 1000, &Limits::default()).unwrap();
     assert_eq!(spilled.summary, in_memory.summary);
     assert_eq!(spilled.summary.chunks.virtual_ + spilled.summary.chunks.inline, 20_011);
     assert!(spilled.blocks.spilled(), "a zero budget puts the blocks on disk");
