@@ -201,7 +201,7 @@ impl Default for CacheConfig {
     fn default() -> Self {
         Self {
             blocks_bytes: 512 << 20,
-            metadata_bytes: 64 << 20,
+            metadata_bytes: 512 << 20,
             fill_chunks_bytes: 64 << 20,
             current_version_ttl_ms: 1_000,
         }

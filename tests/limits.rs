@@ -24,7 +24,7 @@ async fn a_fill_chunk_past_the_bound_is_refused_at_registration() {
     let problem = body["problems"][0].as_str().unwrap();
     assert!(
         problem.starts_with("array huge: a chunk of its fill value would take 4398046511104 bytes decoded")
-            && problem.contains("limits.max_fill_chunk_bytes = 67108864"),
+            && problem.contains("limits.max_fill_chunk_bytes = 16777216"),
         "{body}"
     );
     assert_eq!(server.get("/s/zarr.json", &[]).await.status(), StatusCode::NOT_FOUND, "nothing was stored");

@@ -144,9 +144,10 @@ async fn serve_key(
 
 fn metadata(view: &VersionView, node: &Node, headers: &HeaderMap, served: &Served) -> Response {
     let doc = &view.docs[node.index as usize];
-    let (body, etag, encoding) = match &doc.gzip {
-        Some(gz) if accepts_gzip(headers) => (gz.clone(), &doc.gzip_etag, Some("gzip")),
-        _ => (doc.identity.clone(), &doc.etag, None),
+    // Compressed only for a client that asks (the gzip body of a small document is made then).
+    let (body, etag, encoding) = match accepts_gzip(headers).then(|| doc.gzip()).flatten() {
+        Some(gz) => (gz.clone(), &doc.gzip_etag, Some("gzip")),
+        None => (doc.identity.clone(), &doc.etag, None),
     };
     let mut response = bytes_response(body, etag, "application/json", headers, served);
     let success = response.status().is_success();

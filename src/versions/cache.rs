@@ -64,6 +64,16 @@ where
         Ok(entry.into_value())
     }
 
+    /// The most it holds (entries, or bytes when weighed).
+    pub fn capacity(&self) -> u64 {
+        self.cache.policy().max_capacity().unwrap_or(u64::MAX)
+    }
+
+    /// Forgets the value at `key`.
+    pub async fn forget(&self, key: &K) {
+        self.cache.invalidate(key).await;
+    }
+
     fn report(&self, metrics: &Metrics, weighted: bool) {
         if weighted {
             metrics.cache_bytes.with_label_values(&[self.name]).set(self.cache.weighted_size() as i64);

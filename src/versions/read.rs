@@ -138,7 +138,13 @@ impl Reader {
             self.time("head", started);
             Ok(head)
         };
-        self.caches.heads.get_or_load(segment.to_owned(), load).await
+        let head = self.caches.heads.get_or_load(segment.to_owned(), load).await?;
+        if head == StoreHead::Unknown {
+            // Not kept: a store registered right after this read must not answer 404 (read by
+            // clients as fill values) for as long as the entry would live.
+            self.caches.heads.forget(&segment.to_owned()).await;
+        }
+        Ok(head)
     }
 
     /// The current version of `store`, read from the catalog (not cached).
@@ -158,7 +164,7 @@ impl Reader {
                 return Err(gone(head));
             }
             let (head, nested_budget) = (head.clone(), self.limits.max_metadata_bytes);
-            tokio::task::spawn_blocking(move || {
+            let view = tokio::task::spawn_blocking(move || {
                 let stored = nodes
                     .into_iter()
                     .map(|n| NodePath::new(&n.path).map(|p| (p, n.metadata, n.tile_shape)))
@@ -168,7 +174,16 @@ impl Reader {
                     .map_err(|e| Error::Internal(format!("version {}: {e}", head.id)))?;
                 Ok(Arc::new(VersionView::new(head, hierarchy)))
             })
-            .await?
+            .await?;
+            if let Ok(view) = &view
+                && u64::from(view.weight()) > self.caches.views.capacity()
+            {
+                tracing::warn!(store = %view.head.store, version = view.head.id, bytes = view.weight(),
+                    capacity = self.caches.views.capacity(),
+                    "this version's view is larger than cache.metadata_bytes: it is built again for every request; \
+                     raise cache.metadata_bytes");
+            }
+            view
         };
         self.caches.views.get_or_load(head.id, load).await
     }
@@ -230,7 +245,7 @@ impl Reader {
     /// reads as the same fill values; nothing past the bound is ever allocated).
     pub async fn fill_chunk(&self, head: &VersionHead, node: &Node) -> Result<Option<Bytes>> {
         let load = async {
-            let (metadata, max_bytes) = (node.metadata.clone(), self.limits.max_fill_chunk_bytes);
+            let (metadata, max_bytes) = (node.metadata().into_owned(), self.limits.max_fill_chunk_bytes);
             let encoded =
                 tokio::task::spawn_blocking(move || crate::zarr::fill::fill_chunk(&metadata, max_bytes)).await?;
             Ok(match encoded {

@@ -2,6 +2,7 @@
 //! of store keys. The root carries the consolidated metadata of every descendant; other groups
 //! carry that of their own subtree while those documents together stay within a budget.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use bytes::Bytes;
@@ -22,12 +23,30 @@ pub struct Node {
     pub index: u32,
     /// Its path.
     pub path: NodePath,
-    /// Its metadata as stored (without consolidated metadata).
-    pub metadata: Map<String, Value>,
+    /// A group's metadata as stored (without consolidated metadata); `None` for an array, whose
+    /// `zarr_json` is exactly its metadata.
+    group_metadata: Option<Map<String, Value>>,
     /// Group, or array with layout.
     pub kind: NodeKind,
     /// The `zarr.json` served for it.
     pub zarr_json: Bytes,
+}
+
+impl Node {
+    /// Its metadata as stored (without consolidated metadata). A group's is kept; an array's is
+    /// read back from its `zarr.json`, when an export, a fill chunk or a PATCH needs it: arrays
+    /// are most of a large store's nodes, and their parsed metadata took about 7 KiB each (a
+    /// view of 100,000 arrays held 741 MB of it).
+    pub fn metadata(&self) -> Cow<'_, Map<String, Value>> {
+        match &self.group_metadata {
+            Some(metadata) => Cow::Borrowed(metadata),
+            None => Cow::Owned(match serde_json::from_slice(&self.zarr_json) {
+                Ok(Value::Object(metadata)) => metadata,
+                // Rendered from a map by `build`: it always reads back as one.
+                _ => Map::new(),
+            }),
+        }
+    }
 }
 
 /// What a store key names.
@@ -70,18 +89,23 @@ impl Hierarchy {
         stored.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         stored.dedup_by(|a, b| a.0 == b.0);
         let mut nodes = Vec::with_capacity(stored.len());
-        for (index, (path, mut metadata, tile)) in stored.into_iter().enumerate() {
-            let kind = node_kind(&metadata, tile.as_deref()).map_err(|e| format!("node {path}: {e}"))?;
+        let mut metadata = Vec::with_capacity(stored.len());
+        for (index, (path, mut meta, tile)) in stored.into_iter().enumerate() {
+            let kind = node_kind(&meta, tile.as_deref()).map_err(|e| format!("node {path}: {e}"))?;
             if kind == NodeKind::Group {
                 // The server writes its own (validation drops any given); `retain` keeps the order.
-                metadata.retain(|k, _| k != "consolidated_metadata");
+                meta.retain(|k, _| k != "consolidated_metadata");
             }
             let index = u32::try_from(index).map_err(|_| "more than 2^32 nodes".to_owned())?;
-            nodes.push(Node { index, path, metadata, kind, zarr_json: Bytes::new() });
+            nodes.push(Node { index, path, group_metadata: None, kind, zarr_json: Bytes::new() });
+            metadata.push(meta);
         }
-        let rendered = render(&nodes, max_nested_metadata_bytes);
-        for (node, json) in nodes.iter_mut().zip(rendered) {
+        let rendered = render(&nodes, &metadata, max_nested_metadata_bytes);
+        for ((node, json), meta) in nodes.iter_mut().zip(rendered).zip(metadata) {
             node.zarr_json = json;
+            if node.kind == NodeKind::Group {
+                node.group_metadata = Some(meta);
+            }
         }
         let by_path = nodes.iter().map(|n| (n.path.as_str().to_owned(), n.index)).collect();
         Ok(Self { nodes, by_path })
@@ -97,9 +121,11 @@ impl Hierarchy {
         self.by_path.get(path).map(|&i| &self.nodes[i as usize])
     }
 
-    /// Approximate heap footprint, for the metadata cache's weigher.
+    /// Approximate heap footprint, for the metadata cache's weigher: documents, paths (twice:
+    /// the node and the index), a group's parsed metadata (about four times its text), layouts.
     pub fn weight(&self) -> usize {
-        self.nodes.iter().map(|n| n.zarr_json.len() * 2 + n.path.as_str().len() * 2 + 256).sum()
+        let group = |n: &Node| n.group_metadata.as_ref().map_or(0, |_| 4 * n.zarr_json.len().min(64 << 10) + 512);
+        self.nodes.iter().map(|n| n.zarr_json.len() + n.path.as_str().len() * 2 + group(n) + 256).sum()
     }
 
     /// What `key` (normalised: no leading `/`, no empty segments) names.
@@ -157,10 +183,11 @@ fn chunk<'a>(node: &'a Node, key: &str) -> Resolved<'a> {
 /// Every node's `zarr.json`, in path order: arrays their metadata, the root group with the
 /// consolidated metadata of every descendant, other groups with that of their subtree if all of
 /// theirs fit in `nested_budget` bytes, else without.
-fn render(nodes: &[Node], nested_budget: u64) -> Vec<Bytes> {
+fn render(nodes: &[Node], metadata: &[Map<String, Value>], nested_budget: u64) -> Vec<Bytes> {
     let members = nodes
         .iter()
-        .map(|n| Member { path: n.path.as_str(), metadata: &n.metadata, group: n.kind == NodeKind::Group })
+        .zip(metadata)
+        .map(|(n, metadata)| Member { path: n.path.as_str(), metadata, group: n.kind == NodeKind::Group })
         .collect();
     let listings = Listings::render(members);
     let mut nested = 0u64;
@@ -171,15 +198,16 @@ fn render(nodes: &[Node], nested_budget: u64) -> Vec<Bytes> {
     }
     nodes
         .iter()
+        .zip(metadata)
         .enumerate()
-        .map(|(i, node)| match node.kind {
+        .map(|(i, (node, metadata))| match node.kind {
             NodeKind::Array(_) => Bytes::copy_from_slice(listings.entry(i)),
             NodeKind::Group if node.path.is_root() || nested <= nested_budget => {
                 let mut out = Vec::with_capacity(usize::try_from(listings.document_len(i)).unwrap_or(0));
                 listings.write_document(i, &mut out);
                 Bytes::from(out)
             }
-            NodeKind::Group => Bytes::from(plain_group_document(&node.metadata)),
+            NodeKind::Group => Bytes::from(plain_group_document(metadata)),
         })
         .collect()
 }

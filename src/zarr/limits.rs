@@ -18,7 +18,7 @@ pub const DEFAULT_MAX_DEPTH: u64 = 32;
 /// Default of [`Limits::max_metadata_bytes`].
 pub const DEFAULT_MAX_METADATA_BYTES: u64 = 128 << 20;
 /// Default of [`Limits::max_fill_chunk_bytes`], for versions that serve fill-value chunks.
-pub const DEFAULT_MAX_FILL_CHUNK_BYTES: u64 = 64 << 20;
+pub const DEFAULT_MAX_FILL_CHUNK_BYTES: u64 = 16 << 20;
 
 /// The bounds one version is checked against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

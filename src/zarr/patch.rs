@@ -100,7 +100,7 @@ pub fn plan(
         }
         nodes.insert(
             node.path.clone(),
-            ValidNode { path: node.path.clone(), metadata: node.metadata.clone(), kind: node.kind.clone() },
+            ValidNode { path: node.path.clone(), metadata: node.metadata().into_owned(), kind: node.kind.clone() },
         );
     }
     let mut arrays = Vec::new();
