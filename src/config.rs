@@ -67,6 +67,20 @@ pub struct HttpConfig {
     /// `"404"` or `"fill"`: how new stores registered without `?missing_chunks=` answer missing
     /// chunks (a replacement keeps the store's current policy).
     pub missing_chunks: String,
+    /// Connections served at once; one more is answered 503 and closed.
+    pub max_connections: u32,
+    /// Seconds a request's head (request line and headers) may take to arrive, counted from
+    /// its first byte, or from the connection's opening for its first request.
+    pub header_read_timeout_seconds: u64,
+    /// Seconds a keep-alive connection is kept open with no request in progress.
+    pub idle_timeout_seconds: u64,
+    /// Seconds a request body may go without sending a byte before the request is aborted.
+    pub request_body_timeout_seconds: u64,
+    /// Seconds a response may wait on a client that reads none of it before the connection is
+    /// closed.
+    pub send_timeout_seconds: u64,
+    /// Largest request head (request line and headers), in bytes; a larger one is answered 431.
+    pub max_header_bytes: u64,
 }
 
 /// Which old versions are kept (the current version always is).
@@ -193,6 +207,12 @@ impl Default for HttpConfig {
             cors: true,
             drain_seconds: 30,
             missing_chunks: "404".into(),
+            max_connections: 1024,
+            header_read_timeout_seconds: 10,
+            idle_timeout_seconds: 60,
+            request_body_timeout_seconds: 30,
+            send_timeout_seconds: 30,
+            max_header_bytes: 64 << 10,
         }
     }
 }
@@ -290,6 +310,7 @@ impl Config {
         if !matches!(self.http.missing_chunks.as_str(), "404" | "fill") {
             bail!("http.missing_chunks must be \"404\" or \"fill\", not {:?}", self.http.missing_chunks);
         }
+        self.http.check()?;
         if !(1..=crate::zarr::grid::MAX_TILE_CHUNKS).contains(&u64::from(self.block_chunks)) {
             bail!("block_chunks must be between 1 and 65536, not {}", self.block_chunks);
         }
@@ -404,6 +425,34 @@ impl LimitsConfig {
             max_metadata_bytes: self.max_metadata_bytes,
             max_fill_chunk_bytes: fill_missing.then_some(self.max_fill_chunk_bytes),
         }
+    }
+}
+
+impl HttpConfig {
+    /// hyper reads a request head into a buffer of at most about 400 KiB.
+    const MAX_HEADER_BYTES: u64 = 256 << 10;
+
+    fn check(&self) -> anyhow::Result<()> {
+        if self.max_connections == 0 {
+            bail!("http.max_connections must be at least 1");
+        }
+        let timeouts = [
+            ("header_read_timeout_seconds", self.header_read_timeout_seconds),
+            ("idle_timeout_seconds", self.idle_timeout_seconds),
+            ("request_body_timeout_seconds", self.request_body_timeout_seconds),
+            ("send_timeout_seconds", self.send_timeout_seconds),
+        ];
+        if let Some((name, _)) = timeouts.iter().find(|(_, seconds)| *seconds == 0) {
+            bail!("http.{name} must be at least 1");
+        }
+        if !(1024..=Self::MAX_HEADER_BYTES).contains(&self.max_header_bytes) {
+            bail!(
+                "http.max_header_bytes must be between 1024 and {}, not {}",
+                Self::MAX_HEADER_BYTES,
+                self.max_header_bytes
+            );
+        }
+        Ok(())
     }
 }
 

@@ -53,13 +53,16 @@ fn bearer(request: &Request) -> Option<&str> {
 /// reach it: a name the page's author controls, re-pointed at 127.0.0.1 (DNS rebinding), makes
 /// the browser treat zarrgate as the page's own origin. Such requests carry that name in `Host`;
 /// requests from local tools carry `localhost` or an address.
+///
+/// The name is the request's effective authority: the target URI's when it has one (HTTP/2's
+/// `:authority`, an HTTP/1.1 absolute-form target, where `Host` must be ignored: RFC 9112
+/// section 3.2.2), else `Host`.
 fn addressed_by_name(request: &Request) -> Option<String> {
     let host = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| request.uri().authority().map(|a| a.as_str().to_owned()))?;
+        .uri()
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .or_else(|| request.headers().get(header::HOST).and_then(|v| v.to_str().ok()).map(str::to_owned))?;
     let name = match host.strip_prefix('[') {
         Some(v6) => v6.split(']').next().unwrap_or_default(),
         None => host.rsplit_once(':').map_or(host.as_str(), |(name, _)| name),
@@ -87,6 +90,17 @@ mod tests {
         let request =
             Request::builder().uri("/api/v1/stores").header(header::HOST, host).body(axum::body::Body::empty());
         addressed_by_name(&request.unwrap())
+    }
+
+    #[test]
+    fn the_uri_authority_wins_over_host() {
+        let request = |uri: &str, host: &str| {
+            Request::builder().uri(uri).header(header::HOST, host).body(axum::body::Body::empty()).unwrap()
+        };
+        let named = request("http://evil.example.com/api/v1/stores", "127.0.0.1:8080");
+        assert_eq!(addressed_by_name(&named).as_deref(), Some("evil.example.com"));
+        let local = request("http://127.0.0.1:8080/api/v1/stores", "evil.example.com");
+        assert_eq!(addressed_by_name(&local), None);
     }
 
     #[test]

@@ -1,13 +1,26 @@
-//! The HTTP server: accepts connections (no Nagle), collapses `//` in paths, serves the router
-//! until told to stop, then lets in-flight requests finish.
+//! The HTTP server: accepts connections (no Nagle) up to `http.max_connections`, answers one
+//! more with 503, serves each over HTTP/1.1 under the timeouts of `[http]`
+//! ([`connection`]), collapses `//` in paths, and on shutdown stops accepting and lets
+//! in-flight requests finish.
+//!
+//! HTTP/1.1 only: no Zarr client speaks h2c (README, "HTTP"), and HTTP/2 would let one
+//! connection hold many responses that its client never lets through, with nothing on the
+//! socket to show it.
+
+mod connection;
+mod refusal;
 
 use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::Request;
 use axum::http::Uri;
 use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
 
 use crate::app::AppState;
+use crate::config::HttpConfig;
 
 /// Serves `state` on `listener` until `shutdown` completes, then lets in-flight requests finish.
 pub async fn serve(
@@ -15,19 +28,69 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
+    let limits = Arc::new(connection::Limits::from(&state.config.http));
+    let connections = Arc::new(Semaphore::new(connection_slots(&state.config.http)));
+    let refusals = Arc::new(Semaphore::new(refusal::AT_ONCE));
     let router = super::router(state);
-    let service = tower::ServiceBuilder::new().map_request(collapse_slashes).service(router);
-    // No Nagle: a streamed chunk's body would otherwise wait for the client to acknowledge its
-    // headers (a delayed ACK: 40 ms) before leaving.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
+    // Every connection task holds a receiver: the sender learns it is closed when the last ends.
+    let (stop, stopping) = watch::channel(());
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    accept_failed(e).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        // No Nagle: a streamed chunk's body would otherwise wait for the client to acknowledge
+        // its headers (a delayed ACK: 40 ms) before leaving.
+        if let Err(e) = stream.set_nodelay(true) {
             tracing::warn!(error = %e, "cannot set TCP_NODELAY on a connection");
         }
-    });
-    axum::serve(listener, axum::ServiceExt::<Request>::into_make_service(service))
-        .with_graceful_shutdown(shutdown)
-        .await
+        match connections.clone().try_acquire_owned() {
+            Ok(slot) => {
+                let served = connection::serve(stream, router.clone(), limits.clone(), stopping.clone());
+                tokio::spawn(async move {
+                    served.await;
+                    drop(slot);
+                });
+            }
+            Err(_) => match refusals.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    tokio::spawn(async move {
+                        refusal::refuse(stream).await;
+                        drop(permit);
+                    });
+                }
+                // As many refusals under way as allowed: this one is closed without a word.
+                Err(_) => drop(stream),
+            },
+        }
+    }
+    drop(listener);
+    drop(stopping);
+    let _ = stop.send(());
+    stop.closed().await;
+    Ok(())
+}
+
+fn connection_slots(http: &HttpConfig) -> usize {
+    usize::try_from(http.max_connections).unwrap_or(Semaphore::MAX_PERMITS).min(Semaphore::MAX_PERMITS)
+}
+
+/// A failed accept: a connection that went away before it was accepted is nothing; anything else
+/// (out of file descriptors) pauses accepting for a moment, as axum and hyper do.
+async fn accept_failed(e: std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(e.kind(), ConnectionAborted | ConnectionRefused | ConnectionReset) {
+        return;
+    }
+    tracing::error!(error = %e, "accepting a connection failed; pausing accepts for a second");
+    tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
 /// `//` in a path means `/` (obstore with a trailing-slash base URL sends `store//zarr.json`).

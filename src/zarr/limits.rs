@@ -8,8 +8,8 @@ use super::consolidated::{Listings, Member};
 use super::document::Problems;
 use super::fill::decoded_chunk_bytes;
 use super::metadata::NodeKind;
+use super::metadata::ValidNode;
 use super::path::NodePath;
-use super::validate::ValidNode;
 
 /// Default of [`Limits::max_nodes`].
 pub const DEFAULT_MAX_NODES: u64 = 250_000;

@@ -218,6 +218,17 @@ fn u64_list(value: Option<&Value>) -> Option<Vec<u64>> {
     value?.as_array()?.iter().map(Value::as_u64).collect()
 }
 
+/// A validated node.
+#[derive(Debug, Clone)]
+pub struct ValidNode {
+    /// Its path.
+    pub path: super::path::NodePath,
+    /// Its `zarr.json`, as it will be served (for groups, before consolidation).
+    pub metadata: Map<String, Value>,
+    /// Group or array (with layout).
+    pub kind: NodeKind,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,16 +23,7 @@ use super::metadata::{ArrayLayout, NodeKind, Tiling, validate_node_tiled};
 use super::path::{NodePath, normalisation_clashes};
 use super::spill::{Scratch, SpillLog, get_u8, get_varint, put_varint};
 
-/// A validated node.
-#[derive(Debug, Clone)]
-pub struct ValidNode {
-    /// Its path.
-    pub path: NodePath,
-    /// Its `zarr.json`, as it will be served (for groups, before consolidation).
-    pub metadata: Map<String, Value>,
-    /// Group or array (with layout).
-    pub kind: NodeKind,
-}
+pub use super::metadata::ValidNode;
 
 /// Counts that describe a store version.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]

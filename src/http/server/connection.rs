@@ -1,0 +1,276 @@
+//! One HTTP/1.1 connection and its watchdog, which closes it when its client is too slow: a
+//! request head that takes longer than `header_read_timeout_seconds`, no request for
+//! `idle_timeout_seconds`, or a response it reads none of for `send_timeout_seconds`. A request
+//! body that stalls for `request_body_timeout_seconds` fails the request.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tower::ServiceExt;
+use tower_http::timeout::TimeoutBody;
+
+use crate::config::HttpConfig;
+
+/// The `[http]` settings a connection is served under.
+pub(super) struct Limits {
+    http1: http1::Builder,
+    header_read: Duration,
+    idle: Duration,
+    request_body: Duration,
+    send: Duration,
+}
+
+impl From<&HttpConfig> for Limits {
+    fn from(http: &HttpConfig) -> Self {
+        let mut http1 = http1::Builder::new();
+        // hyper's own header timer runs from the end of the previous response, so it would
+        // also close idle connections; the watchdog below keeps the two apart.
+        http1.header_read_timeout(None).max_header_size(usize::try_from(http.max_header_bytes).unwrap_or(usize::MAX));
+        Self {
+            http1,
+            header_read: Duration::from_secs(http.header_read_timeout_seconds),
+            idle: Duration::from_secs(http.idle_timeout_seconds),
+            request_body: Duration::from_secs(http.request_body_timeout_seconds),
+            send: Duration::from_secs(http.send_timeout_seconds),
+        }
+    }
+}
+
+/// Serves one connection until it ends, its client is too slow, or shutdown has let its last
+/// request finish.
+pub(super) async fn serve(stream: TcpStream, router: Router, limits: Arc<Limits>, mut stopping: watch::Receiver<()>) {
+    let activity = Arc::new(Activity::new());
+    let io = TokioIo::new(Watched { io: stream, activity: activity.clone(), blocked: false });
+    let service = {
+        let (activity, request_body) = (activity.clone(), limits.request_body);
+        hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+            let answering = Answering::start(&activity);
+            let request = request.map(|body| Body::new(TimeoutBody::new(request_body, body)));
+            let call = router.clone().oneshot(super::collapse_slashes(request));
+            async move {
+                let response = call.await?;
+                Ok::<_, Infallible>(response.map(|body| Tracked { body, _answering: answering }))
+            }
+        })
+    };
+    let mut connection = std::pin::pin!(limits.http1.serve_connection(io, service));
+    let mut draining = false;
+    loop {
+        tokio::select! {
+            ended = connection.as_mut() => {
+                if let Err(e) = ended {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            () = tokio::time::sleep(activity.until_next_check(&limits)) => {
+                if let Some(why) = activity.expired(&limits) {
+                    tracing::debug!(why, "closing a connection whose client is too slow");
+                    return;
+                }
+            }
+            _ = stopping.changed(), if !draining => {
+                // Requests in flight finish; an idle connection closes now, a busy one after.
+                draining = true;
+                connection.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+/// What the watchdog knows of a connection, written by its socket and its requests. Instants
+/// are milliseconds since the connection opened, plus one: 0 means "not now".
+struct Activity {
+    opened: Instant,
+    /// Requests whose answer has not yet been handed to the connection whole.
+    answering: AtomicUsize,
+    /// When the first byte of a request head not yet complete arrived; from the opening for the
+    /// first request.
+    head_since: AtomicU64,
+    /// When the connection last had no request in progress.
+    idle_since: AtomicU64,
+    /// Since when a write has been waiting on a client that reads nothing.
+    blocked_since: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        let a = Self {
+            opened: Instant::now(),
+            answering: AtomicUsize::new(0),
+            head_since: AtomicU64::new(0),
+            idle_since: AtomicU64::new(0),
+            blocked_since: AtomicU64::new(0),
+        };
+        let now = a.now();
+        a.head_since.store(now, Ordering::Relaxed);
+        a.idle_since.store(now, Ordering::Relaxed);
+        a
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1
+    }
+
+    /// The earliest moment the connection is due to be closed, and why, as things stand.
+    fn due(&self, limits: &Limits) -> Option<(u64, &'static str)> {
+        let after = |since: u64, d: Duration| since.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let mut due: Option<(u64, &'static str)> = None;
+        let mut consider = |at: u64, why| {
+            if due.is_none_or(|(d, _)| at < d) {
+                due = Some((at, why));
+            }
+        };
+        match self.blocked_since.load(Ordering::Relaxed) {
+            0 => {}
+            since => consider(after(since, limits.send), "send timeout: the client reads nothing"),
+        }
+        if self.answering.load(Ordering::Relaxed) == 0 {
+            match self.head_since.load(Ordering::Relaxed) {
+                0 => consider(after(self.idle_since.load(Ordering::Relaxed), limits.idle), "idle timeout"),
+                since => consider(after(since, limits.header_read), "header read timeout"),
+            }
+        }
+        due
+    }
+
+    /// How long the watchdog may sleep: until the due moment, and no longer than the shortest
+    /// timeout. Things change without waking it, but whatever they start is due no sooner than
+    /// that timeout after they start, so it wakes before any of it is due.
+    fn until_next_check(&self, limits: &Limits) -> Duration {
+        let shortest = limits.header_read.min(limits.idle).min(limits.send);
+        match self.due(limits) {
+            Some((at, _)) => Duration::from_millis(at.saturating_sub(self.now())).min(shortest),
+            None => shortest,
+        }
+    }
+
+    fn expired(&self, limits: &Limits) -> Option<&'static str> {
+        self.due(limits).filter(|(at, _)| *at <= self.now()).map(|(_, why)| why)
+    }
+}
+
+/// A request being answered: from the moment its head is complete until its response body has
+/// been handed over or dropped.
+struct Answering(Arc<Activity>);
+
+impl Answering {
+    fn start(activity: &Arc<Activity>) -> Self {
+        activity.answering.fetch_add(1, Ordering::Relaxed);
+        activity.head_since.store(0, Ordering::Relaxed);
+        Self(activity.clone())
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        if self.0.answering.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.0.idle_since.store(self.0.now(), Ordering::Relaxed);
+        }
+    }
+}
+
+/// A response body that keeps its request counted as being answered while it lasts.
+struct Tracked {
+    body: Body,
+    _answering: Answering,
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The socket, noting when a request head starts arriving and when writes wait on the client.
+struct Watched {
+    io: TcpStream,
+    activity: Arc<Activity>,
+    /// A write is waiting on the client (mirrors `activity.blocked_since`, read without atomics).
+    blocked: bool,
+}
+
+impl Watched {
+    fn wrote<T>(&mut self, polled: Poll<std::io::Result<T>>) -> Poll<std::io::Result<T>> {
+        match (&polled, self.blocked) {
+            (Poll::Pending, false) => {
+                self.blocked = true;
+                self.activity.blocked_since.store(self.activity.now(), Ordering::Relaxed);
+            }
+            (Poll::Ready(_), true) => {
+                self.blocked = false;
+                self.activity.blocked_since.store(0, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+        polled
+    }
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        let a = &self.activity;
+        if buf.filled().len() > before
+            && a.answering.load(Ordering::Relaxed) == 0
+            && a.head_since.load(Ordering::Relaxed) == 0
+        {
+            a.head_since.store(a.now(), Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.wrote(polled)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.wrote(polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
