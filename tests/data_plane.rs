@@ -247,21 +247,21 @@ async fn ops_endpoints() {
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     assert!(r.headers().contains_key("x-request-id"));
     // Methods a client makes up share one label: they cannot grow /metrics without bound.
-    for made_up in ["BREW", "PROPFIND", "X-1"] {
+    for made_up in ["BREW", "MKCOL", "X-1"] {
         let method = reqwest::Method::from_bytes(made_up.as_bytes()).unwrap();
         let r = server.client.request(method, format!("{}/demo/x/c/0", server.url)).send().await.unwrap();
         assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED, "{made_up}");
     }
     let metrics = server.get("/metrics", &[]).await.text().await.unwrap();
-    assert!(!metrics.contains("BREW") && !metrics.contains("PROPFIND"), "{metrics}");
+    assert!(!metrics.contains("BREW") && !metrics.contains("MKCOL"), "{metrics}");
     assert!(
         metrics.contains(r#"zarrgate_http_requests_total{method="other",route="/{store}/{*key}",status="405"} 3"#),
         "{metrics}"
     );
-    // fsspec lists a store by asking for its directory: the answer says where the listing is.
+    // fsspec lists a store by asking for its directory: the listing (tests/reach.rs).
     let r = server.get("/demo/", &[]).await;
-    assert_eq!(r.status(), StatusCode::NOT_FOUND);
-    assert!(r.text().await.unwrap().contains("/demo/zarr.json names every array and group"));
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.text().await.unwrap().contains(r#"<a href="x/">"#));
 }
 
 /// The value of one series of the Prometheus text from `/metrics` (0 when absent).

@@ -1,4 +1,5 @@
-//! The data plane: `GET|HEAD /{store}[@{version}]/{key}`, what Zarr clients read.
+//! The data plane: `GET|HEAD /{store}[@{version}]/{key}`, what Zarr clients read: the v3 keys
+//! here, the Zarr v2 view (`v2.rs`) and the listings (`listing.rs`, also `PROPFIND`) beside them.
 
 use std::sync::Arc;
 
@@ -11,9 +12,11 @@ use axum::routing::get;
 use bytes::Bytes;
 
 use super::range::{Plan, plan};
+use super::{listing, v2};
 use crate::app::AppState;
 use crate::config::Config;
 use crate::error::ApiError;
+use crate::versions::view::RenderedDoc;
 use crate::versions::{Chunk, VersionView, VirtualChunk};
 use crate::zarr::hierarchy::Node;
 use crate::zarr::{ChunkLocation, Resolved};
@@ -21,14 +24,16 @@ use crate::zarr::{ChunkLocation, Resolved};
 /// Which version a response belongs to.
 pub const VERSION_HEADER: HeaderName = HeaderName::from_static("zarrgate-version");
 
-/// The data plane's state: the application, and the `Cache-Control` values of its answers,
-/// rendered once.
-struct Plane {
-    app: AppState,
+/// The data plane's state: the application, the `Cache-Control` values of its answers,
+/// rendered once, and the versions' Zarr v2 views.
+pub(super) struct Plane {
+    pub(super) app: AppState,
     /// Under a store's current version.
     current_cache_control: HeaderValue,
     /// Under a pinned version.
     pinned_cache_control: HeaderValue,
+    /// The Zarr v2 views, rendered once per version.
+    pub(super) v2: v2::V2Views,
 }
 
 /// The data-plane routes.
@@ -37,8 +42,15 @@ pub fn router(app: &AppState) -> Router<AppState> {
         app: app.clone(),
         current_cache_control: cache_control(&app.config, app.config.http.max_age_seconds, ""),
         pinned_cache_control: cache_control(&app.config, 31_536_000, ", immutable"),
+        v2: v2::V2Views::new(&app.config, &app.metrics),
     };
-    Router::new().route("/{store}/{*key}", get(read)).with_state(Arc::new(plane))
+    // PROPFIND (WebDAV listing, as object_store's HTTP store sends it) has no MethodFilter:
+    // it reaches each route's fallback, which refuses every other method.
+    Router::new()
+        .route("/{store}", get(read_store).fallback(other_store))
+        .route("/{store}/", get(read_root).fallback(other_root))
+        .route("/{store}/{*key}", get(read).fallback(other))
+        .with_state(Arc::new(plane))
 }
 
 /// `Cache-Control` of data-plane answers: `public`, or `private` when reads need a token (a
@@ -49,11 +61,19 @@ fn cache_control(config: &Config, max_age: u64, extra: &str) -> HeaderValue {
 }
 
 /// Headers every answer about a version carries.
-struct Served {
+pub(super) struct Served {
     cache_control: HeaderValue,
     version: HeaderValue,
-    last_modified: HeaderValue,
-    head_only: bool,
+    pub(super) last_modified: HeaderValue,
+    pub(super) head_only: bool,
+}
+
+/// What a URL asks for under a store: a key (`obs/zarr.json`, `obs/`, `""` for the store
+/// itself), and whether the URL ends with `/` (`/{store}/` does, `/{store}` does not).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Target<'a> {
+    pub(super) key: &'a str,
+    pub(super) directory: bool,
 }
 
 async fn read(
@@ -62,8 +82,67 @@ async fn read(
     method: Method,
     headers: HeaderMap,
 ) -> Response {
+    let target = Target { key: &key, directory: key.ends_with('/') };
+    respond(&plane, &store, target, method, headers).await
+}
+
+async fn read_root(
+    State(plane): State<Arc<Plane>>,
+    Path(store): Path<String>,
+    method: Method,
+    headers: HeaderMap,
+) -> Response {
+    respond(&plane, &store, Target { key: "", directory: true }, method, headers).await
+}
+
+async fn read_store(
+    State(plane): State<Arc<Plane>>,
+    Path(store): Path<String>,
+    method: Method,
+    headers: HeaderMap,
+) -> Response {
+    respond(&plane, &store, Target { key: "", directory: false }, method, headers).await
+}
+
+async fn other(plane: State<Arc<Plane>>, path: Path<(String, String)>, method: Method, headers: HeaderMap) -> Response {
+    if method.as_str() != listing::PROPFIND {
+        method_not_allowed()
+    } else {
+        allow(read(plane, path, method, headers).await)
+    }
+}
+
+async fn other_root(plane: State<Arc<Plane>>, path: Path<String>, method: Method, headers: HeaderMap) -> Response {
+    if method.as_str() != listing::PROPFIND {
+        method_not_allowed()
+    } else {
+        allow(read_root(plane, path, method, headers).await)
+    }
+}
+
+async fn other_store(plane: State<Arc<Plane>>, path: Path<String>, method: Method, headers: HeaderMap) -> Response {
+    if method.as_str() != listing::PROPFIND {
+        method_not_allowed()
+    } else {
+        allow(read_store(plane, path, method, headers).await)
+    }
+}
+
+const ALLOWED: HeaderValue = HeaderValue::from_static("GET,HEAD,PROPFIND");
+
+fn method_not_allowed() -> Response {
+    allow(StatusCode::METHOD_NOT_ALLOWED.into_response())
+}
+
+/// The methods of the data plane, on an answer that axum would otherwise label `GET,HEAD`.
+fn allow(mut response: Response) -> Response {
+    response.headers_mut().insert(header::ALLOW, ALLOWED);
+    response
+}
+
+async fn respond(plane: &Plane, store: &str, target: Target<'_>, method: Method, headers: HeaderMap) -> Response {
     let (name, pinned) = match store.split_once('@') {
-        None => (store.as_str(), None),
+        None => (store, None),
         Some((name, version)) => match version_number(version) {
             Some(v) => (name, Some(v)),
             // Not 404: a client would read every chunk under this URL as fill values.
@@ -81,7 +160,7 @@ async fn read(
     let mut attempt = 0;
     let answer = loop {
         attempt += 1;
-        let answer = serve_key(&plane, &store, name, pinned, &key, &method, &headers).await;
+        let answer = serve_key(plane, store, name, pinned, target, &method, &headers).await;
         let gone = matches!(&answer, Err(ApiError::Gone(_)) | Ok((Err(ApiError::Gone(_)), _)));
         if gone && pinned.is_none() && attempt == 1 {
             plane.app.reader.forget_store(name).await;
@@ -118,7 +197,7 @@ async fn serve_key(
     segment: &str,
     name: &str,
     pinned: Option<i64>,
-    key: &str,
+    target: Target<'_>,
     method: &Method,
     headers: &HeaderMap,
 ) -> Result<(Result<Response, ApiError>, Served), ApiError> {
@@ -134,16 +213,26 @@ async fn serve_key(
         last_modified: view.last_modified.clone(),
         head_only: method == Method::HEAD,
     };
+    if method.as_str() == listing::PROPFIND {
+        return Ok((listing::propfind(plane, &view, segment, target, headers, &served).await, served));
+    }
+    if target.directory {
+        return Ok((listing::list(plane, &view, segment, target.key, headers, &served).await, served));
+    }
+    let key = target.key;
     let response = match view.hierarchy.resolve(key) {
-        Resolved::Metadata(node) => Ok(metadata(&view, node, headers, &served)),
+        Resolved::Metadata(node) => Ok(metadata(&view.docs[node.index as usize], headers, &served)),
         Resolved::Chunk { node, location, .. } => chunk(app, &view, node, location, key, headers, &served).await,
-        Resolved::NotFound(why) => Err(ApiError::NotFound(why)),
+        Resolved::NotFound(why) => match v2::serve(plane, &view, key, headers, &served).await {
+            Some(answer) => answer,
+            None => listing::redirect(&view, segment, key).ok_or(ApiError::NotFound(why)),
+        },
     };
     Ok((response, served))
 }
 
-fn metadata(view: &VersionView, node: &Node, headers: &HeaderMap, served: &Served) -> Response {
-    let doc = &view.docs[node.index as usize];
+/// A rendered metadata document (`zarr.json`, or a v2 document), gzip-compressed when asked.
+pub(super) fn metadata(doc: &RenderedDoc, headers: &HeaderMap, served: &Served) -> Response {
     let (body, etag, encoding) = match &doc.gzip {
         Some(gz) if accepts_gzip(headers) => (gz.clone(), &doc.gzip_etag, Some("gzip")),
         _ => (doc.identity.clone(), &doc.etag, None),
@@ -158,7 +247,7 @@ fn metadata(view: &VersionView, node: &Node, headers: &HeaderMap, served: &Serve
     response
 }
 
-async fn chunk(
+pub(super) async fn chunk(
     app: &AppState,
     view: &VersionView,
     node: &Node,
@@ -210,7 +299,7 @@ async fn virtual_chunk(
 }
 
 /// A body held in memory, with conditional and Range handling.
-fn bytes_response(
+pub(super) fn bytes_response(
     body: Bytes,
     tag: &HeaderValue,
     content_type: &'static str,
