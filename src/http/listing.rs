@@ -292,9 +292,9 @@ fn propfind_response(out: &mut String, href: &str, what: &What<'_>, served: &Ser
             );
         }
     }
-    let _ = write!(
+    let _ = writeln!(
         out,
-        "<D:getlastmodified>{}</D:getlastmodified></D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>\n",
+        "<D:getlastmodified>{}</D:getlastmodified></D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>",
         served.last_modified.to_str().unwrap_or_default()
     );
 }
