@@ -2,7 +2,8 @@
 //! fsspec's HTTP filesystem parses) or JSON (`Accept: application/json`), and `PROPFIND` as a
 //! WebDAV 207 Multi-Status (what object_store's HTTP store sends). A node lists its metadata
 //! documents (`zarr.json` and its v2 documents) and its child nodes, all held by the version's
-//! views, so a listing never reads a manifest block. An array's chunk keys are not listed: no
+//! views, so a listing reads no manifest block (beyond the v2 view's one bounded check per
+//! version, `v2::MISSING_SCAN_CHUNKS`). An array's chunk keys are not listed: no
 //! Zarr reader needs them (every chunk key follows from the metadata; a missing one reads as the
 //! fill value), and an array can have ten million; the JSON listing says so, with the grid.
 
