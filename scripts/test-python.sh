@@ -5,7 +5,9 @@
 #   scripts/test-python.sh                 # everything
 #   scripts/test-python.sh -k netcdf3 -v   # a selection
 #
-# The venv comes from scripts/python-env.sh (created on first use, then reused). The binary is
+# The venv comes from scripts/python-env.sh (created on first use, then reused); zarr-python 2
+# and its xarray, which cannot share it, from scripts/python-env-zarr2.sh (test_reach.py runs
+# them as $ZARRGATE_ZARR2_PYTHON). The binary is
 # built with `cargo build --bin zarrgate` unless ZARRGATE_BIN names one already built.
 # PostgreSQL: ZARRGATE_TEST_POSTGRES_URL (admin connection, default
 # postgres://postgres@127.0.0.1:5432/test); ZARRGATE_TEST_POSTGRES=skip skips those variants.
@@ -17,6 +19,9 @@ cd "$repo"
 
 venv=$(scripts/python-env.sh | tail -n 1)
 [[ -x $venv/bin/python ]] || { echo "test-python: no venv at '$venv'" >&2; exit 1; }
+venv2=$(scripts/python-env-zarr2.sh | tail -n 1)
+[[ -x $venv2/bin/python ]] || { echo "test-python: no zarr-2 venv at '$venv2'" >&2; exit 1; }
+export ZARRGATE_ZARR2_PYTHON="$venv2/bin/python"
 
 if [[ -z ${ZARRGATE_BIN:-} ]]; then
     cargo build --bin zarrgate

@@ -1,9 +1,11 @@
 //! The HTTP edge: the Zarr data plane, the REST control plane and the ops endpoints, with the
 //! middleware every request goes through (request id, logging, metrics).
 
+mod answer;
 mod auth;
 pub mod data;
 mod export;
+mod listing;
 mod names;
 mod object_stores;
 mod openapi;
@@ -12,6 +14,7 @@ pub mod range;
 mod server;
 mod stores;
 mod summary;
+mod v2;
 
 pub use server::serve;
 
@@ -78,15 +81,6 @@ fn cors() -> CorsLayer {
 
 async fn fallback(uri: Uri) -> ApiError {
     let path = uri.path();
-    let store = path.trim_matches('/');
-    if path.ends_with('/') && !store.is_empty() && !store.contains('/') {
-        // fsspec lists a store by asking for `/<store>/`: there is no listing, the root
-        // zarr.json's consolidated metadata names every node.
-        return ApiError::NotFound(format!(
-            "a store has no directory listing: /{store}/zarr.json names every array and group \
-             (consolidated metadata); open it with zarr_format=3"
-        ));
-    }
     ApiError::NotFound(format!("nothing is served at {path}: Zarr keys live under /<store>/, the API under /api/v1/"))
 }
 

@@ -29,13 +29,30 @@ pub struct RenderedDoc {
 }
 
 impl RenderedDoc {
+    /// `identity` ready to serve under version `version`. ETags include the version: the same
+    /// document registered again is a new response (its `Zarrgate-Version` differs), so a cache
+    /// revalidating it must not keep the old version's headers. Documents of at least
+    /// [`EAGER_GZIP_BYTES`] are compressed now (call this off the async workers).
+    pub fn new(identity: Bytes, version: i64) -> Self {
+        let tag = etag('m', &identity);
+        let tag = tag.trim_end_matches('"');
+        let value = |suffix: &str| {
+            HeaderValue::from_str(&format!("{tag}-v{version}{suffix}\"")).unwrap_or(HeaderValue::from_static("\"\""))
+        };
+        let doc = Self { etag: value(""), gzip_etag: value("-gz"), identity, gzip: OnceLock::new() };
+        if doc.identity.len() >= EAGER_GZIP_BYTES {
+            doc.gzip();
+        }
+        doc
+    }
+
     /// The gzip-compressed body, when it is smaller than the identity body.
     pub fn gzip(&self) -> Option<&Bytes> {
         self.gzip.get_or_init(|| gzip(&self.identity).filter(|z| z.len() < self.identity.len())).as_ref()
     }
 
     /// What it weighs: its bodies, a lazily compressed one counted at half the identity's size.
-    fn weight(&self) -> usize {
+    pub fn weight(&self) -> usize {
         let gzip = match self.gzip.get() {
             Some(z) => z.as_ref().map_or(0, Bytes::len),
             None => self.identity.len() / 2,
@@ -60,27 +77,9 @@ pub struct VersionView {
 }
 
 impl VersionView {
-    /// Renders every node's document once. Metadata ETags include the version: the same
-    /// `zarr.json` registered again is a new response (its `Zarrgate-Version` differs), so a cache
-    /// revalidating it must not keep the old version's headers.
+    /// Renders every node's document once (see [`RenderedDoc::new`]).
     pub fn new(head: VersionHead, hierarchy: Hierarchy) -> Self {
-        let docs = hierarchy
-            .nodes()
-            .map(|node| {
-                let identity = node.zarr_json.clone();
-                let tag = etag('m', &identity);
-                let tag = tag.trim_end_matches('"');
-                let value = |suffix: &str| {
-                    HeaderValue::from_str(&format!("{tag}-v{}{suffix}\"", head.id))
-                        .unwrap_or(HeaderValue::from_static("\"\""))
-                };
-                let doc = RenderedDoc { etag: value(""), gzip_etag: value("-gz"), identity, gzip: OnceLock::new() };
-                if doc.identity.len() >= EAGER_GZIP_BYTES {
-                    doc.gzip();
-                }
-                doc
-            })
-            .collect();
+        let docs = hierarchy.nodes().map(|node| RenderedDoc::new(node.zarr_json.clone(), head.id)).collect();
         let when = chrono::DateTime::from_timestamp_millis(head.created_at_ms).unwrap_or_default();
         let last_modified = HeaderValue::from_str(&when.format("%a, %d %b %Y %H:%M:%S GMT").to_string())
             .unwrap_or(HeaderValue::from_static("Thu, 01 Jan 1970 00:00:00 GMT"));

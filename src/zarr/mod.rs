@@ -18,6 +18,7 @@ pub mod patch;
 pub mod path;
 pub mod source;
 pub mod spill;
+pub mod v2view;
 pub mod validate;
 
 pub use block::{BlockSource, ChunkRef, ManifestBlock};

@@ -1,0 +1,197 @@
+//! Answers of the data plane, whatever view asked for them (v3 keys, the Zarr v2 view, the
+//! listings): metadata documents and chunks with their ETags, Range and conditional requests,
+//! and the headers every answer about a version carries.
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+
+use super::range::{Plan, plan};
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::versions::view::RenderedDoc;
+use crate::versions::{Chunk, VersionView, VirtualChunk};
+use crate::zarr::ChunkLocation;
+use crate::zarr::hierarchy::Node;
+
+/// Headers every answer about a version carries.
+pub(super) struct Served {
+    pub(super) cache_control: HeaderValue,
+    pub(super) version: HeaderValue,
+    pub(super) last_modified: HeaderValue,
+    pub(super) head_only: bool,
+}
+
+/// What a URL asks for under a store: a key (`obs/zarr.json`, `obs/`, `""` for the store
+/// itself), and whether the URL ends with `/` (`/{store}/` does, `/{store}` does not).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Target<'a> {
+    pub(super) key: &'a str,
+    pub(super) directory: bool,
+}
+
+/// A rendered metadata document (`zarr.json`, or a v2 document), gzip-compressed when asked.
+pub(super) fn metadata(doc: &RenderedDoc, headers: &HeaderMap, served: &Served) -> Response {
+    // Compressed only for a client that asks (the gzip body of a small document is made then).
+    let (body, etag, encoding) = match accepts_gzip(headers).then(|| doc.gzip()).flatten() {
+        Some(gz) => (gz.clone(), &doc.gzip_etag, Some("gzip")),
+        None => (doc.identity.clone(), &doc.etag, None),
+    };
+    let mut response = bytes_response(body, etag, "application/json", headers, served);
+    let success = response.status().is_success();
+    let h = response.headers_mut();
+    h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    if let Some(encoding) = encoding.filter(|_| success) {
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static(encoding));
+    }
+    response
+}
+
+pub(super) async fn chunk(
+    app: &AppState,
+    view: &VersionView,
+    node: &Node,
+    at: ChunkLocation,
+    key: &str,
+    headers: &HeaderMap,
+    served: &Served,
+) -> Result<Response, ApiError> {
+    match app.reader.chunk(view, node, at).await? {
+        Chunk::Missing => Err(ApiError::NotFound(format!(
+            "chunk {key:?} of array {} has no data: readers use its fill value",
+            node.path
+        ))),
+        Chunk::Bytes { bytes, etag } => {
+            Ok(bytes_response(bytes, &tag_value(&etag), "application/octet-stream", headers, served))
+        }
+        Chunk::Virtual(chunk) => virtual_chunk(app, &chunk, headers, served).await,
+    }
+}
+
+async fn virtual_chunk(
+    app: &AppState,
+    chunk: &VirtualChunk,
+    headers: &HeaderMap,
+    served: &Served,
+) -> Result<Response, ApiError> {
+    let length = chunk.length;
+    let tag = tag_value(&chunk.etag);
+    let (status, range) = match plan(headers, length, tag.to_str().unwrap_or_default()) {
+        Plan::NotModified => return Ok(not_modified(&tag, served, length)),
+        Plan::Unsatisfiable => return Err(ApiError::RangeNotSatisfiable { len: length }),
+        Plan::Full => (StatusCode::OK, 0..length),
+        Plan::Partial(r) => (StatusCode::PARTIAL_CONTENT, r),
+    };
+    // Nothing to read for HEAD, nor for an empty reference (object stores refuse empty ranges).
+    let mut response = if served.head_only || range.is_empty() {
+        Response::new(Body::empty())
+    } else {
+        Response::new(Body::from_stream(app.reader.fetch(chunk, range.clone()).await?.body))
+    };
+    *response.status_mut() = status;
+    let h = response.headers_mut();
+    set_common(h, &tag, "application/octet-stream", served);
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(range.end - range.start));
+    if status == StatusCode::PARTIAL_CONTENT {
+        h.insert(header::CONTENT_RANGE, content_range(&range, length));
+    }
+    Ok(response)
+}
+
+/// A body held in memory, with conditional and Range handling.
+pub(super) fn bytes_response(
+    body: Bytes,
+    tag: &HeaderValue,
+    content_type: &'static str,
+    headers: &HeaderMap,
+    served: &Served,
+) -> Response {
+    let len = body.len() as u64;
+    let (status, range) = match plan(headers, len, tag.to_str().unwrap_or_default()) {
+        Plan::NotModified => return not_modified(tag, served, len),
+        Plan::Unsatisfiable => return ApiError::RangeNotSatisfiable { len }.into_response(),
+        Plan::Full => (StatusCode::OK, 0..len),
+        Plan::Partial(r) => (StatusCode::PARTIAL_CONTENT, r),
+    };
+    let content_length = range.end - range.start;
+    let body =
+        if served.head_only { Body::empty() } else { Body::from(body.slice(range.start as usize..range.end as usize)) };
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    let h = response.headers_mut();
+    set_common(h, tag, content_type, served);
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(content_length));
+    if status == StatusCode::PARTIAL_CONTENT {
+        h.insert(header::CONTENT_RANGE, content_range(&range, len));
+    }
+    response
+}
+
+/// 304, with the length of the representation it stands for: a `Content-Length` on a 304 may
+/// only be the 200's (RFC 9110 8.6), and HEAD would otherwise say 0.
+fn not_modified(tag: &HeaderValue, served: &Served, len: u64) -> Response {
+    let mut response = StatusCode::NOT_MODIFIED.into_response();
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    h.insert(header::ETAG, tag.clone());
+    h.insert(header::CACHE_CONTROL, served.cache_control.clone());
+    response
+}
+
+fn set_common(h: &mut HeaderMap, tag: &HeaderValue, content_type: &'static str, served: &Served) {
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    h.insert(header::CACHE_CONTROL, served.cache_control.clone());
+    h.insert(header::LAST_MODIFIED, served.last_modified.clone());
+    h.insert(header::ETAG, tag.clone());
+}
+
+/// An ETag as a header value (ours are always visible ASCII).
+fn tag_value(tag: &str) -> HeaderValue {
+    HeaderValue::from_str(tag).unwrap_or(HeaderValue::from_static("\"\""))
+}
+
+fn content_range(range: &std::ops::Range<u64>, len: u64) -> HeaderValue {
+    HeaderValue::from_str(&format!("bytes {}-{}/{len}", range.start, range.end - 1))
+        .unwrap_or(HeaderValue::from_static("bytes */0"))
+}
+
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    let items =
+        headers.get_all(header::ACCEPT_ENCODING).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(','));
+    // RFC 9110 12.5.3: an explicit `gzip` entry decides, `*` only speaks for codings not named.
+    let (mut gzip, mut any) = (None, None);
+    for item in items {
+        let mut parts = item.split(';').map(str::trim);
+        let coding = parts.next().unwrap_or_default();
+        let q = parts.find_map(|p| p.strip_prefix("q=")).map_or(1.0, |q| q.trim().parse::<f32>().unwrap_or(0.0));
+        if coding.eq_ignore_ascii_case("gzip") || coding.eq_ignore_ascii_case("x-gzip") {
+            gzip = Some(q > 0.0);
+        } else if coding == "*" {
+            any = Some(q > 0.0);
+        }
+    }
+    gzip.or(any).unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gzip_only_when_asked() {
+        let h = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(header::ACCEPT_ENCODING, HeaderValue::from_str(v).unwrap());
+            m
+        };
+        assert!(accepts_gzip(&h("gzip, deflate")));
+        assert!(accepts_gzip(&h("br;q=1.0, gzip;q=0.8")));
+        assert!(!accepts_gzip(&h("gzip;q=0")));
+        assert!(!accepts_gzip(&h("deflate")));
+        assert!(!accepts_gzip(&h("gzip;q=0, *")), "an explicit refusal beats the wildcard");
+        assert!(accepts_gzip(&h("*")));
+        assert!(!accepts_gzip(&HeaderMap::new()));
+    }
+}
