@@ -243,23 +243,30 @@ struct EncodedBlock {
 }
 
 /// The store's blocks, read back from scratch space and grouped into batches of at most
-/// [`BLOCK_BATCH_BYTES`].
-fn block_batches(store: &ValidatedStore) -> impl Iterator<Item = Result<Vec<EncodedBlock>, CatalogError>> + '_ {
-    batches(store.blocks().map(|b| {
-        let b = b?;
-        Ok(EncodedBlock { node: b.node.as_str().to_owned(), tile: b.tile as i64, data: b.data })
-    }))
+/// `max_rows` blocks and [`BLOCK_BATCH_BYTES`].
+fn block_batches(
+    store: &ValidatedStore,
+    max_rows: usize,
+) -> impl Iterator<Item = Result<Vec<EncodedBlock>, CatalogError>> + '_ {
+    batches(
+        store.blocks().map(|b| {
+            let b = b?;
+            Ok(EncodedBlock { node: b.node.as_str().to_owned(), tile: b.tile as i64, data: b.data })
+        }),
+        max_rows,
+    )
 }
 
-/// Encoded blocks grouped into batches of at most [`BLOCK_BATCH_BYTES`].
+/// Encoded blocks grouped into batches of at most `max_rows` blocks and [`BLOCK_BATCH_BYTES`].
 fn batches(
     mut blocks: impl Iterator<Item = Result<EncodedBlock, CatalogError>>,
+    max_rows: usize,
 ) -> impl Iterator<Item = Result<Vec<EncodedBlock>, CatalogError>> {
     let mut pending: Option<EncodedBlock> = None;
     std::iter::from_fn(move || {
         let mut batch = Vec::new();
         let mut bytes = 0;
-        loop {
+        while batch.len() < max_rows {
             let b = match pending.take().map(Ok).or_else(|| blocks.next()) {
                 None => break,
                 Some(Err(e)) => return Some(Err(e)),

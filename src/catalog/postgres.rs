@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::{Postgres, QueryBuilder, Row, Transaction};
+use sqlx::{Postgres, Row, Transaction};
 
 use super::{
     Catalog, CatalogError, Change, DerivedVersion, EncodedBlock, ObjectStoreRecord, Retention, StoreRecord, StoredNode,
@@ -14,8 +14,9 @@ use super::{
 use crate::zarr::document::SourceFacts;
 use crate::zarr::validate::{Summary, ValidNode, ValidatedStore};
 
-/// Rows per multi-row insert (PostgreSQL allows 65,535 bind parameters per statement).
-const ROWS_PER_INSERT: usize = 5_000;
+/// Rows per insert of nodes or sources. Their columns are bound as arrays (`unnest`), one
+/// parameter each whatever the number of rows: the batch only bounds what one statement holds.
+const ROWS_PER_STATEMENT: usize = 10_000;
 
 const HEAD: &str = "v.store, v.id, v.fill_missing, (extract(epoch from v.created_at) * 1000)::bigint as created_at_ms";
 
@@ -126,15 +127,17 @@ async fn insert_nodes(
     version: i64,
     nodes: &[ValidNode],
 ) -> Result<(), CatalogError> {
-    for chunk in nodes.chunks(ROWS_PER_INSERT) {
-        let mut q = QueryBuilder::<Postgres>::new("insert into nodes (version_id, path, metadata, tile_shape) ");
-        q.push_values(chunk, |mut b, n| {
-            b.push_bind(version)
-                .push_bind(n.path.as_str())
-                .push_bind(node_json(&n.metadata))
-                .push_bind(tile_json(&n.kind));
-        });
-        q.build().execute(&mut **tx).await?;
+    for chunk in nodes.chunks(ROWS_PER_STATEMENT) {
+        sqlx::query(
+            "insert into nodes (version_id, path, metadata, tile_shape) \
+             select $1, * from unnest($2::text[], $3::text[], $4::text[])",
+        )
+        .bind(version)
+        .bind(chunk.iter().map(|n| n.path.as_str()).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|n| node_json(&n.metadata)).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|n| tile_json(&n.kind)).collect::<Vec<_>>())
+        .execute(&mut **tx)
+        .await?;
     }
     Ok(())
 }
@@ -145,20 +148,20 @@ async fn insert_sources(
     version: i64,
     facts: &[(&String, SourceFacts)],
 ) -> Result<(), CatalogError> {
-    for chunk in facts.chunks(ROWS_PER_INSERT) {
-        let mut q = QueryBuilder::<Postgres>::new("insert into sources (version_id, url, etag, last_modified, size) ");
-        q.push_values(chunk, |mut b, (url, f)| {
-            b.push_bind(version)
-                .push_bind(*url)
-                .push_bind(f.etag.clone())
-                .push_bind(f.last_modified.clone())
-                .push_bind(f.size.map(|s| s as i64));
-        });
-        q.push(
-            " on conflict (version_id, url) do update set etag = excluded.etag, \
-              last_modified = excluded.last_modified, size = excluded.size",
-        );
-        q.build().execute(&mut **tx).await?;
+    for chunk in facts.chunks(ROWS_PER_STATEMENT) {
+        sqlx::query(
+            "insert into sources (version_id, url, etag, last_modified, size) \
+             select $1, * from unnest($2::text[], $3::text[], $4::text[], $5::bigint[]) \
+             on conflict (version_id, url) do update set etag = excluded.etag, \
+               last_modified = excluded.last_modified, size = excluded.size",
+        )
+        .bind(version)
+        .bind(chunk.iter().map(|(url, _)| url.as_str()).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|(_, f)| f.etag.as_deref()).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|(_, f)| f.last_modified.as_deref()).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|(_, f)| f.size.map(|s| s as i64)).collect::<Vec<_>>())
+        .execute(&mut **tx)
+        .await?;
     }
     Ok(())
 }
@@ -173,26 +176,35 @@ async fn make_current(tx: &mut Transaction<'_, Postgres>, name: &str, version: i
     Ok(())
 }
 
+/// Inserts a batch of blocks and the tiles pointing at them, in one statement.
 async fn insert_blocks(
     tx: &mut Transaction<'_, Postgres>,
     store: &str,
     version: i64,
     batch: Vec<EncodedBlock>,
 ) -> Result<(), CatalogError> {
-    let ids: Vec<i64> = sqlx::query_scalar("select nextval('blocks_id_seq') from generate_series(1, $1)")
-        .bind(batch.len() as i64)
-        .fetch_all(&mut **tx)
-        .await?;
-    let mut q = QueryBuilder::<Postgres>::new("insert into blocks (id, store, data) ");
-    q.push_values(ids.iter().zip(&batch), |mut b, (id, block)| {
-        b.push_bind(*id).push_bind(store).push_bind(&block.data);
-    });
-    q.build().execute(&mut **tx).await?;
-    let mut q = QueryBuilder::<Postgres>::new("insert into tiles (version_id, node, tile, block_id) ");
-    q.push_values(ids.iter().zip(&batch), |mut b, (id, block)| {
-        b.push_bind(version).push_bind(&block.node).push_bind(block.tile).push_bind(*id);
-    });
-    q.build().execute(&mut **tx).await?;
+    let mut nodes = Vec::with_capacity(batch.len());
+    let mut tiles = Vec::with_capacity(batch.len());
+    let mut data = Vec::with_capacity(batch.len());
+    for b in batch {
+        nodes.push(b.node);
+        tiles.push(b.tile);
+        data.push(b.data);
+    }
+    // `new` calls nextval, so it is computed once and both inserts see the same ids.
+    sqlx::query(
+        "with new as (select nextval('blocks_id_seq') as id, node, tile, data \
+                      from unnest($3::text[], $4::bigint[], $5::bytea[]) as b (node, tile, data)), \
+              stored as (insert into blocks (id, store, data) select id, $2, data from new) \
+         insert into tiles (version_id, node, tile, block_id) select $1, node, tile, id from new",
+    )
+    .bind(version)
+    .bind(store)
+    .bind(nodes)
+    .bind(tiles)
+    .bind(data)
+    .execute(&mut **tx)
+    .await?;
     Ok(())
 }
 
@@ -287,7 +299,7 @@ impl Catalog for PostgresCatalog {
         }
         let head = insert_version(&mut tx, name, &store.summary, options).await?;
         insert_nodes(&mut tx, head.id, &store.nodes).await?;
-        for batch in block_batches(store) {
+        for batch in block_batches(store, usize::MAX) {
             insert_blocks(&mut tx, name, head.id, batch?).await?;
         }
         let facts: Vec<(&String, SourceFacts)> =
@@ -317,12 +329,15 @@ impl Catalog for PostgresCatalog {
         }
         let head = insert_version(&mut tx, name, &version.summary, options).await?;
         insert_nodes(&mut tx, head.id, version.nodes).await?;
-        // Every base tile is shared, but for the arrays and tiles dropped.
+        // Every base tile is shared, but for the arrays and tiles dropped (anti-joins: hashed
+        // whatever the number dropped, where `not in` a list past work_mem compares every pair).
         sqlx::query(
             "insert into tiles (version_id, node, tile, block_id) \
-             select $1, node, tile, block_id from tiles \
-             where version_id = $2 and not (node = any($3)) \
-               and (node, tile) not in (select * from unnest($4::text[], $5::bigint[]))",
+             select $1, t.node, t.tile, t.block_id from tiles t \
+             where t.version_id = $2 \
+               and not exists (select 1 from unnest($3::text[]) d (node) where d.node = t.node) \
+               and not exists (select 1 from unnest($4::text[], $5::bigint[]) d (node, tile) \
+                               where d.node = t.node and d.tile = t.tile)",
         )
         .bind(head.id)
         .bind(version.base)
@@ -335,7 +350,7 @@ impl Catalog for PostgresCatalog {
             .blocks
             .iter()
             .map(|(node, tile, data)| Ok(EncodedBlock { node: node.clone(), tile: *tile as i64, data: data.clone() }));
-        for batch in batches(encoded) {
+        for batch in batches(encoded, usize::MAX) {
             insert_blocks(&mut tx, name, head.id, batch?).await?;
         }
         sqlx::query(

@@ -4,8 +4,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::query_builder::Separated;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
+use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection, Transaction};
 
 use super::{
     Catalog, CatalogError, DerivedVersion, EncodedBlock, ObjectStoreRecord, Retention, StoreRecord, StoredNode,
@@ -15,8 +16,8 @@ use super::{
 use crate::zarr::document::SourceFacts;
 use crate::zarr::validate::{Summary, ValidNode, ValidatedStore};
 
-/// Rows per multi-row insert (SQLite allows 32,766 bind parameters per statement).
-const ROWS_PER_INSERT: usize = 4_000;
+/// The most values one statement binds: SQLITE_MAX_VARIABLE_NUMBER of the bundled SQLite.
+const MAX_VARIABLES: usize = 32_766;
 
 /// A catalog in an SQLite file.
 #[derive(Debug, Clone)]
@@ -86,42 +87,49 @@ async fn insert_version(
     Ok(head(&row)?)
 }
 
-async fn insert_nodes(tx: &mut Transaction<'_, Sqlite>, version: i64, nodes: &[ValidNode]) -> Result<(), CatalogError> {
-    for chunk in nodes.chunks(ROWS_PER_INSERT) {
-        let mut q = QueryBuilder::<Sqlite>::new("insert into nodes (version_id, path, metadata, tile_shape) ");
-        q.push_values(chunk, |mut b, n| {
-            b.push_bind(version)
-                .push_bind(n.path.as_str().to_owned())
-                .push_bind(node_json(&n.metadata))
-                .push_bind(tile_json(&n.kind));
-        });
-        q.build().execute(&mut **tx).await?;
+/// Runs `insert` (`insert into t (c1, ...) `, ended by `tail`) over `rows` rows of `columns`
+/// values each, as many rows per statement as SQLite binds values; `push` binds row `i`.
+async fn insert_rows(
+    tx: &mut SqliteConnection,
+    insert: &str,
+    tail: &str,
+    columns: usize,
+    rows: usize,
+    mut push: impl FnMut(&mut Separated<'_, Sqlite, &'static str>, usize),
+) -> Result<(), CatalogError> {
+    let per_statement = MAX_VARIABLES / columns;
+    for start in (0..rows).step_by(per_statement) {
+        let mut q = QueryBuilder::<Sqlite>::new(insert);
+        q.push_values(start..rows.min(start + per_statement), |mut b, i| push(&mut b, i));
+        q.push(tail);
+        q.build().execute(&mut *tx).await?;
     }
     Ok(())
 }
 
+async fn insert_nodes(tx: &mut SqliteConnection, version: i64, nodes: &[ValidNode]) -> Result<(), CatalogError> {
+    insert_rows(tx, "insert into nodes (version_id, path, metadata, tile_shape) ", "", 4, nodes.len(), |b, i| {
+        let n = &nodes[i];
+        b.push_bind(version).push_bind(n.path.as_str()).push_bind(node_json(&n.metadata)).push_bind(tile_json(&n.kind));
+    })
+    .await
+}
+
 /// Records source facts; a URL already recorded for the version gets the newer facts.
 async fn insert_sources(
-    tx: &mut Transaction<'_, Sqlite>,
+    tx: &mut SqliteConnection,
     version: i64,
     facts: &[(&String, SourceFacts)],
 ) -> Result<(), CatalogError> {
-    for chunk in facts.chunks(ROWS_PER_INSERT) {
-        let mut q = QueryBuilder::<Sqlite>::new("insert into sources (version_id, url, etag, last_modified, size) ");
-        q.push_values(chunk, |mut b, (url, f)| {
-            b.push_bind(version)
-                .push_bind((*url).clone())
-                .push_bind(f.etag.clone())
-                .push_bind(f.last_modified.clone())
-                .push_bind(f.size.map(|s| s as i64));
-        });
-        q.push(
-            " on conflict (version_id, url) do update set etag = excluded.etag, \
-              last_modified = excluded.last_modified, size = excluded.size",
-        );
-        q.build().execute(&mut **tx).await?;
-    }
-    Ok(())
+    let insert = "insert into sources (version_id, url, etag, last_modified, size) ";
+    let tail = " on conflict (version_id, url) do update set etag = excluded.etag, \
+                last_modified = excluded.last_modified, size = excluded.size";
+    insert_rows(tx, insert, tail, 5, facts.len(), |b, i| {
+        let (url, f) = &facts[i];
+        b.push_bind(version).push_bind(url.as_str()).push_bind(f.etag.as_deref()).push_bind(f.last_modified.as_deref());
+        b.push_bind(f.size.map(|s| s as i64));
+    })
+    .await
 }
 
 async fn make_current(
@@ -140,24 +148,42 @@ async fn make_current(
 }
 
 async fn insert_blocks(
-    tx: &mut Transaction<'_, Sqlite>,
+    tx: &mut SqliteConnection,
     store: &str,
     version: i64,
     batch: Vec<EncodedBlock>,
 ) -> Result<(), CatalogError> {
     // Writers are serialised by SQLite, so the next ids cannot be taken by anyone else.
-    let first: i64 = sqlx::query_scalar("select coalesce(max(id), 0) + 1 from blocks").fetch_one(&mut **tx).await?;
-    let ids: Vec<i64> = (first..).take(batch.len()).collect();
-    let mut q = QueryBuilder::<Sqlite>::new("insert into blocks (id, store, data) ");
-    q.push_values(ids.iter().zip(&batch), |mut b, (id, block)| {
-        b.push_bind(*id).push_bind(store).push_bind(&block.data);
-    });
-    q.build().execute(&mut **tx).await?;
-    let mut q = QueryBuilder::<Sqlite>::new("insert into tiles (version_id, node, tile, block_id) ");
-    q.push_values(ids.iter().zip(&batch), |mut b, (id, block)| {
-        b.push_bind(version).push_bind(&block.node).push_bind(block.tile).push_bind(*id);
-    });
-    q.build().execute(&mut **tx).await?;
+    let first: i64 = sqlx::query_scalar("select coalesce(max(id), 0) + 1 from blocks").fetch_one(&mut *tx).await?;
+    insert_rows(tx, "insert into blocks (id, store, data) ", "", 3, batch.len(), |b, i| {
+        b.push_bind(first + i as i64).push_bind(store).push_bind(&batch[i].data);
+    })
+    .await?;
+    insert_rows(tx, "insert into tiles (version_id, node, tile, block_id) ", "", 4, batch.len(), |b, i| {
+        b.push_bind(version).push_bind(&batch[i].node).push_bind(batch[i].tile).push_bind(first + i as i64);
+    })
+    .await
+}
+
+/// Removes from a derived version the tiles its base shared but for those dropped.
+async fn drop_tiles(tx: &mut SqliteConnection, version: i64, derived: &DerivedVersion<'_>) -> Result<(), CatalogError> {
+    for nodes in derived.dropped_nodes.chunks(MAX_VARIABLES - 1) {
+        let mut q = QueryBuilder::<Sqlite>::new("delete from tiles where version_id = ");
+        q.push_bind(version).push(" and node in (");
+        let mut list = q.separated(", ");
+        for node in nodes {
+            list.push_bind(node);
+        }
+        q.push(")").build().execute(&mut *tx).await?;
+    }
+    for tiles in derived.dropped_tiles.chunks((MAX_VARIABLES - 1) / 2) {
+        let mut q = QueryBuilder::<Sqlite>::new("delete from tiles where version_id = ");
+        q.push_bind(version).push(" and (node, tile) in (");
+        q.push_values(tiles, |mut b, (node, tile)| {
+            b.push_bind(node).push_bind(*tile as i64);
+        });
+        q.push(")").build().execute(&mut *tx).await?;
+    }
     Ok(())
 }
 
@@ -260,7 +286,7 @@ impl Catalog for SqliteCatalog {
         }
         let head = insert_version(&mut tx, name, &store.summary, options, now).await?;
         insert_nodes(&mut tx, head.id, &store.nodes).await?;
-        for batch in block_batches(store) {
+        for batch in block_batches(store, MAX_VARIABLES / 4) {
             insert_blocks(&mut tx, name, head.id, batch?).await?;
         }
         let facts: Vec<(&String, SourceFacts)> =
@@ -296,26 +322,12 @@ impl Catalog for SqliteCatalog {
             .bind(version.base)
             .execute(&mut *tx)
             .await?;
-        for node in &version.dropped_nodes {
-            sqlx::query("delete from tiles where version_id = ? and node = ?")
-                .bind(head.id)
-                .bind(node)
-                .execute(&mut *tx)
-                .await?;
-        }
-        for (node, tile) in &version.dropped_tiles {
-            sqlx::query("delete from tiles where version_id = ? and node = ? and tile = ?")
-                .bind(head.id)
-                .bind(node)
-                .bind(*tile as i64)
-                .execute(&mut *tx)
-                .await?;
-        }
+        drop_tiles(&mut tx, head.id, version).await?;
         let encoded = version
             .blocks
             .iter()
             .map(|(node, tile, data)| Ok(EncodedBlock { node: node.clone(), tile: *tile as i64, data: data.clone() }));
-        for batch in batches(encoded) {
+        for batch in batches(encoded, MAX_VARIABLES / 4) {
             insert_blocks(&mut tx, name, head.id, batch?).await?;
         }
         sqlx::query(
