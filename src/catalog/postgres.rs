@@ -1,5 +1,7 @@
 //! The PostgreSQL catalog, for deployments: many replicas share one database.
 
+mod listen;
+
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -49,47 +51,6 @@ impl PostgresCatalog {
     /// The pool, for `LISTEN` connections.
     pub fn pool(&self) -> &PgPool {
         &self.pool
-    }
-}
-
-/// Follows `LISTEN zarrgate_versions, zarrgate_object_stores` until the receiver is dropped,
-/// reconnecting after failures; every (re)connection and lost connection reports `Lost`.
-async fn listen(pool: PgPool, tx: tokio::sync::mpsc::Sender<Change>) {
-    while !tx.is_closed() {
-        match sqlx::postgres::PgListener::connect_with(&pool).await {
-            Ok(mut listener) => {
-                if let Err(e) = listener.listen_all(["zarrgate_versions", "zarrgate_object_stores"]).await {
-                    tracing::warn!(error = %e, "cannot LISTEN for catalog changes; retrying");
-                } else {
-                    tracing::info!("following catalog changes (LISTEN/NOTIFY)");
-                    if tx.send(Change::Lost).await.is_err() {
-                        return;
-                    }
-                    loop {
-                        let change = match listener.try_recv().await {
-                            Ok(Some(n)) if n.channel() == "zarrgate_versions" => Change::Store(n.payload().to_owned()),
-                            Ok(Some(_)) => Change::ObjectStores,
-                            Ok(None) => {
-                                // Reconnect here, not inside the listener: `Lost` must follow the
-                                // new LISTEN, or a change made in between would go unseen.
-                                tracing::warn!("lost the catalog change feed; reconnecting");
-                                break;
-                            }
-                            Err(e) => {
-                                tracing::warn!(error = %e, "catalog change feed failed; reconnecting");
-                                break;
-                            }
-                        };
-                        if tx.send(change).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot connect to follow catalog changes; retrying"),
-        }
-        let _ = tx.send(Change::Lost).await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
@@ -348,7 +309,7 @@ impl Catalog for PostgresCatalog {
 
     async fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<Change>> {
         let (tx, rx) = tokio::sync::mpsc::channel(1024);
-        tokio::spawn(listen(self.pool.clone(), tx));
+        tokio::spawn(listen::listen(self.pool.clone(), tx));
         Some(rx)
     }
 
