@@ -159,6 +159,10 @@ pub trait Catalog: Send + Sync + 'static {
     async fn current_version(&self, store: &str) -> Result<Option<VersionHead>, CatalogError>;
     /// Version `id` of `store`, if it exists and belongs to that store.
     async fn version(&self, store: &str, id: i64) -> Result<Option<VersionHead>, CatalogError>;
+    /// What a read of `store` (its current version, or version `pinned` of it) finds, read in one
+    /// statement: while another writer deletes the store and registers it again, a reader sees
+    /// the old version, the deletion or the new version, never a transient [`StoreHead::Unknown`].
+    async fn head(&self, store: &str, pinned: Option<i64>) -> Result<StoreHead, CatalogError>;
     /// Every node of a version.
     async fn nodes(&self, version: i64) -> Result<Vec<StoredNode>, CatalogError>;
     /// The encoded block of `tile` of array `node` in a version, `None` for an empty tile.

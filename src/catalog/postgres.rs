@@ -13,8 +13,8 @@ use super::rows::{
     SOURCES_CONFLICT, SourceColumns, Statements, TILES, UNMARK_DELETED,
 };
 use super::{
-    Catalog, CatalogError, Change, DerivedVersion, ObjectStoreRecord, Retention, StoreRecord, StoredNode, VersionHead,
-    VersionOptions, Written, unique_violation,
+    Catalog, CatalogError, Change, DerivedVersion, ObjectStoreRecord, Retention, StoreHead, StoreRecord, StoredNode,
+    VersionHead, VersionOptions, Written, unique_violation,
 };
 use crate::zarr::document::SourceFacts;
 use crate::zarr::validate::{Summary, ValidNode, ValidatedStore};
@@ -182,6 +182,11 @@ impl Catalog for PostgresCatalog {
     async fn version(&self, store: &str, id: i64) -> Result<Option<VersionHead>, CatalogError> {
         let row = sqlx::query(self.sql.version.clone()).bind(id).bind(store).fetch_optional(&self.pool).await?;
         Ok(row.as_ref().map(rows::version_head).transpose()?)
+    }
+
+    async fn head(&self, store: &str, pinned: Option<i64>) -> Result<StoreHead, CatalogError> {
+        let row = sqlx::query(self.sql.head.clone()).bind(store).bind(pinned).fetch_one(&self.pool).await?;
+        Ok(rows::store_head(&row)?)
     }
 
     async fn nodes(&self, version: i64) -> Result<Vec<StoredNode>, CatalogError> {

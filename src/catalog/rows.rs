@@ -12,7 +12,7 @@ use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, Decode, Postgres, Row, SqlSafeStr, SqlStr, Sqlite, Type};
 
-use super::{CatalogError, DerivedVersion, ObjectStoreRecord, StoreRecord, StoredNode, VersionHead};
+use super::{CatalogError, DerivedVersion, ObjectStoreRecord, StoreHead, StoreRecord, StoredNode, VersionHead};
 use crate::zarr::document::SourceFacts;
 use crate::zarr::metadata::NodeKind;
 use crate::zarr::validate::{ValidNode, ValidatedStore};
@@ -53,6 +53,7 @@ pub(super) struct Statements {
     pub head_columns: String,
     pub current_version: SqlStr,
     pub version: SqlStr,
+    pub head: SqlStr,
     pub store: SqlStr,
     pub list_stores: SqlStr,
     pub deleted_at: SqlStr,
@@ -74,6 +75,15 @@ impl Statements {
                 "select {head} from stores s join versions v on v.id = s.current_version where s.name = $1"
             )),
             version: sql(format!("select {head} from versions v where v.id = $1 and v.store = $2")),
+            // One statement, so one snapshot: a registration ends the deletion mark and a deletion
+            // sets it in the transaction that changes the store, and this row has one or the other.
+            head: sql(format!(
+                "select {head}, {} as deleted_at_ms from (select $1 as name) q \
+                 left join versions v on v.store = q.name \
+                   and v.id = coalesce($2, (select s.current_version from stores s where s.name = q.name)) \
+                 left join deleted_stores d on d.name = q.name",
+                millis("d.deleted_at")
+            )),
             store: sql(format!("{record} where s.name = $1")),
             list_stores: sql(format!("{record} where s.name > $1 order by s.name limit $2")),
             deleted_at: sql(format!("select {} from deleted_stores d where d.name = $1", millis("d.deleted_at"))),
@@ -122,6 +132,14 @@ pub(super) fn version_head(row: &impl CatalogRow) -> Result<VersionHead, sqlx::E
         id: row.field("id")?,
         created_at_ms: row.field("created_at_ms")?,
         fill_missing: row.field("fill_missing")?,
+    })
+}
+
+/// A row of [`Statements::head`]: the version if there is one, else the deletion mark.
+pub(super) fn store_head(row: &impl CatalogRow) -> Result<StoreHead, sqlx::Error> {
+    Ok(match row.field::<Option<i64>>("id")? {
+        Some(_) => StoreHead::Version(version_head(row)?),
+        None => row.field::<Option<i64>>("deleted_at_ms")?.map_or(StoreHead::Unknown, StoreHead::Deleted),
     })
 }
 
