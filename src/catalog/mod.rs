@@ -2,6 +2,7 @@
 //! trait with a PostgreSQL and an SQLite implementation. Nothing here knows about HTTP.
 
 mod postgres;
+mod rows;
 mod sqlite;
 
 use std::sync::Arc;
@@ -14,9 +15,6 @@ use crate::zarr::validate::{Summary, ValidNode, ValidatedStore};
 
 pub use postgres::PostgresCatalog;
 pub use sqlite::SqliteCatalog;
-
-/// The largest batch of encoded blocks written in one statement.
-const BLOCK_BATCH_BYTES: usize = 8 << 20;
 
 /// A catalog failure.
 #[derive(Debug, thiserror::Error)]
@@ -161,6 +159,10 @@ pub trait Catalog: Send + Sync + 'static {
     async fn current_version(&self, store: &str) -> Result<Option<VersionHead>, CatalogError>;
     /// Version `id` of `store`, if it exists and belongs to that store.
     async fn version(&self, store: &str, id: i64) -> Result<Option<VersionHead>, CatalogError>;
+    /// What a read of `store` (its current version, or version `pinned` of it) finds, read in one
+    /// statement: while another writer deletes the store and registers it again, a reader sees
+    /// the old version, the deletion or the new version, never a transient [`StoreHead::Unknown`].
+    async fn head(&self, store: &str, pinned: Option<i64>) -> Result<StoreHead, CatalogError>;
     /// Every node of a version.
     async fn nodes(&self, version: i64) -> Result<Vec<StoredNode>, CatalogError>;
     /// The encoded block of `tile` of array `node` in a version, `None` for an empty tile.
@@ -233,78 +235,6 @@ pub fn redact_url(url: &str) -> String {
         }
         _ => url.to_owned(),
     }
-}
-
-/// An encoded block ready to be inserted.
-struct EncodedBlock {
-    node: String,
-    tile: i64,
-    data: Vec<u8>,
-}
-
-/// The store's blocks, read back from scratch space and grouped into batches of at most
-/// [`BLOCK_BATCH_BYTES`].
-fn block_batches(store: &ValidatedStore) -> impl Iterator<Item = Result<Vec<EncodedBlock>, CatalogError>> + '_ {
-    batches(store.blocks().map(|b| {
-        let b = b?;
-        Ok(EncodedBlock { node: b.node.as_str().to_owned(), tile: b.tile as i64, data: b.data })
-    }))
-}
-
-/// Encoded blocks grouped into batches of at most [`BLOCK_BATCH_BYTES`].
-fn batches(
-    mut blocks: impl Iterator<Item = Result<EncodedBlock, CatalogError>>,
-) -> impl Iterator<Item = Result<Vec<EncodedBlock>, CatalogError>> {
-    let mut pending: Option<EncodedBlock> = None;
-    std::iter::from_fn(move || {
-        let mut batch = Vec::new();
-        let mut bytes = 0;
-        loop {
-            let b = match pending.take().map(Ok).or_else(|| blocks.next()) {
-                None => break,
-                Some(Err(e)) => return Some(Err(e)),
-                Some(Ok(b)) => b,
-            };
-            if !batch.is_empty() && bytes + b.data.len() > BLOCK_BATCH_BYTES {
-                pending = Some(b);
-                break;
-            }
-            bytes += b.data.len();
-            batch.push(b);
-        }
-        (!batch.is_empty()).then_some(Ok(batch))
-    })
-}
-
-fn node_json(metadata: &Map<String, Value>) -> String {
-    Value::Object(metadata.clone()).to_string()
-}
-
-/// The stored tile shape of a node (arrays only), as JSON.
-fn tile_json(kind: &crate::zarr::metadata::NodeKind) -> Option<String> {
-    match kind {
-        crate::zarr::metadata::NodeKind::Array(layout) => serde_json::to_string(layout.grid.tile_shape()).ok(),
-        crate::zarr::metadata::NodeKind::Group => None,
-    }
-}
-
-fn parse_node(path: String, metadata: &str, tile: Option<&str>) -> Result<StoredNode, CatalogError> {
-    let tile_shape = tile
-        .map(serde_json::from_str::<Vec<u64>>)
-        .transpose()
-        .map_err(|e| CatalogError::Corrupt(format!("tile shape of node {path:?}: {e}")))?;
-    match serde_json::from_str(metadata) {
-        Ok(Value::Object(metadata)) => Ok(StoredNode { path, metadata, tile_shape }),
-        _ => Err(CatalogError::Corrupt(format!("metadata of node {path:?}"))),
-    }
-}
-
-fn parse_summary(text: &str) -> Result<Summary, CatalogError> {
-    serde_json::from_str(text).map_err(|e| CatalogError::Corrupt(format!("version summary: {e}")))
-}
-
-fn parse_options(text: &str) -> Result<Map<String, Value>, CatalogError> {
-    serde_json::from_str(text).map_err(|e| CatalogError::Corrupt(format!("object store options: {e}")))
 }
 
 /// Maps a unique-constraint violation to [`CatalogError::Conflict`] naming the constraint.

@@ -1,28 +1,39 @@
 //! The PostgreSQL catalog, for deployments: many replicas share one database.
 
+mod listen;
+
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::{Postgres, QueryBuilder, Row, Transaction};
+use sqlx::{Postgres, SqlSafeStr, Transaction};
 
+use super::rows::{
+    self, BLOCK, COPY_SOURCES, DELETE_OBJECT_STORE, DELETE_STORE, Dialect, EncodedBlock, NODES, NodeColumns, SOURCES,
+    SOURCES_CONFLICT, SourceColumns, Statements, TILES, UNMARK_DELETED,
+};
 use super::{
-    Catalog, CatalogError, Change, DerivedVersion, EncodedBlock, ObjectStoreRecord, Retention, StoreRecord, StoredNode,
-    VersionHead, VersionOptions, Written, batches, block_batches, node_json, parse_node, parse_options, parse_summary,
-    tile_json, unique_violation,
+    Catalog, CatalogError, Change, DerivedVersion, ObjectStoreRecord, Retention, StoreHead, StoreRecord, StoredNode,
+    VersionHead, VersionOptions, Written, unique_violation,
 };
 use crate::zarr::document::SourceFacts;
 use crate::zarr::validate::{Summary, ValidNode, ValidatedStore};
 
-/// Rows per multi-row insert (PostgreSQL allows 65,535 bind parameters per statement).
-const ROWS_PER_INSERT: usize = 5_000;
+/// Rows per insert of nodes or sources. Their columns are bound as arrays (`unnest`), one
+/// parameter each whatever the number of rows: the batch only bounds what one statement holds.
+const ROWS_PER_STATEMENT: usize = 10_000;
 
-const HEAD: &str = "v.store, v.id, v.fill_missing, (extract(epoch from v.created_at) * 1000)::bigint as created_at_ms";
+/// Timestamps are `timestamptz`, JSON is `jsonb`.
+const DIALECT: Dialect = Dialect {
+    millis: |column| format!("(extract(epoch from {column}) * 1000)::bigint"),
+    json_text: |column| format!("{column}::text"),
+};
 
 /// A catalog in PostgreSQL.
 #[derive(Debug, Clone)]
 pub struct PostgresCatalog {
     pool: PgPool,
+    sql: Statements,
 }
 
 impl PostgresCatalog {
@@ -34,7 +45,7 @@ impl PostgresCatalog {
             .connect(url)
             .await?;
         sqlx::migrate!("migrations/postgres").run(&pool).await?;
-        Ok(Self { pool })
+        Ok(Self { pool, sql: Statements::new(&DIALECT) })
     }
 
     /// The pool, for `LISTEN` connections.
@@ -43,74 +54,17 @@ impl PostgresCatalog {
     }
 }
 
-/// Follows `LISTEN zarrgate_versions, zarrgate_object_stores` until the receiver is dropped,
-/// reconnecting after failures; every (re)connection and lost connection reports `Lost`.
-async fn listen(pool: PgPool, tx: tokio::sync::mpsc::Sender<Change>) {
-    while !tx.is_closed() {
-        match sqlx::postgres::PgListener::connect_with(&pool).await {
-            Ok(mut listener) => {
-                if let Err(e) = listener.listen_all(["zarrgate_versions", "zarrgate_object_stores"]).await {
-                    tracing::warn!(error = %e, "cannot LISTEN for catalog changes; retrying");
-                } else {
-                    tracing::info!("following catalog changes (LISTEN/NOTIFY)");
-                    if tx.send(Change::Lost).await.is_err() {
-                        return;
-                    }
-                    loop {
-                        let change = match listener.try_recv().await {
-                            Ok(Some(n)) if n.channel() == "zarrgate_versions" => Change::Store(n.payload().to_owned()),
-                            Ok(Some(_)) => Change::ObjectStores,
-                            Ok(None) => {
-                                // Reconnect here, not inside the listener: `Lost` must follow the
-                                // new LISTEN, or a change made in between would go unseen.
-                                tracing::warn!("lost the catalog change feed; reconnecting");
-                                break;
-                            }
-                            Err(e) => {
-                                tracing::warn!(error = %e, "catalog change feed failed; reconnecting");
-                                break;
-                            }
-                        };
-                        if tx.send(change).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot connect to follow catalog changes; retrying"),
-        }
-        let _ = tx.send(Change::Lost).await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
-fn head(row: &sqlx::postgres::PgRow) -> Result<VersionHead, sqlx::Error> {
-    Ok(VersionHead {
-        store: row.try_get("store")?,
-        id: row.try_get("id")?,
-        created_at_ms: row.try_get("created_at_ms")?,
-        fill_missing: row.try_get("fill_missing")?,
-    })
-}
-
-fn store_record(row: &sqlx::postgres::PgRow) -> Result<StoreRecord, CatalogError> {
-    let summary: sqlx::types::Json<serde_json::Value> = row.try_get("summary")?;
-    Ok(StoreRecord {
-        head: head(row)?,
-        store_created_at_ms: row.try_get("store_created_at_ms")?,
-        summary: parse_summary(&summary.0.to_string())?,
-    })
-}
-
 async fn insert_version(
     tx: &mut Transaction<'_, Postgres>,
+    sql: &Statements,
     name: &str,
     summary: &Summary,
     options: VersionOptions,
 ) -> Result<VersionHead, CatalogError> {
     let summary = serde_json::to_value(summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
+    let head = &sql.head_columns;
     let sql = sqlx::AssertSqlSafe(format!(
-        "insert into versions as v (store, summary, fill_missing) values ($1, $2, $3) returning {HEAD}"
+        "insert into versions as v (store, summary, fill_missing) values ($1, $2, $3) returning {head}"
     ));
     let row = sqlx::query(sql)
         .bind(name)
@@ -118,7 +72,7 @@ async fn insert_version(
         .bind(options.fill_missing)
         .fetch_one(&mut **tx)
         .await?;
-    Ok(head(&row)?)
+    Ok(rows::version_head(&row)?)
 }
 
 async fn insert_nodes(
@@ -126,15 +80,18 @@ async fn insert_nodes(
     version: i64,
     nodes: &[ValidNode],
 ) -> Result<(), CatalogError> {
-    for chunk in nodes.chunks(ROWS_PER_INSERT) {
-        let mut q = QueryBuilder::<Postgres>::new("insert into nodes (version_id, path, metadata, tile_shape) ");
-        q.push_values(chunk, |mut b, n| {
-            b.push_bind(version)
-                .push_bind(n.path.as_str())
-                .push_bind(node_json(&n.metadata))
-                .push_bind(tile_json(&n.kind));
-        });
-        q.build().execute(&mut **tx).await?;
+    for chunk in nodes.chunks(ROWS_PER_STATEMENT) {
+        let c = NodeColumns::new(chunk)?;
+        sqlx::query(
+            "insert into nodes (version_id, path, metadata, tile_shape) \
+             select $1, * from unnest($2::text[], $3::text[], $4::text[])",
+        )
+        .bind(version)
+        .bind(c.paths)
+        .bind(c.metadata)
+        .bind(c.tile_shapes)
+        .execute(&mut **tx)
+        .await?;
     }
     Ok(())
 }
@@ -143,22 +100,23 @@ async fn insert_nodes(
 async fn insert_sources(
     tx: &mut Transaction<'_, Postgres>,
     version: i64,
-    facts: &[(&String, SourceFacts)],
+    sources: &SourceColumns<'_>,
 ) -> Result<(), CatalogError> {
-    for chunk in facts.chunks(ROWS_PER_INSERT) {
-        let mut q = QueryBuilder::<Postgres>::new("insert into sources (version_id, url, etag, last_modified, size) ");
-        q.push_values(chunk, |mut b, (url, f)| {
-            b.push_bind(version)
-                .push_bind(*url)
-                .push_bind(f.etag.clone())
-                .push_bind(f.last_modified.clone())
-                .push_bind(f.size.map(|s| s as i64));
-        });
-        q.push(
-            " on conflict (version_id, url) do update set etag = excluded.etag, \
-              last_modified = excluded.last_modified, size = excluded.size",
-        );
-        q.build().execute(&mut **tx).await?;
+    let sql = sqlx::AssertSqlSafe(format!(
+        "insert into sources (version_id, url, etag, last_modified, size) \
+         select $1, * from unnest($2::text[], $3::text[], $4::text[], $5::bigint[]){SOURCES_CONFLICT}"
+    ))
+    .into_sql_str();
+    for start in (0..sources.len()).step_by(ROWS_PER_STATEMENT) {
+        let end = (start + ROWS_PER_STATEMENT).min(sources.len());
+        sqlx::query(sql.clone())
+            .bind(version)
+            .bind(&sources.urls[start..end])
+            .bind(&sources.etags[start..end])
+            .bind(&sources.last_modified[start..end])
+            .bind(&sources.sizes[start..end])
+            .execute(&mut **tx)
+            .await?;
     }
     Ok(())
 }
@@ -173,26 +131,35 @@ async fn make_current(tx: &mut Transaction<'_, Postgres>, name: &str, version: i
     Ok(())
 }
 
+/// Inserts a batch of blocks and the tiles pointing at them, in one statement.
 async fn insert_blocks(
     tx: &mut Transaction<'_, Postgres>,
     store: &str,
     version: i64,
     batch: Vec<EncodedBlock>,
 ) -> Result<(), CatalogError> {
-    let ids: Vec<i64> = sqlx::query_scalar("select nextval('blocks_id_seq') from generate_series(1, $1)")
-        .bind(batch.len() as i64)
-        .fetch_all(&mut **tx)
-        .await?;
-    let mut q = QueryBuilder::<Postgres>::new("insert into blocks (id, store, data) ");
-    q.push_values(ids.iter().zip(&batch), |mut b, (id, block)| {
-        b.push_bind(*id).push_bind(store).push_bind(&block.data);
-    });
-    q.build().execute(&mut **tx).await?;
-    let mut q = QueryBuilder::<Postgres>::new("insert into tiles (version_id, node, tile, block_id) ");
-    q.push_values(ids.iter().zip(&batch), |mut b, (id, block)| {
-        b.push_bind(version).push_bind(&block.node).push_bind(block.tile).push_bind(*id);
-    });
-    q.build().execute(&mut **tx).await?;
+    let mut nodes = Vec::with_capacity(batch.len());
+    let mut tiles = Vec::with_capacity(batch.len());
+    let mut data = Vec::with_capacity(batch.len());
+    for b in batch {
+        nodes.push(b.node);
+        tiles.push(b.tile);
+        data.push(b.data);
+    }
+    // `new` calls nextval, so it is computed once and both inserts see the same ids.
+    sqlx::query(
+        "with new as (select nextval('blocks_id_seq') as id, node, tile, data \
+                      from unnest($3::text[], $4::bigint[], $5::bytea[]) as b (node, tile, data)), \
+              stored as (insert into blocks (id, store, data) select id, $2, data from new) \
+         insert into tiles (version_id, node, tile, block_id) select $1, node, tile, id from new",
+    )
+    .bind(version)
+    .bind(store)
+    .bind(nodes)
+    .bind(tiles)
+    .bind(data)
+    .execute(&mut **tx)
+    .await?;
     Ok(())
 }
 
@@ -208,62 +175,38 @@ impl Catalog for PostgresCatalog {
     }
 
     async fn current_version(&self, store: &str) -> Result<Option<VersionHead>, CatalogError> {
-        let sql = sqlx::AssertSqlSafe(format!(
-            "select {HEAD} from stores s join versions v on v.id = s.current_version where s.name = $1"
-        ));
-        let row = sqlx::query(sql).bind(store).fetch_optional(&self.pool).await?;
-        Ok(row.as_ref().map(head).transpose()?)
+        let row = sqlx::query(self.sql.current_version.clone()).bind(store).fetch_optional(&self.pool).await?;
+        Ok(row.as_ref().map(rows::version_head).transpose()?)
     }
 
     async fn version(&self, store: &str, id: i64) -> Result<Option<VersionHead>, CatalogError> {
-        let sql = sqlx::AssertSqlSafe(format!("select {HEAD} from versions v where v.id = $1 and v.store = $2"));
-        let row = sqlx::query(sql).bind(id).bind(store).fetch_optional(&self.pool).await?;
-        Ok(row.as_ref().map(head).transpose()?)
+        let row = sqlx::query(self.sql.version.clone()).bind(id).bind(store).fetch_optional(&self.pool).await?;
+        Ok(row.as_ref().map(rows::version_head).transpose()?)
+    }
+
+    async fn head(&self, store: &str, pinned: Option<i64>) -> Result<StoreHead, CatalogError> {
+        let row = sqlx::query(self.sql.head.clone()).bind(store).bind(pinned).fetch_one(&self.pool).await?;
+        Ok(rows::store_head(&row)?)
     }
 
     async fn nodes(&self, version: i64) -> Result<Vec<StoredNode>, CatalogError> {
-        let rows: Vec<(String, String, Option<String>)> =
-            sqlx::query_as("select path, metadata, tile_shape from nodes where version_id = $1 order by path")
-                .bind(version)
-                .fetch_all(&self.pool)
-                .await?;
-        rows.into_iter().map(|(path, metadata, tile)| parse_node(path, &metadata, tile.as_deref())).collect()
+        let found = sqlx::query(NODES).bind(version).fetch_all(&self.pool).await?;
+        found.iter().map(rows::node).collect()
     }
 
     async fn block(&self, version: i64, node: &str, tile: u64) -> Result<Option<Vec<u8>>, CatalogError> {
-        let data = sqlx::query_scalar(
-            "select b.data from tiles t join blocks b on b.id = t.block_id \
-             where t.version_id = $1 and t.node = $2 and t.tile = $3",
-        )
-        .bind(version)
-        .bind(node)
-        .bind(tile as i64)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(data)
+        let query = sqlx::query_scalar(BLOCK).bind(version).bind(node).bind(tile as i64);
+        Ok(query.fetch_optional(&self.pool).await?)
     }
 
     async fn tiles(&self, version: i64) -> Result<Vec<(String, u64)>, CatalogError> {
-        let rows: Vec<(String, i64)> =
-            sqlx::query_as("select node, tile from tiles where version_id = $1 order by node, tile")
-                .bind(version)
-                .fetch_all(&self.pool)
-                .await?;
-        Ok(rows.into_iter().map(|(n, t)| (n, t as u64)).collect())
+        let found = sqlx::query(TILES).bind(version).fetch_all(&self.pool).await?;
+        Ok(found.iter().map(rows::tile).collect::<Result<_, _>>()?)
     }
 
     async fn sources(&self, version: i64) -> Result<Vec<(String, SourceFacts)>, CatalogError> {
-        let rows: Vec<(String, Option<String>, Option<String>, Option<i64>)> =
-            sqlx::query_as("select url, etag, last_modified, size from sources where version_id = $1 order by url")
-                .bind(version)
-                .fetch_all(&self.pool)
-                .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(url, etag, last_modified, size)| {
-                (url, SourceFacts { etag, last_modified, size: size.map(|s| s as u64) })
-            })
-            .collect())
+        let found = sqlx::query(SOURCES).bind(version).fetch_all(&self.pool).await?;
+        Ok(found.iter().map(rows::source).collect::<Result<_, _>>()?)
     }
 
     async fn write_version(
@@ -283,16 +226,14 @@ impl Catalog for PostgresCatalog {
         .fetch_one(&mut *tx)
         .await?;
         if created {
-            sqlx::query("delete from deleted_stores where name = $1").bind(name).execute(&mut *tx).await?;
+            sqlx::query(UNMARK_DELETED).bind(name).execute(&mut *tx).await?;
         }
-        let head = insert_version(&mut tx, name, &store.summary, options).await?;
+        let head = insert_version(&mut tx, &self.sql, name, &store.summary, options).await?;
         insert_nodes(&mut tx, head.id, &store.nodes).await?;
-        for batch in block_batches(store) {
+        for batch in rows::block_batches(store, usize::MAX) {
             insert_blocks(&mut tx, name, head.id, batch?).await?;
         }
-        let facts: Vec<(&String, SourceFacts)> =
-            store.urls().iter().map(|u| (u, store.sources.get(u).cloned().unwrap_or_default())).collect();
-        insert_sources(&mut tx, head.id, &facts).await?;
+        insert_sources(&mut tx, head.id, &SourceColumns::of_store(store)).await?;
         make_current(&mut tx, name, head.id).await?;
         tx.commit().await?;
         Ok(Written { head, created })
@@ -315,14 +256,17 @@ impl Catalog for PostgresCatalog {
                 "the current version of store {name:?}, which changed during this update"
             )));
         }
-        let head = insert_version(&mut tx, name, &version.summary, options).await?;
+        let head = insert_version(&mut tx, &self.sql, name, &version.summary, options).await?;
         insert_nodes(&mut tx, head.id, version.nodes).await?;
-        // Every base tile is shared, but for the arrays and tiles dropped.
+        // Every base tile is shared, but for the arrays and tiles dropped (anti-joins: hashed
+        // whatever the number dropped, where `not in` a list past work_mem compares every pair).
         sqlx::query(
             "insert into tiles (version_id, node, tile, block_id) \
-             select $1, node, tile, block_id from tiles \
-             where version_id = $2 and not (node = any($3)) \
-               and (node, tile) not in (select * from unnest($4::text[], $5::bigint[]))",
+             select $1, t.node, t.tile, t.block_id from tiles t \
+             where t.version_id = $2 \
+               and not exists (select 1 from unnest($3::text[]) d (node) where d.node = t.node) \
+               and not exists (select 1 from unnest($4::text[], $5::bigint[]) d (node, tile) \
+                               where d.node = t.node and d.tile = t.tile)",
         )
         .bind(head.id)
         .bind(version.base)
@@ -331,23 +275,11 @@ impl Catalog for PostgresCatalog {
         .bind(version.dropped_tiles.iter().map(|(_, t)| *t as i64).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;
-        let encoded = version
-            .blocks
-            .iter()
-            .map(|(node, tile, data)| Ok(EncodedBlock { node: node.clone(), tile: *tile as i64, data: data.clone() }));
-        for batch in batches(encoded) {
+        for batch in rows::derived_block_batches(version, usize::MAX) {
             insert_blocks(&mut tx, name, head.id, batch?).await?;
         }
-        sqlx::query(
-            "insert into sources (version_id, url, etag, last_modified, size) \
-             select $1, url, etag, last_modified, size from sources where version_id = $2",
-        )
-        .bind(head.id)
-        .bind(version.base)
-        .execute(&mut *tx)
-        .await?;
-        let facts: Vec<(&String, SourceFacts)> = version.sources.iter().map(|(u, f)| (u, f.clone())).collect();
-        insert_sources(&mut tx, head.id, &facts).await?;
+        sqlx::query(COPY_SOURCES).bind(head.id).bind(version.base).execute(&mut *tx).await?;
+        insert_sources(&mut tx, head.id, &SourceColumns::of_derived(version)).await?;
         make_current(&mut tx, name, head.id).await?;
         tx.commit().await?;
         Ok(Written { head, created: false })
@@ -382,33 +314,24 @@ impl Catalog for PostgresCatalog {
 
     async fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<Change>> {
         let (tx, rx) = tokio::sync::mpsc::channel(1024);
-        tokio::spawn(listen(self.pool.clone(), tx));
+        tokio::spawn(listen::listen(self.pool.clone(), tx));
         Some(rx)
     }
 
     async fn list_stores(&self, after: Option<&str>, limit: u32) -> Result<Vec<StoreRecord>, CatalogError> {
-        let sql = sqlx::AssertSqlSafe(format!(
-            "select {HEAD}, v.summary, (extract(epoch from s.created_at) * 1000)::bigint as store_created_at_ms \
-             from stores s join versions v on v.id = s.current_version \
-             where s.name > $1 order by s.name limit $2"
-        ));
-        let rows = sqlx::query(sql).bind(after.unwrap_or("")).bind(i64::from(limit)).fetch_all(&self.pool).await?;
-        rows.iter().map(store_record).collect()
+        let query = sqlx::query(self.sql.list_stores.clone()).bind(after.unwrap_or("")).bind(i64::from(limit));
+        query.fetch_all(&self.pool).await?.iter().map(rows::store_record).collect()
     }
 
     async fn store(&self, name: &str) -> Result<Option<StoreRecord>, CatalogError> {
-        let sql = sqlx::AssertSqlSafe(format!(
-            "select {HEAD}, v.summary, (extract(epoch from s.created_at) * 1000)::bigint as store_created_at_ms \
-             from stores s join versions v on v.id = s.current_version where s.name = $1"
-        ));
-        let row = sqlx::query(sql).bind(name).fetch_optional(&self.pool).await?;
-        row.as_ref().map(store_record).transpose()
+        let row = sqlx::query(self.sql.store.clone()).bind(name).fetch_optional(&self.pool).await?;
+        row.as_ref().map(rows::store_record).transpose()
     }
 
     async fn delete_store(&self, name: &str) -> Result<bool, CatalogError> {
         let mut tx = self.pool.begin().await?;
-        let deleted =
-            sqlx::query("delete from stores where name = $1").bind(name).execute(&mut *tx).await?.rows_affected() == 1;
+        // The deletion mark is set in the transaction that removes the store (see UNMARK_DELETED).
+        let deleted = sqlx::query(DELETE_STORE).bind(name).execute(&mut *tx).await?.rows_affected() == 1;
         if deleted {
             sqlx::query(
                 "insert into deleted_stores (name) values ($1) on conflict (name) do update set deleted_at = now()",
@@ -423,13 +346,7 @@ impl Catalog for PostgresCatalog {
     }
 
     async fn deleted_at(&self, name: &str) -> Result<Option<i64>, CatalogError> {
-        let at = sqlx::query_scalar(
-            "select (extract(epoch from deleted_at) * 1000)::bigint from deleted_stores where name = $1",
-        )
-        .bind(name)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(at)
+        Ok(sqlx::query_scalar(self.sql.deleted_at.clone()).bind(name).fetch_optional(&self.pool).await?)
     }
 
     async fn stores_using(&self, prefix: &str) -> Result<Vec<String>, CatalogError> {
@@ -461,22 +378,12 @@ impl Catalog for PostgresCatalog {
     }
 
     async fn object_stores(&self) -> Result<Vec<ObjectStoreRecord>, CatalogError> {
-        let rows: Vec<(String, String, sqlx::types::Json<serde_json::Value>)> =
-            sqlx::query_as("select name, url, options from object_stores order by name").fetch_all(&self.pool).await?;
-        rows.into_iter()
-            .map(|(name, url, options)| {
-                Ok(ObjectStoreRecord { name, url, options: parse_options(&options.0.to_string())? })
-            })
-            .collect()
+        let found = sqlx::query(self.sql.object_stores.clone()).fetch_all(&self.pool).await?;
+        found.iter().map(rows::object_store).collect()
     }
 
     async fn delete_object_store(&self, name: &str) -> Result<bool, CatalogError> {
-        let deleted = sqlx::query("delete from object_stores where name = $1")
-            .bind(name)
-            .execute(&self.pool)
-            .await?
-            .rows_affected()
-            == 1;
+        let deleted = sqlx::query(DELETE_OBJECT_STORE).bind(name).execute(&self.pool).await?.rows_affected() == 1;
         sqlx::query("select pg_notify('zarrgate_object_stores', $1)").bind(name).execute(&self.pool).await?;
         Ok(deleted)
     }

@@ -4,24 +4,32 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::query_builder::Separated;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
+use sqlx::{QueryBuilder, Sqlite, SqliteConnection, Transaction};
 
+use super::rows::{
+    self, BLOCK, COPY_SOURCES, DELETE_OBJECT_STORE, DELETE_STORE, Dialect, EncodedBlock, NODES, NodeColumns, SOURCES,
+    SOURCES_CONFLICT, SourceColumns, Statements, TILES, UNMARK_DELETED,
+};
 use super::{
-    Catalog, CatalogError, DerivedVersion, EncodedBlock, ObjectStoreRecord, Retention, StoreRecord, StoredNode,
-    VersionHead, VersionOptions, Written, batches, block_batches, node_json, parse_node, parse_options, parse_summary,
-    tile_json, unique_violation,
+    Catalog, CatalogError, DerivedVersion, ObjectStoreRecord, Retention, StoreHead, StoreRecord, StoredNode,
+    VersionHead, VersionOptions, Written, unique_violation,
 };
 use crate::zarr::document::SourceFacts;
 use crate::zarr::validate::{Summary, ValidNode, ValidatedStore};
 
-/// Rows per multi-row insert (SQLite allows 32,766 bind parameters per statement).
-const ROWS_PER_INSERT: usize = 4_000;
+/// The most values one statement binds: SQLITE_MAX_VARIABLE_NUMBER of the bundled SQLite.
+const MAX_VARIABLES: usize = 32_766;
+
+/// Timestamps are unix milliseconds already, JSON is text.
+const DIALECT: Dialect = Dialect { millis: |column| column.to_owned(), json_text: |column| column.to_owned() };
 
 /// A catalog in an SQLite file.
 #[derive(Debug, Clone)]
 pub struct SqliteCatalog {
     pool: SqlitePool,
+    sql: Statements,
 }
 
 fn now_ms() -> i64 {
@@ -43,26 +51,8 @@ impl SqliteCatalog {
         }
         let pool = SqlitePoolOptions::new().max_connections(max_connections.max(1)).connect_with(options).await?;
         sqlx::migrate!("migrations/sqlite").run(&pool).await?;
-        Ok(Self { pool })
+        Ok(Self { pool, sql: Statements::new(&DIALECT) })
     }
-}
-
-fn head(row: &sqlx::sqlite::SqliteRow) -> Result<VersionHead, sqlx::Error> {
-    Ok(VersionHead {
-        store: row.try_get("store")?,
-        id: row.try_get("id")?,
-        created_at_ms: row.try_get("created_at")?,
-        fill_missing: row.try_get("fill_missing")?,
-    })
-}
-
-fn store_record(row: &sqlx::sqlite::SqliteRow) -> Result<StoreRecord, CatalogError> {
-    let summary: String = row.try_get("summary")?;
-    Ok(StoreRecord {
-        head: head(row)?,
-        store_created_at_ms: row.try_get("store_created_at")?,
-        summary: parse_summary(&summary)?,
-    })
 }
 
 async fn insert_version(
@@ -74,8 +64,8 @@ async fn insert_version(
 ) -> Result<VersionHead, CatalogError> {
     let summary = serde_json::to_string(summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
     let row = sqlx::query(
-        "insert into versions (store, created_at, summary, fill_missing) values (?, ?, ?, ?) \
-         returning store, id, created_at, fill_missing",
+        "insert into versions (store, created_at, summary, fill_missing) values ($1, $2, $3, $4) \
+         returning store, id, created_at as created_at_ms, fill_missing",
     )
     .bind(name)
     .bind(now)
@@ -83,81 +73,94 @@ async fn insert_version(
     .bind(options.fill_missing)
     .fetch_one(&mut **tx)
     .await?;
-    Ok(head(&row)?)
+    Ok(rows::version_head(&row)?)
 }
 
-async fn insert_nodes(tx: &mut Transaction<'_, Sqlite>, version: i64, nodes: &[ValidNode]) -> Result<(), CatalogError> {
-    for chunk in nodes.chunks(ROWS_PER_INSERT) {
-        let mut q = QueryBuilder::<Sqlite>::new("insert into nodes (version_id, path, metadata, tile_shape) ");
-        q.push_values(chunk, |mut b, n| {
-            b.push_bind(version)
-                .push_bind(n.path.as_str().to_owned())
-                .push_bind(node_json(&n.metadata))
-                .push_bind(tile_json(&n.kind));
-        });
-        q.build().execute(&mut **tx).await?;
+/// Runs `insert` (`insert into t (c1, ...) `, ended by `tail`) over `rows` rows of `columns`
+/// values each, as many rows per statement as SQLite binds values; `push` binds row `i`.
+async fn insert_rows(
+    tx: &mut SqliteConnection,
+    insert: &str,
+    tail: &str,
+    columns: usize,
+    rows: usize,
+    mut push: impl FnMut(&mut Separated<'_, Sqlite, &'static str>, usize),
+) -> Result<(), CatalogError> {
+    let per_statement = MAX_VARIABLES / columns;
+    for start in (0..rows).step_by(per_statement) {
+        let mut q = QueryBuilder::<Sqlite>::new(insert);
+        q.push_values(start..rows.min(start + per_statement), |mut b, i| push(&mut b, i));
+        q.push(tail);
+        q.build().execute(&mut *tx).await?;
     }
     Ok(())
+}
+
+async fn insert_nodes(tx: &mut SqliteConnection, version: i64, nodes: &[ValidNode]) -> Result<(), CatalogError> {
+    let c = NodeColumns::new(nodes)?;
+    insert_rows(tx, "insert into nodes (version_id, path, metadata, tile_shape) ", "", 4, nodes.len(), |b, i| {
+        b.push_bind(version).push_bind(c.paths[i]).push_bind(&c.metadata[i]).push_bind(&c.tile_shapes[i]);
+    })
+    .await
 }
 
 /// Records source facts; a URL already recorded for the version gets the newer facts.
-async fn insert_sources(
-    tx: &mut Transaction<'_, Sqlite>,
-    version: i64,
-    facts: &[(&String, SourceFacts)],
-) -> Result<(), CatalogError> {
-    for chunk in facts.chunks(ROWS_PER_INSERT) {
-        let mut q = QueryBuilder::<Sqlite>::new("insert into sources (version_id, url, etag, last_modified, size) ");
-        q.push_values(chunk, |mut b, (url, f)| {
-            b.push_bind(version)
-                .push_bind((*url).clone())
-                .push_bind(f.etag.clone())
-                .push_bind(f.last_modified.clone())
-                .push_bind(f.size.map(|s| s as i64));
-        });
-        q.push(
-            " on conflict (version_id, url) do update set etag = excluded.etag, \
-              last_modified = excluded.last_modified, size = excluded.size",
-        );
-        q.build().execute(&mut **tx).await?;
-    }
-    Ok(())
+async fn insert_sources(tx: &mut SqliteConnection, version: i64, c: &SourceColumns<'_>) -> Result<(), CatalogError> {
+    let insert = "insert into sources (version_id, url, etag, last_modified, size) ";
+    insert_rows(tx, insert, SOURCES_CONFLICT, 5, c.len(), |b, i| {
+        b.push_bind(version).push_bind(c.urls[i]).push_bind(c.etags[i]).push_bind(c.last_modified[i]);
+        b.push_bind(c.sizes[i]);
+    })
+    .await
 }
 
-async fn make_current(
-    tx: &mut Transaction<'_, Sqlite>,
-    name: &str,
-    version: i64,
-    now: i64,
-) -> Result<(), CatalogError> {
-    sqlx::query("update stores set current_version = ?, updated_at = ? where name = ?")
+async fn make_current(tx: &mut SqliteConnection, name: &str, version: i64, now: i64) -> Result<(), CatalogError> {
+    sqlx::query("update stores set current_version = $1, updated_at = $2 where name = $3")
         .bind(version)
         .bind(now)
         .bind(name)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
     Ok(())
 }
 
 async fn insert_blocks(
-    tx: &mut Transaction<'_, Sqlite>,
+    tx: &mut SqliteConnection,
     store: &str,
     version: i64,
     batch: Vec<EncodedBlock>,
 ) -> Result<(), CatalogError> {
     // Writers are serialised by SQLite, so the next ids cannot be taken by anyone else.
-    let first: i64 = sqlx::query_scalar("select coalesce(max(id), 0) + 1 from blocks").fetch_one(&mut **tx).await?;
-    let ids: Vec<i64> = (first..).take(batch.len()).collect();
-    let mut q = QueryBuilder::<Sqlite>::new("insert into blocks (id, store, data) ");
-    q.push_values(ids.iter().zip(&batch), |mut b, (id, block)| {
-        b.push_bind(*id).push_bind(store).push_bind(&block.data);
-    });
-    q.build().execute(&mut **tx).await?;
-    let mut q = QueryBuilder::<Sqlite>::new("insert into tiles (version_id, node, tile, block_id) ");
-    q.push_values(ids.iter().zip(&batch), |mut b, (id, block)| {
-        b.push_bind(version).push_bind(&block.node).push_bind(block.tile).push_bind(*id);
-    });
-    q.build().execute(&mut **tx).await?;
+    let first: i64 = sqlx::query_scalar("select coalesce(max(id), 0) + 1 from blocks").fetch_one(&mut *tx).await?;
+    insert_rows(tx, "insert into blocks (id, store, data) ", "", 3, batch.len(), |b, i| {
+        b.push_bind(first + i as i64).push_bind(store).push_bind(&batch[i].data);
+    })
+    .await?;
+    insert_rows(tx, "insert into tiles (version_id, node, tile, block_id) ", "", 4, batch.len(), |b, i| {
+        b.push_bind(version).push_bind(&batch[i].node).push_bind(batch[i].tile).push_bind(first + i as i64);
+    })
+    .await
+}
+
+/// Removes from a derived version the tiles its base shared but for those dropped.
+async fn drop_tiles(tx: &mut SqliteConnection, version: i64, derived: &DerivedVersion<'_>) -> Result<(), CatalogError> {
+    for nodes in derived.dropped_nodes.chunks(MAX_VARIABLES - 1) {
+        let mut q = QueryBuilder::<Sqlite>::new("delete from tiles where version_id = ");
+        q.push_bind(version).push(" and node in (");
+        let mut list = q.separated(", ");
+        for node in nodes {
+            list.push_bind(node);
+        }
+        q.push(")").build().execute(&mut *tx).await?;
+    }
+    for tiles in derived.dropped_tiles.chunks((MAX_VARIABLES - 1) / 2) {
+        let mut q = QueryBuilder::<Sqlite>::new("delete from tiles where version_id = ");
+        q.push_bind(version).push(" and (node, tile) in (");
+        q.push_values(tiles, |mut b, (node, tile)| {
+            b.push_bind(node).push_bind(*tile as i64);
+        });
+        q.push(")").build().execute(&mut *tx).await?;
+    }
     Ok(())
 }
 
@@ -173,68 +176,38 @@ impl Catalog for SqliteCatalog {
     }
 
     async fn current_version(&self, store: &str) -> Result<Option<VersionHead>, CatalogError> {
-        let row = sqlx::query(
-            "select v.store, v.id, v.created_at, v.fill_missing from stores s join versions v on v.id = s.current_version where s.name = ?",
-        )
-        .bind(store)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.as_ref().map(head).transpose()?)
+        let row = sqlx::query(self.sql.current_version.clone()).bind(store).fetch_optional(&self.pool).await?;
+        Ok(row.as_ref().map(rows::version_head).transpose()?)
     }
 
     async fn version(&self, store: &str, id: i64) -> Result<Option<VersionHead>, CatalogError> {
-        let row = sqlx::query(
-            "select v.store, v.id, v.created_at, v.fill_missing from versions v where v.id = ? and v.store = ?",
-        )
-        .bind(id)
-        .bind(store)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.as_ref().map(head).transpose()?)
+        let row = sqlx::query(self.sql.version.clone()).bind(id).bind(store).fetch_optional(&self.pool).await?;
+        Ok(row.as_ref().map(rows::version_head).transpose()?)
+    }
+
+    async fn head(&self, store: &str, pinned: Option<i64>) -> Result<StoreHead, CatalogError> {
+        let row = sqlx::query(self.sql.head.clone()).bind(store).bind(pinned).fetch_one(&self.pool).await?;
+        Ok(rows::store_head(&row)?)
     }
 
     async fn nodes(&self, version: i64) -> Result<Vec<StoredNode>, CatalogError> {
-        let rows: Vec<(String, String, Option<String>)> =
-            sqlx::query_as("select path, metadata, tile_shape from nodes where version_id = ? order by path")
-                .bind(version)
-                .fetch_all(&self.pool)
-                .await?;
-        rows.into_iter().map(|(path, metadata, tile)| parse_node(path, &metadata, tile.as_deref())).collect()
+        let found = sqlx::query(NODES).bind(version).fetch_all(&self.pool).await?;
+        found.iter().map(rows::node).collect()
     }
 
     async fn block(&self, version: i64, node: &str, tile: u64) -> Result<Option<Vec<u8>>, CatalogError> {
-        let data = sqlx::query_scalar(
-            "select b.data from tiles t join blocks b on b.id = t.block_id where t.version_id = ? and t.node = ? and t.tile = ?",
-        )
-        .bind(version)
-        .bind(node)
-        .bind(tile as i64)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(data)
+        let query = sqlx::query_scalar(BLOCK).bind(version).bind(node).bind(tile as i64);
+        Ok(query.fetch_optional(&self.pool).await?)
     }
 
     async fn tiles(&self, version: i64) -> Result<Vec<(String, u64)>, CatalogError> {
-        let rows: Vec<(String, i64)> =
-            sqlx::query_as("select node, tile from tiles where version_id = ? order by node, tile")
-                .bind(version)
-                .fetch_all(&self.pool)
-                .await?;
-        Ok(rows.into_iter().map(|(n, t)| (n, t as u64)).collect())
+        let found = sqlx::query(TILES).bind(version).fetch_all(&self.pool).await?;
+        Ok(found.iter().map(rows::tile).collect::<Result<_, _>>()?)
     }
 
     async fn sources(&self, version: i64) -> Result<Vec<(String, SourceFacts)>, CatalogError> {
-        let rows: Vec<(String, Option<String>, Option<String>, Option<i64>)> =
-            sqlx::query_as("select url, etag, last_modified, size from sources where version_id = ? order by url")
-                .bind(version)
-                .fetch_all(&self.pool)
-                .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(url, etag, last_modified, size)| {
-                (url, SourceFacts { etag, last_modified, size: size.map(|s| s as u64) })
-            })
-            .collect())
+        let found = sqlx::query(SOURCES).bind(version).fetch_all(&self.pool).await?;
+        Ok(found.iter().map(rows::source).collect::<Result<_, _>>()?)
     }
 
     async fn write_version(
@@ -256,16 +229,14 @@ impl Catalog for SqliteCatalog {
         .rows_affected()
             == 1;
         if created {
-            sqlx::query("delete from deleted_stores where name = ?").bind(name).execute(&mut *tx).await?;
+            sqlx::query(UNMARK_DELETED).bind(name).execute(&mut *tx).await?;
         }
         let head = insert_version(&mut tx, name, &store.summary, options, now).await?;
         insert_nodes(&mut tx, head.id, &store.nodes).await?;
-        for batch in block_batches(store) {
+        for batch in rows::block_batches(store, MAX_VARIABLES / 4) {
             insert_blocks(&mut tx, name, head.id, batch?).await?;
         }
-        let facts: Vec<(&String, SourceFacts)> =
-            store.urls().iter().map(|u| (u, store.sources.get(u).cloned().unwrap_or_default())).collect();
-        insert_sources(&mut tx, head.id, &facts).await?;
+        insert_sources(&mut tx, head.id, &SourceColumns::of_store(store)).await?;
         make_current(&mut tx, name, head.id, now).await?;
         tx.commit().await?;
         Ok(Written { head, created })
@@ -291,43 +262,20 @@ impl Catalog for SqliteCatalog {
         let head = insert_version(&mut tx, name, &version.summary, options, now).await?;
         insert_nodes(&mut tx, head.id, version.nodes).await?;
         // Every base tile is shared, but for the arrays and tiles dropped.
-        sqlx::query("insert into tiles (version_id, node, tile, block_id) select ?, node, tile, block_id from tiles where version_id = ?")
-            .bind(head.id)
-            .bind(version.base)
-            .execute(&mut *tx)
-            .await?;
-        for node in &version.dropped_nodes {
-            sqlx::query("delete from tiles where version_id = ? and node = ?")
-                .bind(head.id)
-                .bind(node)
-                .execute(&mut *tx)
-                .await?;
-        }
-        for (node, tile) in &version.dropped_tiles {
-            sqlx::query("delete from tiles where version_id = ? and node = ? and tile = ?")
-                .bind(head.id)
-                .bind(node)
-                .bind(*tile as i64)
-                .execute(&mut *tx)
-                .await?;
-        }
-        let encoded = version
-            .blocks
-            .iter()
-            .map(|(node, tile, data)| Ok(EncodedBlock { node: node.clone(), tile: *tile as i64, data: data.clone() }));
-        for batch in batches(encoded) {
-            insert_blocks(&mut tx, name, head.id, batch?).await?;
-        }
         sqlx::query(
-            "insert into sources (version_id, url, etag, last_modified, size) \
-             select ?, url, etag, last_modified, size from sources where version_id = ?",
+            "insert into tiles (version_id, node, tile, block_id) \
+             select $1, node, tile, block_id from tiles where version_id = $2",
         )
         .bind(head.id)
         .bind(version.base)
         .execute(&mut *tx)
         .await?;
-        let facts: Vec<(&String, SourceFacts)> = version.sources.iter().map(|(u, f)| (u, f.clone())).collect();
-        insert_sources(&mut tx, head.id, &facts).await?;
+        drop_tiles(&mut tx, head.id, version).await?;
+        for batch in rows::derived_block_batches(version, MAX_VARIABLES / 4) {
+            insert_blocks(&mut tx, name, head.id, batch?).await?;
+        }
+        sqlx::query(COPY_SOURCES).bind(head.id).bind(version.base).execute(&mut *tx).await?;
+        insert_sources(&mut tx, head.id, &SourceColumns::of_derived(version)).await?;
         make_current(&mut tx, name, head.id, now).await?;
         tx.commit().await?;
         Ok(Written { head, created: false })
@@ -359,32 +307,19 @@ impl Catalog for SqliteCatalog {
     }
 
     async fn list_stores(&self, after: Option<&str>, limit: u32) -> Result<Vec<StoreRecord>, CatalogError> {
-        let rows = sqlx::query(
-            "select v.store, v.id, v.created_at, v.fill_missing, v.summary, s.created_at as store_created_at \
-             from stores s join versions v on v.id = s.current_version where s.name > ? order by s.name limit ?",
-        )
-        .bind(after.unwrap_or(""))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(store_record).collect()
+        let query = sqlx::query(self.sql.list_stores.clone()).bind(after.unwrap_or("")).bind(i64::from(limit));
+        query.fetch_all(&self.pool).await?.iter().map(rows::store_record).collect()
     }
 
     async fn store(&self, name: &str) -> Result<Option<StoreRecord>, CatalogError> {
-        let row = sqlx::query(
-            "select v.store, v.id, v.created_at, v.fill_missing, v.summary, s.created_at as store_created_at \
-             from stores s join versions v on v.id = s.current_version where s.name = ?",
-        )
-        .bind(name)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(store_record).transpose()
+        let row = sqlx::query(self.sql.store.clone()).bind(name).fetch_optional(&self.pool).await?;
+        row.as_ref().map(rows::store_record).transpose()
     }
 
     async fn delete_store(&self, name: &str) -> Result<bool, CatalogError> {
         let mut tx = self.pool.begin_with("begin immediate").await?;
-        let deleted =
-            sqlx::query("delete from stores where name = ?").bind(name).execute(&mut *tx).await?.rows_affected() == 1;
+        // The deletion mark is set in the transaction that removes the store (see UNMARK_DELETED).
+        let deleted = sqlx::query(DELETE_STORE).bind(name).execute(&mut *tx).await?.rows_affected() == 1;
         if deleted {
             sqlx::query(
                 "insert into deleted_stores (name, deleted_at) values (?1, ?2) \
@@ -400,11 +335,7 @@ impl Catalog for SqliteCatalog {
     }
 
     async fn deleted_at(&self, name: &str) -> Result<Option<i64>, CatalogError> {
-        let at = sqlx::query_scalar("select deleted_at from deleted_stores where name = ?")
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(at)
+        Ok(sqlx::query_scalar(self.sql.deleted_at.clone()).bind(name).fetch_optional(&self.pool).await?)
     }
 
     async fn stores_using(&self, prefix: &str) -> Result<Vec<String>, CatalogError> {
@@ -442,20 +373,12 @@ impl Catalog for SqliteCatalog {
     }
 
     async fn object_stores(&self) -> Result<Vec<ObjectStoreRecord>, CatalogError> {
-        let rows: Vec<(String, String, String)> =
-            sqlx::query_as("select name, url, options from object_stores order by name").fetch_all(&self.pool).await?;
-        rows.into_iter()
-            .map(|(name, url, options)| Ok(ObjectStoreRecord { name, url, options: parse_options(&options)? }))
-            .collect()
+        let found = sqlx::query(self.sql.object_stores.clone()).fetch_all(&self.pool).await?;
+        found.iter().map(rows::object_store).collect()
     }
 
     async fn delete_object_store(&self, name: &str) -> Result<bool, CatalogError> {
-        let deleted = sqlx::query("delete from object_stores where name = ?")
-            .bind(name)
-            .execute(&self.pool)
-            .await?
-            .rows_affected()
-            == 1;
+        let deleted = sqlx::query(DELETE_OBJECT_STORE).bind(name).execute(&self.pool).await?.rows_affected() == 1;
         Ok(deleted)
     }
 }

@@ -1,0 +1,334 @@
+//! What the two catalog backends share: the statements that read alike in both, the mapping of
+//! result rows to catalog types, and the rows a new version writes.
+//!
+//! sqlx binds `$N` placeholders in SQLite as in PostgreSQL, so a statement that differs only by
+//! placeholder style is written once, here. What truly differs (timestamps, JSON columns, row
+//! locks, notifications, how many rows one statement may bind) stays in each backend.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
+use sqlx::{AssertSqlSafe, Decode, Postgres, Row, SqlSafeStr, SqlStr, Sqlite, Type};
+
+use super::{CatalogError, DerivedVersion, ObjectStoreRecord, StoreHead, StoreRecord, StoredNode, VersionHead};
+use crate::zarr::document::SourceFacts;
+use crate::zarr::metadata::NodeKind;
+use crate::zarr::validate::{ValidNode, ValidatedStore};
+
+/// The largest batch of encoded blocks written in one statement.
+const BLOCK_BATCH_BYTES: usize = 8 << 20;
+
+pub(super) const NODES: &str = "select path, metadata, tile_shape from nodes where version_id = $1 order by path";
+pub(super) const BLOCK: &str = "select b.data from tiles t join blocks b on b.id = t.block_id \
+                                where t.version_id = $1 and t.node = $2 and t.tile = $3";
+pub(super) const TILES: &str = "select node, tile from tiles where version_id = $1 order by node, tile";
+pub(super) const SOURCES: &str =
+    "select url, etag, last_modified, size from sources where version_id = $1 order by url";
+/// A derived version starts with every source of its base.
+pub(super) const COPY_SOURCES: &str = "insert into sources (version_id, url, etag, last_modified, size) \
+                                       select $1, url, etag, last_modified, size from sources where version_id = $2";
+/// Ends an insert into `sources`: a URL already recorded for the version gets the newer facts.
+pub(super) const SOURCES_CONFLICT: &str = " on conflict (version_id, url) do update set etag = excluded.etag, \
+                                           last_modified = excluded.last_modified, size = excluded.size";
+/// A registration that creates a store ends its deletion mark, in the transaction that makes it
+/// current: a reader sees the mark or the store, never neither.
+pub(super) const UNMARK_DELETED: &str = "delete from deleted_stores where name = $1";
+pub(super) const DELETE_STORE: &str = "delete from stores where name = $1";
+pub(super) const DELETE_OBJECT_STORE: &str = "delete from object_stores where name = $1";
+
+/// How a backend spells the columns that differ inside otherwise shared statements.
+pub(super) struct Dialect {
+    /// A timestamp column as unix milliseconds.
+    pub millis: fn(&str) -> String,
+    /// A JSON column as text.
+    pub json_text: fn(&str) -> String,
+}
+
+/// The statements whose text depends on the [`Dialect`], spelled once per catalog.
+#[derive(Debug, Clone)]
+pub(super) struct Statements {
+    /// The columns of a [`VersionHead`] read from `versions v`.
+    pub head_columns: String,
+    pub current_version: SqlStr,
+    pub version: SqlStr,
+    pub head: SqlStr,
+    pub store: SqlStr,
+    pub list_stores: SqlStr,
+    pub deleted_at: SqlStr,
+    pub object_stores: SqlStr,
+}
+
+impl Statements {
+    pub fn new(d: &Dialect) -> Self {
+        let millis = d.millis;
+        let head = format!("v.store, v.id, v.fill_missing, {} as created_at_ms", millis("v.created_at"));
+        let record = format!(
+            "select {head}, {} as summary, {} as store_created_at_ms \
+             from stores s join versions v on v.id = s.current_version",
+            (d.json_text)("v.summary"),
+            millis("s.created_at"),
+        );
+        Self {
+            current_version: sql(format!(
+                "select {head} from stores s join versions v on v.id = s.current_version where s.name = $1"
+            )),
+            version: sql(format!("select {head} from versions v where v.id = $1 and v.store = $2")),
+            // One statement, so one snapshot: a registration ends the deletion mark and a deletion
+            // sets it in the transaction that changes the store, and this row has one or the other.
+            head: sql(format!(
+                "select {head}, {} as deleted_at_ms from (select $1 as name) q \
+                 left join versions v on v.store = q.name \
+                   and v.id = coalesce($2, (select s.current_version from stores s where s.name = q.name)) \
+                 left join deleted_stores d on d.name = q.name",
+                millis("d.deleted_at")
+            )),
+            store: sql(format!("{record} where s.name = $1")),
+            list_stores: sql(format!("{record} where s.name > $1 order by s.name limit $2")),
+            deleted_at: sql(format!("select {} from deleted_stores d where d.name = $1", millis("d.deleted_at"))),
+            object_stores: sql(format!(
+                "select name, url, {} as options from object_stores order by name",
+                (d.json_text)("options")
+            )),
+            head_columns: head,
+        }
+    }
+}
+
+/// Built once: clones share the text.
+fn sql(text: String) -> SqlStr {
+    AssertSqlSafe(Arc::<str>::from(text)).into_sql_str()
+}
+
+/// A column type both backends decode.
+pub(super) trait Field:
+    for<'r> Decode<'r, Postgres> + Type<Postgres> + for<'r> Decode<'r, Sqlite> + Type<Sqlite>
+{
+}
+
+impl<T> Field for T where T: for<'r> Decode<'r, Postgres> + Type<Postgres> + for<'r> Decode<'r, Sqlite> + Type<Sqlite> {}
+
+/// A result row of either backend, read by column name.
+pub(super) trait CatalogRow {
+    fn field<T: Field>(&self, column: &str) -> Result<T, sqlx::Error>;
+}
+
+impl CatalogRow for PgRow {
+    fn field<T: Field>(&self, column: &str) -> Result<T, sqlx::Error> {
+        self.try_get(column)
+    }
+}
+
+impl CatalogRow for SqliteRow {
+    fn field<T: Field>(&self, column: &str) -> Result<T, sqlx::Error> {
+        self.try_get(column)
+    }
+}
+
+pub(super) fn version_head(row: &impl CatalogRow) -> Result<VersionHead, sqlx::Error> {
+    Ok(VersionHead {
+        store: row.field("store")?,
+        id: row.field("id")?,
+        created_at_ms: row.field("created_at_ms")?,
+        fill_missing: row.field("fill_missing")?,
+    })
+}
+
+/// A row of [`Statements::head`]: the version if there is one, else the deletion mark.
+pub(super) fn store_head(row: &impl CatalogRow) -> Result<StoreHead, sqlx::Error> {
+    Ok(match row.field::<Option<i64>>("id")? {
+        Some(_) => StoreHead::Version(version_head(row)?),
+        None => row.field::<Option<i64>>("deleted_at_ms")?.map_or(StoreHead::Unknown, StoreHead::Deleted),
+    })
+}
+
+pub(super) fn store_record(row: &impl CatalogRow) -> Result<StoreRecord, CatalogError> {
+    let summary: String = row.field("summary")?;
+    Ok(StoreRecord {
+        head: version_head(row)?,
+        store_created_at_ms: row.field("store_created_at_ms")?,
+        summary: serde_json::from_str(&summary).map_err(|e| CatalogError::Corrupt(format!("version summary: {e}")))?,
+    })
+}
+
+pub(super) fn node(row: &impl CatalogRow) -> Result<StoredNode, CatalogError> {
+    let path: String = row.field("path")?;
+    let metadata: String = row.field("metadata")?;
+    let tile_shape = row
+        .field::<Option<String>>("tile_shape")?
+        .map(|t| serde_json::from_str::<Vec<u64>>(&t))
+        .transpose()
+        .map_err(|e| CatalogError::Corrupt(format!("tile shape of node {path:?}: {e}")))?;
+    match serde_json::from_str(&metadata) {
+        Ok(Value::Object(metadata)) => Ok(StoredNode { path, metadata, tile_shape }),
+        _ => Err(CatalogError::Corrupt(format!("metadata of node {path:?}"))),
+    }
+}
+
+pub(super) fn tile(row: &impl CatalogRow) -> Result<(String, u64), sqlx::Error> {
+    Ok((row.field("node")?, row.field::<i64>("tile")? as u64))
+}
+
+pub(super) fn source(row: &impl CatalogRow) -> Result<(String, SourceFacts), sqlx::Error> {
+    let facts = SourceFacts {
+        etag: row.field("etag")?,
+        last_modified: row.field("last_modified")?,
+        size: row.field::<Option<i64>>("size")?.map(|s| s as u64),
+    };
+    Ok((row.field("url")?, facts))
+}
+
+pub(super) fn object_store(row: &impl CatalogRow) -> Result<ObjectStoreRecord, CatalogError> {
+    let options: String = row.field("options")?;
+    Ok(ObjectStoreRecord {
+        name: row.field("name")?,
+        url: row.field("url")?,
+        options: serde_json::from_str(&options)
+            .map_err(|e| CatalogError::Corrupt(format!("object store options: {e}")))?,
+    })
+}
+
+/// Nodes as written, column by column.
+pub(super) struct NodeColumns<'a> {
+    pub paths: Vec<&'a str>,
+    pub metadata: Vec<String>,
+    /// For arrays, the shape of their tiles in chunks, as JSON.
+    pub tile_shapes: Vec<Option<String>>,
+}
+
+impl<'a> NodeColumns<'a> {
+    pub fn new(nodes: &'a [ValidNode]) -> Result<Self, CatalogError> {
+        let metadata = nodes.iter().map(|n| serde_json::to_string(&n.metadata)).collect::<Result<_, _>>();
+        Ok(Self {
+            paths: nodes.iter().map(|n| n.path.as_str()).collect(),
+            metadata: metadata.map_err(|e| CatalogError::Corrupt(format!("node metadata: {e}")))?,
+            tile_shapes: nodes.iter().map(|n| tile_json(&n.kind)).collect(),
+        })
+    }
+}
+
+fn tile_json(kind: &NodeKind) -> Option<String> {
+    match kind {
+        NodeKind::Array(layout) => serde_json::to_string(layout.grid.tile_shape()).ok(),
+        NodeKind::Group => None,
+    }
+}
+
+/// Source facts as written, column by column.
+#[derive(Default)]
+pub(super) struct SourceColumns<'a> {
+    pub urls: Vec<&'a str>,
+    pub etags: Vec<Option<&'a str>>,
+    pub last_modified: Vec<Option<&'a str>>,
+    pub sizes: Vec<Option<i64>>,
+}
+
+impl<'a> SourceColumns<'a> {
+    /// Every source a store references, with the facts recorded for it (if any).
+    pub fn of_store(store: &'a ValidatedStore) -> Self {
+        Self::new(store.urls().iter().map(|u| (u.as_str(), store.sources.get(u))))
+    }
+
+    /// The sources new to a derived version.
+    pub fn of_derived(version: &'a DerivedVersion<'_>) -> Self {
+        Self::new(version.sources.iter().map(|(u, f)| (u.as_str(), Some(f))))
+    }
+
+    fn new(sources: impl Iterator<Item = (&'a str, Option<&'a SourceFacts>)>) -> Self {
+        let mut c = Self::default();
+        for (url, facts) in sources {
+            c.urls.push(url);
+            c.etags.push(facts.and_then(|f| f.etag.as_deref()));
+            c.last_modified.push(facts.and_then(|f| f.last_modified.as_deref()));
+            c.sizes.push(facts.and_then(|f| f.size).map(|s| s as i64));
+        }
+        c
+    }
+
+    pub fn len(&self) -> usize {
+        self.urls.len()
+    }
+}
+
+/// An encoded block ready to be inserted.
+pub(super) struct EncodedBlock {
+    pub node: String,
+    pub tile: i64,
+    pub data: Vec<u8>,
+}
+
+/// The store's blocks, read back from scratch space, in batches of at most `max_rows` blocks
+/// and [`BLOCK_BATCH_BYTES`].
+pub(super) fn block_batches(
+    store: &ValidatedStore,
+    max_rows: usize,
+) -> impl Iterator<Item = Result<Vec<EncodedBlock>, CatalogError>> + '_ {
+    batches(
+        store.blocks().map(|b| {
+            let b = b?;
+            Ok(EncodedBlock { node: b.node.as_str().to_owned(), tile: b.tile as i64, data: b.data })
+        }),
+        max_rows,
+    )
+}
+
+/// The new blocks of a derived version, in batches as [`block_batches`].
+pub(super) fn derived_block_batches<'a>(
+    version: &'a DerivedVersion<'_>,
+    max_rows: usize,
+) -> impl Iterator<Item = Result<Vec<EncodedBlock>, CatalogError>> + 'a {
+    let blocks = version
+        .blocks
+        .iter()
+        .map(|(node, tile, data)| Ok(EncodedBlock { node: node.clone(), tile: *tile as i64, data: data.clone() }));
+    batches(blocks, max_rows)
+}
+
+fn batches(
+    mut blocks: impl Iterator<Item = Result<EncodedBlock, CatalogError>>,
+    max_rows: usize,
+) -> impl Iterator<Item = Result<Vec<EncodedBlock>, CatalogError>> {
+    let mut pending: Option<EncodedBlock> = None;
+    std::iter::from_fn(move || {
+        let mut batch = Vec::new();
+        let mut bytes = 0;
+        while batch.len() < max_rows {
+            let b = match pending.take().map(Ok).or_else(|| blocks.next()) {
+                None => break,
+                Some(Err(e)) => return Some(Err(e)),
+                Some(Ok(b)) => b,
+            };
+            if !batch.is_empty() && bytes + b.data.len() > BLOCK_BATCH_BYTES {
+                pending = Some(b);
+                break;
+            }
+            bytes += b.data.len();
+            batch.push(b);
+        }
+        (!batch.is_empty()).then_some(Ok(batch))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blocks(sizes: &[usize]) -> impl Iterator<Item = Result<EncodedBlock, CatalogError>> + '_ {
+        sizes.iter().map(|&n| Ok(EncodedBlock { node: "x".into(), tile: 0, data: vec![0; n] }))
+    }
+
+    fn lens(batches: impl Iterator<Item = Result<Vec<EncodedBlock>, CatalogError>>) -> Vec<usize> {
+        batches.map(|b| b.map(|b| b.len())).collect::<Result<_, _>>().unwrap_or_default()
+    }
+
+    #[test]
+    fn batches_stop_at_their_rows_or_bytes() {
+        assert_eq!(lens(batches(blocks(&[1; 10]), 4)), [4, 4, 2]);
+        assert_eq!(lens(batches(blocks(&[1; 10]), usize::MAX)), [10]);
+        let big = BLOCK_BATCH_BYTES / 2;
+        assert_eq!(lens(batches(blocks(&[big, big, 1, big]), usize::MAX)), [2, 2], "the bytes bound");
+        assert_eq!(lens(batches(blocks(&[BLOCK_BATCH_BYTES * 2, 1]), 8)), [1, 1], "one block past the bound");
+        assert_eq!(lens(batches(blocks(&[]), 8)), Vec::<usize>::new());
+    }
+}
