@@ -78,7 +78,7 @@ macro_rules! both_catalogs {
 /// A native document validated as a registration validates it, in tiles of `tile_chunks`.
 fn validated(doc: &Value, tile_chunks: u64) -> ValidatedStore {
     let doc = native::parse_reader(doc.to_string().as_bytes(), &Scratch::in_memory()).unwrap();
-    validate_tiled(doc, &|_| true, tile_chunks).map_err(|r| r.problems()).unwrap()
+    validate_tiled(doc, &|_| true, tile_chunks, &zarrgate::zarr::Limits::default()).map_err(|r| r.problems()).unwrap()
 }
 
 fn array(len: u64, chunk: u64, manifest: Value) -> Value {

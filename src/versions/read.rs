@@ -127,14 +127,9 @@ impl Reader {
     pub async fn head(&self, segment: &str, store: &str, pinned: Option<i64>) -> Result<StoreHead> {
         let load = async {
             let started = Instant::now();
-            let head = match pinned {
-                None => self.catalog.current_version(store).await?,
-                Some(id) => self.catalog.version(store, id).await?,
-            };
-            let head = match head {
-                Some(head) => StoreHead::Version(head),
-                None => self.catalog.deleted_at(store).await?.map_or(StoreHead::Unknown, StoreHead::Deleted),
-            };
+            // One statement: the version and the deletion mark as of one moment, so a store
+            // deleted and registered again meanwhile is never seen as neither.
+            let head = self.catalog.head(store, pinned).await?;
             self.time("head", started);
             Ok(head)
         };
