@@ -136,10 +136,10 @@ both_catalogs! {
         let nodes = catalog.nodes(head.id).await.unwrap();
         let paths: Vec<&str> = nodes.iter().map(|n| n.path.as_str()).collect();
         assert_eq!(paths, ["", "g", "g/x", "y"], "implicit groups included, in path order");
-        assert_eq!(nodes[0].metadata["attributes"]["title"], "demo");
+        assert_eq!(nodes[0].parse_metadata().unwrap()["attributes"]["title"], "demo");
         assert_eq!((nodes[1].tile_shape.as_deref(), nodes[2].tile_shape.as_deref()), (None, Some(&[2u64][..])));
-        assert_eq!(nodes[2].metadata["shape"], json!([16]));
-        assert!(!nodes[2].metadata.contains_key("manifest"), "the manifest lives in blocks");
+        assert_eq!(nodes[2].parse_metadata().unwrap()["shape"], json!([16]));
+        assert!(!nodes[2].parse_metadata().unwrap().contains_key("manifest"), "the manifest lives in blocks");
 
         let tiles = catalog.tiles(head.id).await.unwrap();
         assert_eq!(tiles, [("g/x".to_owned(), 0), ("g/x".to_owned(), 2), ("y".to_owned(), 0)]);

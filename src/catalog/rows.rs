@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
 use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, Decode, Postgres, Row, SqlSafeStr, SqlStr, Sqlite, Type};
@@ -160,10 +159,7 @@ pub(super) fn node(row: &impl CatalogRow) -> Result<StoredNode, CatalogError> {
         .map(|t| serde_json::from_str::<Vec<u64>>(&t))
         .transpose()
         .map_err(|e| CatalogError::Corrupt(format!("tile shape of node {path:?}: {e}")))?;
-    match serde_json::from_str(&metadata) {
-        Ok(Value::Object(metadata)) => Ok(StoredNode { path, metadata, tile_shape }),
-        _ => Err(CatalogError::Corrupt(format!("metadata of node {path:?}"))),
-    }
+    Ok(StoredNode { path, metadata, tile_shape })
 }
 
 pub(super) fn tile(row: &impl CatalogRow) -> Result<(String, u64), sqlx::Error> {

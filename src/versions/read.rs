@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use serde_json::{Map, Value};
 
 use super::cache::Caches;
 use super::error::{Error, Result};
@@ -165,7 +166,10 @@ impl Reader {
                     .map(|n| NodePath::new(&n.path).map(|p| (p, n.metadata, n.tile_shape)))
                     .collect::<std::result::Result<Vec<_>, _>>()
                     .map_err(|e| Error::Internal(format!("version {}: {e}", head.id)))?;
-                let hierarchy = Hierarchy::build(stored, nested_budget)
+                let parse = |text: String| {
+                    serde_json::from_str::<Map<String, Value>>(&text).map_err(|e| format!("stored metadata: {e}"))
+                };
+                let hierarchy = Hierarchy::build_with(stored, parse, nested_budget)
                     .map_err(|e| Error::Internal(format!("version {}: {e}", head.id)))?;
                 Ok(Arc::new(VersionView::new(head, hierarchy)))
             })

@@ -30,12 +30,17 @@ pub struct Member<'a> {
 }
 
 /// The listing entries of every node of a hierarchy, sized and, to write documents, rendered.
+/// Nodes are added one at a time and their metadata is not kept: a group keeps its own fields
+/// rendered, an array its entry (which is its document), so that a hierarchy of 100,000 arrays
+/// never holds 100,000 parsed maps at once.
 #[derive(Debug)]
 pub struct Listings<'a> {
-    /// The nodes, in path order (each path once).
-    members: Vec<Member<'a>>,
-    /// `sums[i]`: bytes that the entries of `members[..i]` take in the root's listing: quoted
-    /// path, colon, entry, comma.
+    /// The nodes' paths, in path order (each path once).
+    paths: Vec<&'a str>,
+    /// A group's own fields written as an open JSON object (`{"a":1,`); `None` for an array.
+    opens: Vec<Option<Vec<u8>>>,
+    /// `sums[i]`: bytes that the entries of nodes `..i` take in the root's listing: quoted path,
+    /// colon, entry, comma.
     sums: Vec<u64>,
     /// Each path's length once escaped as a JSON string, without quotes.
     path_lens: Vec<u64>,
@@ -45,49 +50,74 @@ pub struct Listings<'a> {
     rendered: Vec<u8>,
     /// Where each rendered entry starts.
     starts: Vec<usize>,
+    /// Entries are rendered, not only measured.
+    render: bool,
 }
 
 impl<'a> Listings<'a> {
     /// Sizes the entries of `members` (in path order) without rendering them.
     pub fn measure(members: Vec<Member<'a>>) -> Self {
-        Self::new(members, false)
+        let mut listings = Self::empty(false);
+        members.iter().for_each(|m| listings.push(m.path, m.metadata, m.group));
+        listings
     }
 
     /// Renders the entries of `members` (in path order), to write documents.
     pub fn render(members: Vec<Member<'a>>) -> Self {
-        Self::new(members, true)
-    }
-
-    fn new(members: Vec<Member<'a>>, render: bool) -> Self {
-        let mut listings = Self {
-            sums: Vec::with_capacity(members.len() + 1),
-            path_lens: Vec::with_capacity(members.len()),
-            entry_lens: Vec::with_capacity(members.len()),
-            rendered: Vec::new(),
-            starts: Vec::with_capacity(if render { members.len() } else { 0 }),
-            members,
-        };
-        listings.sums.push(0);
-        for m in &listings.members {
-            let path_len = json_len(m.path) - 2;
-            let entry_len = if render {
-                listings.starts.push(listings.rendered.len());
-                write_entry(&mut listings.rendered, m);
-                (listings.rendered.len() - listings.starts[listings.starts.len() - 1]) as u64
-            } else {
-                entry_len(m)
-            };
-            let root_listed = if m.path.is_empty() { 0 } else { path_len + 2 + 1 + entry_len + 1 };
-            listings.sums.push(listings.sums[listings.sums.len() - 1] + root_listed);
-            listings.path_lens.push(path_len);
-            listings.entry_lens.push(entry_len);
-        }
+        let mut listings = Self::empty(true);
+        members.iter().for_each(|m| listings.push(m.path, m.metadata, m.group));
         listings
     }
 
-    /// The nodes, in path order.
-    pub fn members(&self) -> &[Member<'a>] {
-        &self.members
+    /// No node yet; `render` says whether entries are rendered or only measured.
+    pub fn empty(render: bool) -> Self {
+        Self {
+            paths: Vec::new(),
+            opens: Vec::new(),
+            sums: vec![0],
+            path_lens: Vec::new(),
+            entry_lens: Vec::new(),
+            rendered: Vec::new(),
+            starts: Vec::new(),
+            render,
+        }
+    }
+
+    /// Adds the node at `path` (after every node added so far, in path order); `metadata` is not
+    /// kept.
+    pub fn push(&mut self, path: &'a str, metadata: &Map<String, Value>, group: bool) {
+        let path_len = json_len(path) - 2;
+        // A group's document opens with its own fields (`attributes` always there); its entry in
+        // a listing with its metadata as stored.
+        let open = group.then(|| {
+            let mut out = Vec::new();
+            write_open(&mut out, &own_fields(metadata));
+            out
+        });
+        let entry_len = if group {
+            let mut entry = Vec::new();
+            write_open(&mut entry, metadata);
+            entry.extend_from_slice(EMPTY_LISTING);
+            entry.push(b'}');
+            if self.render {
+                self.starts.push(self.rendered.len());
+                self.rendered.extend_from_slice(&entry);
+            }
+            entry.len() as u64
+        } else if self.render {
+            let start = self.rendered.len();
+            self.starts.push(start);
+            write_json(&mut self.rendered, metadata);
+            (self.rendered.len() - start) as u64
+        } else {
+            json_len(metadata)
+        };
+        let root_listed = if path.is_empty() { 0 } else { path_len + 2 + 1 + entry_len + 1 };
+        self.sums.push(self.sums[self.sums.len() - 1] + root_listed);
+        self.paths.push(path);
+        self.opens.push(open);
+        self.path_lens.push(path_len);
+        self.entry_lens.push(entry_len);
     }
 
     /// The length of the entry of node `i` in the listings that hold it.
@@ -103,16 +133,21 @@ impl<'a> Listings<'a> {
 
     /// The indices of the descendants of node `i`: a range, since they share the prefix `path/`.
     fn descendants(&self, i: usize) -> std::ops::Range<usize> {
-        let path = self.members[i].path;
+        let path = self.paths[i];
         if path.is_empty() {
-            return (i + 1)..self.members.len();
+            return (i + 1)..self.paths.len();
         }
         // Every path starting with `path/` sorts at or after `path/` and before `path0`.
         let after = |end: char| {
             let bound = format!("{path}{end}");
-            self.members.partition_point(|m| m.path < bound.as_str())
+            self.paths.partition_point(|p| *p < bound.as_str())
         };
         after('/')..after('0')
+    }
+
+    /// The own fields of group `i`, as an open JSON object.
+    fn open(&self, i: usize) -> &[u8] {
+        self.opens[i].as_deref().unwrap_or(b"{")
     }
 
     /// The length of the document of group `i` with the consolidated metadata of its descendants.
@@ -120,17 +155,16 @@ impl<'a> Listings<'a> {
         let range = self.descendants(i);
         let count = range.len() as u64;
         // Keys in the root's listing are whole paths; here, relative ones: `path/` shorter.
-        let prefix = if self.members[i].path.is_empty() { 0 } else { self.path_lens[i] + 1 };
+        let prefix = if self.paths[i].is_empty() { 0 } else { self.path_lens[i] + 1 };
         let listing = self.sums[range.end] - self.sums[range.start] - count * prefix - u64::from(count > 0);
-        let own = json_len(&*own_fields(self.members[i].metadata)) - 1;
-        own + u64::from(own > 1) + LISTING_OPEN.len() as u64 + listing + LISTING_CLOSE.len() as u64
+        self.open(i).len() as u64 + LISTING_OPEN.len() as u64 + listing + LISTING_CLOSE.len() as u64
     }
 
     /// Writes the document of group `i` with the consolidated metadata of its descendants
     /// (entries must have been rendered).
     pub fn write_document(&self, i: usize, out: &mut Vec<u8>) {
-        let skip = if self.members[i].path.is_empty() { 0 } else { self.members[i].path.len() + 1 };
-        write_open(out, &own_fields(self.members[i].metadata));
+        let skip = if self.paths[i].is_empty() { 0 } else { self.paths[i].len() + 1 };
+        out.extend_from_slice(self.open(i));
         out.extend_from_slice(LISTING_OPEN);
         for (n, d) in self.descendants(i).enumerate() {
             #[cfg(test)]
@@ -138,7 +172,7 @@ impl<'a> Listings<'a> {
             if n > 0 {
                 out.push(b',');
             }
-            write_json(out, &self.members[d].path[skip..]);
+            write_json(out, &self.paths[d][skip..]);
             out.push(b':');
             out.extend_from_slice(self.entry(d));
         }
@@ -170,21 +204,6 @@ fn write_open(out: &mut Vec<u8>, fields: &Map<String, Value>) {
     if out.last() != Some(&b'{') {
         out.push(b',');
     }
-}
-
-fn write_entry(out: &mut Vec<u8>, m: &Member<'_>) {
-    if m.group {
-        write_open(out, m.metadata);
-        out.extend_from_slice(EMPTY_LISTING);
-        out.push(b'}');
-    } else {
-        write_json(out, m.metadata);
-    }
-}
-
-fn entry_len(m: &Member<'_>) -> u64 {
-    let len = json_len(m.metadata);
-    if m.group { len - 1 + u64::from(len > 2) + EMPTY_LISTING.len() as u64 + 1 } else { len }
 }
 
 fn write_json(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {

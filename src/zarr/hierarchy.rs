@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
-use super::consolidated::{Listings, Member, plain_group_document};
+use super::consolidated::{Listings, plain_group_document};
 use super::grid::ChunkLocation;
 use super::metadata::{ArrayLayout, NodeKind, node_kind};
 use super::path::NodePath;
@@ -85,28 +85,60 @@ impl Hierarchy {
     /// `max_nested_metadata_bytes` (in a deep hierarchy every node is listed once per ancestor;
     /// past that, readers find it in the root's). Time and memory are linear in the nodes and
     /// their metadata, plus that budget.
-    pub fn build(mut stored: Vec<StoredNode>, max_nested_metadata_bytes: u64) -> Result<Self, String> {
+    pub fn build(stored: Vec<StoredNode>, max_nested_metadata_bytes: u64) -> Result<Self, String> {
+        Self::build_with(stored, Ok, max_nested_metadata_bytes)
+    }
+
+    /// As [`Hierarchy::build`], with each node's metadata in a form `T` (its JSON text, as the
+    /// catalog holds it) that `parse` reads one node at a time: only the groups' parsed metadata
+    /// is kept, so a hierarchy of 100,000 arrays never holds 100,000 parsed maps at once.
+    pub fn build_with<T>(
+        mut stored: Vec<(NodePath, T, Option<Vec<u64>>)>,
+        parse: impl Fn(T) -> Result<Map<String, Value>, String>,
+        max_nested_metadata_bytes: u64,
+    ) -> Result<Self, String> {
         stored.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         stored.dedup_by(|a, b| a.0 == b.0);
-        let mut nodes = Vec::with_capacity(stored.len());
-        let mut metadata = Vec::with_capacity(stored.len());
-        for (index, (path, mut meta, tile)) in stored.into_iter().enumerate() {
+        if u32::try_from(stored.len()).is_err() {
+            return Err("more than 2^32 nodes".to_owned());
+        }
+        let mut paths = Vec::with_capacity(stored.len());
+        let mut rest = Vec::with_capacity(stored.len());
+        for (path, meta, tile) in stored {
+            paths.push(path);
+            rest.push((meta, tile));
+        }
+        let mut listings = Listings::empty(true);
+        let mut kinds = Vec::with_capacity(paths.len());
+        let mut groups = Vec::with_capacity(paths.len());
+        for (path, (meta, tile)) in paths.iter().zip(rest) {
+            let mut meta = parse(meta).map_err(|e| format!("node {path}: {e}"))?;
             let kind = node_kind(&meta, tile.as_deref()).map_err(|e| format!("node {path}: {e}"))?;
-            if kind == NodeKind::Group {
+            let group = kind == NodeKind::Group;
+            if group {
                 // The server writes its own (validation drops any given); `retain` keeps the order.
                 meta.retain(|k, _| k != "consolidated_metadata");
             }
-            let index = u32::try_from(index).map_err(|_| "more than 2^32 nodes".to_owned())?;
-            nodes.push(Node { index, path, group_metadata: None, kind, zarr_json: Bytes::new() });
-            metadata.push(meta);
+            listings.push(path.as_str(), &meta, group);
+            kinds.push(kind);
+            groups.push(group.then_some(meta));
         }
-        let rendered = render(&nodes, &metadata, max_nested_metadata_bytes);
-        for ((node, json), meta) in nodes.iter_mut().zip(rendered).zip(metadata) {
-            node.zarr_json = json;
-            if node.kind == NodeKind::Group {
-                node.group_metadata = Some(meta);
-            }
-        }
+        let rendered = render(&listings, &paths, &kinds, &groups, max_nested_metadata_bytes);
+        drop(listings);
+        let nodes: Vec<Node> = paths
+            .into_iter()
+            .zip(kinds)
+            .zip(groups)
+            .zip(rendered)
+            .enumerate()
+            .map(|(index, (((path, kind), group_metadata), zarr_json))| Node {
+                index: index as u32,
+                path,
+                group_metadata,
+                kind,
+                zarr_json,
+            })
+            .collect();
         let by_path = nodes.iter().map(|n| (n.path.as_str().to_owned(), n.index)).collect();
         Ok(Self { nodes, by_path })
     }
@@ -183,31 +215,32 @@ fn chunk<'a>(node: &'a Node, key: &str) -> Resolved<'a> {
 /// Every node's `zarr.json`, in path order: arrays their metadata, the root group with the
 /// consolidated metadata of every descendant, other groups with that of their subtree if all of
 /// theirs fit in `nested_budget` bytes, else without.
-fn render(nodes: &[Node], metadata: &[Map<String, Value>], nested_budget: u64) -> Vec<Bytes> {
-    let members = nodes
-        .iter()
-        .zip(metadata)
-        .map(|(n, metadata)| Member { path: n.path.as_str(), metadata, group: n.kind == NodeKind::Group })
-        .collect();
-    let listings = Listings::render(members);
+fn render(
+    listings: &Listings<'_>,
+    paths: &[NodePath],
+    kinds: &[NodeKind],
+    groups: &[Option<Map<String, Value>>],
+    nested_budget: u64,
+) -> Vec<Bytes> {
     let mut nested = 0u64;
-    for (i, node) in nodes.iter().enumerate() {
-        if node.kind == NodeKind::Group && !node.path.is_root() && nested <= nested_budget {
+    for (i, (path, kind)) in paths.iter().zip(kinds).enumerate() {
+        if *kind == NodeKind::Group && !path.is_root() && nested <= nested_budget {
             nested = nested.saturating_add(listings.document_len(i));
         }
     }
-    nodes
+    paths
         .iter()
-        .zip(metadata)
+        .zip(kinds)
+        .zip(groups)
         .enumerate()
-        .map(|(i, (node, metadata))| match node.kind {
-            NodeKind::Array(_) => Bytes::copy_from_slice(listings.entry(i)),
-            NodeKind::Group if node.path.is_root() || nested <= nested_budget => {
+        .map(|(i, ((path, kind), group))| match (kind, group) {
+            (NodeKind::Array(_), _) | (_, None) => Bytes::copy_from_slice(listings.entry(i)),
+            (NodeKind::Group, Some(_)) if path.is_root() || nested <= nested_budget => {
                 let mut out = Vec::with_capacity(usize::try_from(listings.document_len(i)).unwrap_or(0));
                 listings.write_document(i, &mut out);
                 Bytes::from(out)
             }
-            NodeKind::Group => Bytes::from(plain_group_document(metadata)),
+            (NodeKind::Group, Some(metadata)) => Bytes::from(plain_group_document(metadata)),
         })
         .collect()
 }
