@@ -20,13 +20,6 @@ fn addr(server: &TestServer) -> SocketAddr {
     server.url.trim_start_matches("http://").parse().unwrap()
 }
 
-/// This process's resident memory (the server runs in it).
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
-}
-
 /// Fails clearly when this process may not open `n` more descriptors (each test connection
 /// costs two: the client's end and the server's).
 fn need_descriptors(n: u64) {
@@ -205,7 +198,7 @@ async fn readers_that_never_read_hold_bounded_memory() {
         json!({"manifest": {"0": {"path": path, "offset": 0, "length": len}}}))}});
     let (status, body) = server.put("/api/v1/stores/big", &doc).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    let before = rss_bytes();
+    let before = common::rss();
     let started = tokio::time::Instant::now();
     let mut stalled = Vec::new();
     for _ in 0..STALLED {
@@ -216,7 +209,7 @@ async fn readers_that_never_read_hold_bounded_memory() {
     let mut peak = 0;
     for _ in 0..20 {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        peak = peak.max(rss_bytes());
+        peak = peak.max(common::rss());
     }
     let grown = peak.saturating_sub(before);
     eprintln!("{STALLED} stalled readers of a 32 MiB chunk: RSS {before} -> {peak} (+{grown} bytes)");

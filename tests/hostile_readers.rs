@@ -13,15 +13,15 @@ use common::{TestServer, f32_array, f32_bytes};
 use reqwest::StatusCode;
 use serde_json::json;
 
-/// The resident memory of this process (the server runs in it), in bytes.
-fn rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kb * 1024
+/// A uint8 array of one chunk: the `len` bytes of the file at `path`.
+fn whole_file_array(path: &str, len: usize) -> serde_json::Value {
+    json!({
+        "zarr_format": 3, "node_type": "array", "shape": [len], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [len]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0, "codecs": [{"name": "bytes"}],
+        "manifest": {"0": {"path": path, "offset": 0, "length": len}},
+    })
 }
 
 fn race_doc() -> serde_json::Value {
@@ -104,25 +104,19 @@ async fn many_readers_of_a_large_chunk_are_streamed_in_bounded_memory() {
     server.local_store().await;
     let bytes: Vec<u8> = (0..LEN).map(|i| (i * 7 % 251) as u8).collect();
     let path = server.write("big.bin", &bytes);
-    let node = json!({
-        "zarr_format": 3, "node_type": "array", "shape": [LEN], "data_type": "uint8",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [LEN]}},
-        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-        "fill_value": 0, "codecs": [{"name": "bytes"}],
-        "manifest": {"0": {"path": path, "offset": 0, "length": LEN}},
-    });
+    let node = whole_file_array(&path, LEN);
     let doc = json!({"nodes": {"": {"zarr_format": 3, "node_type": "group"}, "big": node}});
     let (status, body) = server.put("/api/v1/stores/big", &doc).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(server.bytes("/big/big/c/0").await.len(), LEN);
-    let before = rss();
+    let before = common::rss();
     let peak = Arc::new(AtomicU64::new(before));
     let sampling = Arc::new(AtomicBool::new(true));
     let sampler = {
         let (peak, sampling) = (peak.clone(), sampling.clone());
         tokio::spawn(async move {
             while sampling.load(Ordering::Relaxed) {
-                peak.fetch_max(rss(), Ordering::Relaxed);
+                peak.fetch_max(common::rss(), Ordering::Relaxed);
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
         })
@@ -175,13 +169,7 @@ async fn an_object_store_serves_at_most_its_configured_concurrent_reads() {
     .await;
     server.local_store().await;
     let path = server.write("slow.bin", &vec![7u8; LEN]);
-    let node = json!({
-        "zarr_format": 3, "node_type": "array", "shape": [LEN], "data_type": "uint8",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [LEN]}},
-        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-        "fill_value": 0, "codecs": [{"name": "bytes"}],
-        "manifest": {"0": {"path": path, "offset": 0, "length": LEN}},
-    });
+    let node = whole_file_array(&path, LEN);
     let doc = json!({"nodes": {"": {"zarr_format": 3, "node_type": "group"}, "s": node}});
     let (status, body) = server.put("/api/v1/stores/slow?verify=false", &doc).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");

@@ -24,17 +24,6 @@ fn wide_store(n: usize) -> Vec<u8> {
     body.into_bytes()
 }
 
-/// The resident memory of this process (the server runs in it), in bytes.
-fn rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kb * 1024
-}
-
 /// A store of 100,000 one-chunk arrays registers on both databases; its root zarr.json lists
 /// every one of them, built without holding the async workers (an unrelated cached read is
 /// served meanwhile) and within bounded memory. The backends run one after the other so that
@@ -79,7 +68,7 @@ async fn one_hundred_thousand_arrays(server: std::sync::Arc<common::TestServer>)
     assert!(listed.to_string().contains("\"arrays\":100000"), "{listed}");
 
     // The first read of the root builds the view; an unrelated cached chunk is read meanwhile.
-    let before = rss();
+    let before = common::rss();
     let root = {
         let server = server.clone();
         tokio::spawn(async move {
@@ -96,7 +85,7 @@ async fn one_hundred_thousand_arrays(server: std::sync::Arc<common::TestServer>)
         unrelated += 1;
     }
     let (status, body, took) = root.await.unwrap();
-    let growth = rss().saturating_sub(before);
+    let growth = common::rss().saturating_sub(before);
     let body: Value = serde_json::from_slice(&body).unwrap();
     eprintln!(
         "{}: first root zarr.json in {:.2} s, {unrelated} unrelated reads meanwhile, RSS +{} MiB",

@@ -269,3 +269,14 @@ pub fn f32_array(shape: &[u64], chunks: &[u64], extra: Value) -> Value {
 pub fn f32_bytes(values: impl IntoIterator<Item = f32>) -> Vec<u8> {
     values.into_iter().flat_map(f32::to_le_bytes).collect()
 }
+
+/// The resident memory of this process (the server runs in it), in bytes.
+pub fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
