@@ -99,7 +99,7 @@ both_backends! {
         // Several problems at once are all listed.
         let mut many = good.clone();
         many["nodes"]["x"]["manifest"]["9"] = json!({"data": "!!"});
-        many["nodes"]["x"]["codecs"] = json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "numcodecs.nope"}]);
+        many["nodes"]["x"]["codecs"] = json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "nope"}]);
         let (status, body) = server.put("/api/v1/stores/s", &many).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
         assert!(body["problems"].as_array().unwrap().len() >= 2, "{body}");

@@ -28,6 +28,7 @@ pub fn summary_json(head: &VersionHead, store_created_at_ms: i64, summary: &Summ
         "referenced_bytes": summary.referenced_bytes,
         "inline_bytes": summary.inline_bytes,
         "missing_chunks": if head.fill_missing { "fill" } else { "404" },
+        "warnings": summary.warnings,
     })
 }
 

@@ -40,6 +40,9 @@ pub struct Summary {
     pub referenced_bytes: u64,
     /// Sum of the lengths of all inline chunks.
     pub inline_bytes: u64,
+    /// For readers: each codec of an array that stock zarr-python or zarrs cannot decode.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Chunks by kind.
@@ -183,9 +186,11 @@ pub fn validate_tiled(
             NodeKind::Array(layout) => {
                 summary.arrays += 1;
                 summary.chunks.missing = summary.chunks.missing.saturating_add(layout.grid.chunk_count());
+                summary.warnings.extend(super::codecs::reader_warnings(node.path.as_str(), &node.metadata));
             }
         }
     }
+    super::codecs::cap(&mut summary.warnings);
     let stored = summary.chunks.virtual_ + summary.chunks.inline;
     summary.chunks.missing = summary.chunks.missing.saturating_sub(stored);
     let BlockOutput { blocks, index, .. } = out;

@@ -1073,15 +1073,17 @@ def _bad_doc(source_dir: Path, zarray: dict, ref) -> dict:
     }}
 
 
-def test_unconvertible_codec(server, source_dir, existing_store):
-    """One problem, naming the array and the codec (its chunk ``x/0`` is not
-    also reported as belonging to no array)."""
+def test_unconvertible_array(server, source_dir, existing_store):
+    """A structured dtype (a FITS or HDF5 table) has no Zarr v3 form: one problem,
+    naming the array (its chunk ``x/0`` is not also reported as belonging to no
+    array). A codec zarrgate does not know is converted instead
+    (test_kerchunk_formats.py)."""
     store, unchanged = existing_store
-    doc = _bad_doc(source_dir, {"compressor": {"id": "snappy"}},
+    doc = _bad_doc(source_dir, {"dtype": [["a", "<f4"], ["b", "<i4"]]},
                    [str(source_dir / "whole.bin"), 0, 12])
     problems = _problems(put(server, store, json.dumps(doc).encode()))
     assert len(problems) == 1, problems
-    assert '"x"' in problems[0] and "snappy" in problems[0], problems
+    assert '"x"' in problems[0] and "structured dtypes" in problems[0], problems
     unchanged()
 
 

@@ -4,27 +4,6 @@
 use base64::Engine;
 use serde_json::{Map, Value, json};
 
-/// numcodecs codecs that zarr-python runs on arrays (placed before `bytes`).
-const ARRAY_TO_ARRAY: &[&str] = &["delta", "fixedscaleoffset", "quantize", "astype", "packbits", "bitround"];
-/// numcodecs codecs that zarr-python runs on bytes (placed after `bytes`).
-const BYTES_TO_BYTES: &[&str] = &[
-    "shuffle",
-    "zlib",
-    "gzip",
-    "bz2",
-    "lzma",
-    "lz4",
-    "zstd",
-    "blosc",
-    "fletcher32",
-    "crc32",
-    "crc32c",
-    "adler32",
-    "jenkins_lookup3",
-];
-/// Filters that turn object arrays into bytes (they replace `bytes`).
-const VARIABLE_LENGTH: &[&str] = &["vlen-utf8", "vlen-bytes"];
-
 /// Converts an array's `.zarray` (and its `.zattrs`) to a v3 `zarr.json`.
 pub fn array_to_v3(zarray: &Value, zattrs: Map<String, Value>) -> Result<Map<String, Value>, String> {
     let shape = zarray.get("shape").cloned().ok_or("`.zarray` has no shape")?;
@@ -35,43 +14,16 @@ pub fn array_to_v3(zarray: &Value, zattrs: Map<String, Value>) -> Result<Map<Str
         .ok_or("`.zarray` has no string dtype (structured dtypes are not supported)")?;
     let (mut data_type, endian, kind) = data_type(dtype)?;
     let ndim = shape.as_array().map_or(0, Vec::len);
-    let mut codecs = Vec::new();
-    if zarray.get("order").and_then(Value::as_str) == Some("F") && ndim > 1 {
-        codecs.push(json!({"name": "transpose", "configuration": {"order": (0..ndim).rev().collect::<Vec<_>>()}}));
-    }
+    let transpose = (zarray.get("order").and_then(Value::as_str) == Some("F") && ndim > 1)
+        .then(|| json!({"name": "transpose", "configuration": {"order": (0..ndim).rev().collect::<Vec<_>>()}}));
     let filters: Vec<&Value> =
         zarray.get("filters").and_then(Value::as_array).map(|f| f.iter().collect()).unwrap_or_default();
     let compressor = zarray.get("compressor").filter(|c| !c.is_null());
-    let mut array_to_bytes = None;
-    let mut after = Vec::new();
-    for codec in filters.into_iter().chain(compressor) {
-        let id = codec.get("id").and_then(Value::as_str).ok_or_else(|| format!("codec {codec} has no id"))?;
-        let configuration: Map<String, Value> = codec
-            .as_object()
-            .map(|m| m.iter().filter(|(k, _)| *k != "id").map(|(k, v)| (k.clone(), v.clone())).collect())
-            .unwrap_or_default();
-        if VARIABLE_LENGTH.contains(&id) {
-            array_to_bytes = Some(json!({"name": id}));
-        } else if ARRAY_TO_ARRAY.contains(&id) {
-            if array_to_bytes.is_some() || !after.is_empty() {
-                return Err(format!("codec {id} runs on arrays but comes after a bytes codec"));
-            }
-            codecs.push(json!({"name": format!("numcodecs.{id}"), "configuration": configuration}));
-        } else if BYTES_TO_BYTES.contains(&id) {
-            after.push(bytes_codec(id, configuration, dtype_size(&data_type)));
-        } else {
-            return Err(format!("codec {id:?} cannot be converted to Zarr v3 (zarr-python has no numcodecs.{id})"));
-        }
-    }
+    let codecs = chain::v3_codecs(transpose, &filters, compressor, endian, dtype_size(&data_type))?;
     // An object dtype is text with vlen-utf8 and bytes with vlen-bytes, as zarr-python reads it.
-    if array_to_bytes.as_ref().is_some_and(|c| c["name"] == "vlen-bytes") {
+    if codecs.iter().any(|c| c["name"] == "vlen-bytes") {
         data_type = json!("variable_length_bytes");
     }
-    codecs.push(array_to_bytes.unwrap_or_else(|| match endian {
-        Some(e) => json!({"name": "bytes", "configuration": {"endian": e}}),
-        None => json!({"name": "bytes"}),
-    }));
-    codecs.extend(after);
     let separator = zarray.get("dimension_separator").and_then(Value::as_str).unwrap_or(".");
     if separator != "." && separator != "/" {
         return Err(format!("dimension_separator {separator:?} must be \".\" or \"/\""));
@@ -181,34 +133,6 @@ fn dtype_size(data_type: &Value) -> u64 {
         Some("int64" | "uint64" | "float64" | "complex64") => 8,
         Some("complex128") => 16,
         _ => data_type.pointer("/configuration/length_bytes").and_then(Value::as_u64).unwrap_or(8),
-    }
-}
-
-/// blosc, zstd and gzip become the core v3 codecs (as zarr-python converts them); the others
-/// `numcodecs.<id>`.
-fn bytes_codec(id: &str, mut configuration: Map<String, Value>, typesize: u64) -> Value {
-    match id {
-        "blosc" => {
-            let shuffle = match configuration.get("shuffle").and_then(Value::as_i64) {
-                Some(0) => "noshuffle",
-                Some(2) => "bitshuffle",
-                Some(-1) => "shuffle",
-                _ => "shuffle",
-            };
-            configuration.insert("shuffle".into(), json!(shuffle));
-            configuration.insert("typesize".into(), json!(typesize));
-            configuration.entry("blocksize").or_insert(json!(0));
-            json!({"name": "blosc", "configuration": configuration})
-        }
-        "zstd" => {
-            let level = configuration.get("level").cloned().unwrap_or(json!(0));
-            let checksum = configuration.get("checksum").cloned().unwrap_or(json!(false));
-            json!({"name": "zstd", "configuration": {"level": level, "checksum": checksum}})
-        }
-        "gzip" => {
-            json!({"name": "gzip", "configuration": {"level": configuration.get("level").cloned().unwrap_or(json!(1))}})
-        }
-        _ => json!({"name": format!("numcodecs.{id}"), "configuration": configuration}),
     }
 }
 
@@ -392,5 +316,6 @@ pub fn lenient_json(text: &str) -> Result<Value, serde_json::Error> {
     serde_json::from_str(&out)
 }
 
+mod chain;
 #[cfg(test)]
 mod tests;

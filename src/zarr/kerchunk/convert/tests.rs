@@ -135,12 +135,15 @@ fn integer_fill_values_and_unknown_codecs() {
     let zero =
         convert(json!({"shape": [2], "chunks": [2], "dtype": "<i4", "fill_value": 0, "compressor": null}), json!({}));
     assert!(zero["attributes"].get("_FillValue").is_none(), "0 is a storage default, not a declared fill");
-    let err = array_to_v3(
-        &json!({"shape": [2], "chunks": [2], "dtype": "<i2", "fill_value": 0, "compressor": {"id": "snappy"}}),
-        Map::new(),
-    )
-    .unwrap_err();
-    assert!(err.contains("snappy"), "{err}");
+    let unknown = convert(
+        json!({"shape": [2], "chunks": [2], "dtype": "<i2", "fill_value": 0, "compressor": {"id": "snappy", "x": 1}}),
+        json!({}),
+    );
+    assert_eq!(
+        unknown["codecs"],
+        json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "numcodecs.snappy", "configuration": {"x": 1}}]),
+        "a compressor zarrgate does not know is a bytes-to-bytes codec, as every v2 compressor"
+    );
 }
 
 #[test]
@@ -209,4 +212,117 @@ fn time_native_order_and_large_integer_fills() {
         json!({}),
     );
     assert_eq!(big["fill_value"], json!(18_446_744_073_709_549_568u64), "not saturated to i64::MAX");
+}
+
+/// `.zarray` as kerchunk's scanners write it, with `extra` merged in.
+fn scanned(extra: Value) -> Map<String, Value> {
+    let mut zarray = json!({"zarr_format": 2, "shape": [256, 300], "chunks": [64, 300], "fill_value": 0, "order": "C", "filters": null});
+    for (k, v) in extra.as_object().unwrap() {
+        zarray[k] = v.clone();
+    }
+    let mut v3 = convert(zarray.clone(), json!({"_ARRAY_DIMENSIONS": ["Y", "X"]}));
+    let validated = crate::zarr::metadata::validate_node(&mut v3);
+    assert!(validated.is_ok(), "{zarray}: {validated:?}");
+    v3
+}
+
+#[test]
+fn tiff_references_from_tifffile() {
+    // tifffile's ZarrTiffStore.write_fsspec (kerchunk.tiff.tiff_to_zarr): deflate as a bare
+    // zlib, which numcodecs reads at level 1 and zarrs refuses without a level.
+    let zlib = scanned(json!({"dtype": "<u2", "compressor": {"id": "zlib"}}));
+    assert_eq!(
+        zlib["codecs"],
+        json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "numcodecs.zlib", "configuration": {"level": 1}}])
+    );
+    // LZW with a horizontal predictor: the predictor works on the typed chunk, before `bytes`.
+    let predictor = json!({"id": "imagecodecs_delta", "axis": -1, "dist": 1, "dtype": "<u2", "shape": [64, 300]});
+    let lzw = scanned(json!({"dtype": "<u2", "compressor": {"id": "imagecodecs_lzw"}, "filters": [predictor]}));
+    assert_eq!(
+        lzw["codecs"],
+        json!([
+            {"name": "numcodecs.imagecodecs_delta", "configuration": {"axis": -1, "dist": 1, "dtype": "<u2", "shape": [64, 300]}},
+            {"name": "bytes", "configuration": {"endian": "little"}},
+            {"name": "numcodecs.imagecodecs_lzw", "configuration": {}},
+        ])
+    );
+    let zstd = scanned(json!({"dtype": "|u1", "compressor": {"id": "imagecodecs_zstd"}}));
+    assert_eq!(zstd["codecs"], json!([{"name": "bytes"}, {"name": "numcodecs.imagecodecs_zstd", "configuration": {}}]));
+    let float = json!({"id": "imagecodecs_floatpred", "axis": -1, "dist": 1, "dtype": "<f4", "shape": [64, 300]});
+    let geotiff = scanned(json!({"dtype": "<f4", "compressor": {"id": "zlib"}, "filters": [float], "fill_value": 0.0}));
+    let names: Vec<&str> = geotiff["codecs"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["numcodecs.imagecodecs_floatpred", "bytes", "numcodecs.zlib"]);
+    assert_eq!(geotiff["dimension_names"], json!(["Y", "X"]));
+}
+
+#[test]
+fn grib_references_from_kerchunk() {
+    // kerchunk.grib2.scan_grib: the whole message decodes to the array (kerchunk's GRIBCodec).
+    let grib = scanned(json!({"shape": [8, 16], "chunks": [8, 16], "dtype": "<f8", "fill_value": null,
+                              "filters": [{"id": "grib", "var": "t2m", "dtype": "float64"}], "compressor": null}));
+    assert_eq!(
+        grib["codecs"],
+        json!([{"name": "numcodecs.grib", "configuration": {"var": "t2m", "dtype": "float64"}}])
+    );
+    assert_eq!(grib["fill_value"], "NaN");
+    let err = array_to_v3(
+        &json!({"shape": [2], "chunks": [2], "dtype": "<f8", "compressor": {"id": "zlib"}, "filters": [{"id": "grib", "var": "t"}]}),
+        Map::new(),
+    );
+    assert!(err.is_ok(), "filters come first: grib, then the compressor after it");
+    let err = array_to_v3(
+        &json!({"shape": [2], "chunks": [2], "dtype": "<f8", "filters": [{"id": "zlib"}, {"id": "grib", "var": "t"}]}),
+        Map::new(),
+    )
+    .unwrap_err();
+    assert!(err.contains("grib turns arrays into bytes but comes after a bytes codec"), "{err}");
+}
+
+#[test]
+fn numcodecs_defaults_fill_what_v2_metadata_leaves_out() {
+    let codecs = |compressor: Value, filters: Value| {
+        convert(
+            json!({"shape": [4], "chunks": [4], "dtype": "<i2", "fill_value": 0, "compressor": compressor, "filters": filters}),
+            json!({}),
+        )["codecs"]
+            .clone()
+    };
+    assert_eq!(
+        codecs(json!({"id": "shuffle"}), json!(null))[1],
+        json!({"name": "numcodecs.shuffle", "configuration": {"elementsize": 4}})
+    );
+    assert_eq!(
+        codecs(json!({"id": "blosc"}), json!(null))[1],
+        json!({"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "blocksize": 0, "typesize": 2}})
+    );
+    assert_eq!(
+        codecs(json!({"id": "zstd"}), json!(null))[1],
+        json!({"name": "zstd", "configuration": {"level": 0, "checksum": false}})
+    );
+    assert_eq!(
+        codecs(json!({"id": "bz2"}), json!(null))[1],
+        json!({"name": "numcodecs.bz2", "configuration": {"level": 1}})
+    );
+    assert_eq!(
+        codecs(json!(null), json!([{"id": "fixedscaleoffset", "offset": 1, "scale": 2, "dtype": "<f4"}]))[0]["configuration"],
+        json!({"offset": 1, "scale": 2, "dtype": "<f4"}),
+        "astype defaults to dtype: readers fill it"
+    );
+    assert_eq!(
+        codecs(json!({"id": "zlib", "level": 9}), json!(null))[1]["configuration"],
+        json!({"level": 9}),
+        "given values stay"
+    );
+}
+
+#[test]
+fn what_cannot_be_expressed_is_still_refused() {
+    let structured =
+        array_to_v3(&json!({"shape": [2], "chunks": [2], "dtype": [["a", "<i4"], ["b", "<f8"]]}), Map::new());
+    assert!(structured.unwrap_err().contains("structured dtypes"));
+    let after = array_to_v3(
+        &json!({"shape": [2], "chunks": [2], "dtype": "<u2", "filters": [{"id": "zlib"}, {"id": "imagecodecs_delta"}]}),
+        Map::new(),
+    );
+    assert!(after.unwrap_err().contains("imagecodecs_delta runs on arrays but comes after a bytes codec"));
 }
