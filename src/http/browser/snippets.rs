@@ -30,11 +30,13 @@ pub(super) fn snippets(base: &str, node: &Node, token: bool) -> Vec<Snippet> {
     };
     let zarr = if array {
         format!(
-            "import zarr\na = zarr.open_array(\"{url}\", mode=\"r\"{py_auth})\nprint(a.shape, a.dtype)\n\
+            "import zarr\na = zarr.open_array(\"{url}\", mode=\"r\", zarr_format=3{py_auth})\nprint(a.shape, a.dtype)\n\
              values = a[...]  # reads every chunk: slice first for large arrays\n"
         )
     } else {
-        format!("import zarr\ng = zarr.open_group(\"{url}\", mode=\"r\"{py_auth})\nprint(sorted(g.array_keys()))\n")
+        format!(
+            "import zarr\ng = zarr.open_group(\"{url}\", mode=\"r\", zarr_format=3{py_auth})\nprint(sorted(g.array_keys()))\n"
+        )
     };
     let js_auth = if token { r#", { overrides: { headers: { Authorization: "Bearer <read token>" } } }"# } else { "" };
     let kind = if array { "array" } else { "group" };
