@@ -164,9 +164,13 @@ fn html_response(body: String, version: i64, headers: &HeaderMap, served: &Serve
 }
 
 /// The server's origin as the request names it (the page's script puts the browser's in).
+/// `Host` only, which caches key on: a page cached with an `X-Forwarded-Host` a client made
+/// up would show its snippets to everyone.
 fn origin(headers: &HeaderMap) -> String {
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let host = get("x-forwarded-host").or_else(|| get("host")).unwrap_or("localhost");
+    let host = get("host")
+        .filter(|h| h.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b)))
+        .unwrap_or("localhost");
     let scheme = get("x-forwarded-proto").filter(|p| *p == "https").unwrap_or("http");
     format!("{scheme}://{host}")
 }
@@ -365,4 +369,38 @@ fn display(node: &Node) -> &str {
 
 fn rfc3339(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        pairs.iter().map(|(k, v)| (header::HeaderName::from_static(k), HeaderValue::from_str(v).unwrap())).collect()
+    }
+
+    #[test]
+    fn only_an_explicit_text_html_gets_a_page() {
+        assert!(wants_page(&headers(&[("accept", "text/html,application/xhtml+xml,*/*;q=0.8")])));
+        assert!(!wants_page(&headers(&[("accept", "*/*")])), "fsspec keeps its listing");
+        assert!(!wants_page(&headers(&[("accept", "application/json")])));
+        assert!(!wants_page(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn the_origin_is_the_host_when_it_is_a_host() {
+        assert_eq!(origin(&headers(&[("host", "127.0.0.1:8080")])), "http://127.0.0.1:8080");
+        assert_eq!(
+            origin(&headers(&[("host", "data.example.org"), ("x-forwarded-proto", "https")])),
+            "https://data.example.org"
+        );
+        assert_eq!(origin(&headers(&[("host", "a\"b")])), "http://localhost", "no quote reaches a snippet");
+        assert_eq!(origin(&headers(&[("host", "a"), ("x-forwarded-host", "evil")])), "http://a");
+    }
+
+    #[test]
+    fn codecs_read_as_a_chain() {
+        let c = serde_json::json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd"}]);
+        assert_eq!(codecs(Some(&c)), "bytes {\"endian\":\"little\"} → zstd");
+    }
 }
