@@ -7,6 +7,7 @@
 
 mod quicklook;
 mod snippets;
+mod stores;
 
 use std::fmt::Write;
 
@@ -25,6 +26,7 @@ use crate::zarr::hierarchy::Node;
 use crate::zarr::metadata::NodeKind;
 
 pub(super) use quicklook::{Format as QuicklookFormat, answer as quicklook};
+pub(super) use stores::root;
 
 /// Nodes shown in a page's tree at most (the rest are counted).
 const TREE_NODES: usize = 1_000;
@@ -32,8 +34,6 @@ const TREE_NODES: usize = 1_000;
 const COUNTED_TILES: u64 = 16;
 /// Characters of one attribute value shown at most.
 const ATTRIBUTE_CHARS: usize = 2_000;
-/// Stores on one page of the root listing.
-const STORES_PER_PAGE: u32 = 100;
 
 const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#222}\
 header{background:#2c3e50;color:#fff;padding:.6em 1em}header a{color:#cde}\
@@ -103,47 +103,6 @@ pub(super) async fn page(
     }
     let _ = write!(out, "</section>\n</main>\n<script>{SCRIPT}</script>\n</body></html>\n");
     Ok(html_response(out, view.head.id, headers, served))
-}
-
-/// `GET /` for a browser: the stores, a page at a time (`?after=<name>`).
-pub(super) async fn root(
-    app: &AppState,
-    query: Option<&str>,
-    headers: &HeaderMap,
-    served: &Served,
-) -> Result<Response, ApiError> {
-    let after = query.into_iter().flat_map(|q| q.split('&')).find_map(|p| p.strip_prefix("after="));
-    let after = after.map(|a| percent_encoding::percent_decode_str(a).decode_utf8_lossy().into_owned());
-    let stores = app.catalog.list_stores(after.as_deref(), STORES_PER_PAGE).await?;
-    let mut out = shell_start("stores");
-    out.push_str(
-        "<header>zarrgate: stores</header>\n<main><section>\n<table><tr><th>store</th><th>version</th>\
-                  <th>arrays</th><th>groups</th><th>chunks (virtual / inline / missing)</th><th>updated</th></tr>\n",
-    );
-    for s in &stores {
-        let c = &s.summary.chunks;
-        let _ = writeln!(
-            out,
-            "<tr><td><a href=\"{name}/\">{name}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{} / {} / {}</td><td>{}</td></tr>",
-            s.head.id,
-            s.summary.arrays,
-            s.summary.groups,
-            c.virtual_,
-            c.inline,
-            c.missing,
-            rfc3339(s.head.created_at_ms),
-            name = escape(&s.head.store)
-        );
-    }
-    out.push_str("</table>\n");
-    if stores.is_empty() {
-        out.push_str("<p>No stores here.</p>\n");
-    }
-    if let Some(last) = stores.last().filter(|_| stores.len() == STORES_PER_PAGE as usize) {
-        let _ = writeln!(out, "<p><a href=\"?after={}\">next page</a></p>", escape(&encode(&last.head.store)));
-    }
-    out.push_str("</section></main></body></html>\n");
-    Ok(html_response(out, 0, headers, served))
 }
 
 fn shell_start(title: &str) -> String {
