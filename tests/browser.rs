@@ -43,9 +43,9 @@ async fn page(server: &TestServer, path: &str) -> String {
     r.text().await.unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_browser_sees_the_tree_and_an_arrays_details() {
-    let server = TestServer::start(Backend::Sqlite).await;
+both_backends! {
+
+async fn a_browser_sees_the_tree_and_an_arrays_details(server) {
     register(&server, "demo").await;
     let root = page(&server, "/demo/").await;
     assert!(root.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "attributes are escaped");
@@ -74,9 +74,7 @@ async fn a_browser_sees_the_tree_and_an_arrays_details() {
     assert!(plain.starts_with("<!DOCTYPE html>") && plain.contains("Index of") && !plain.contains("snippet"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn quick_looks_decode_the_first_chunk_and_are_cached_by_etag() {
-    let server = TestServer::start(Backend::Sqlite).await;
+async fn quick_looks_decode_the_first_chunk_and_are_cached_by_etag(server) {
     register(&server, "demo").await;
     let r = server.get("/demo/obs/air/?quicklook=png", &[]).await;
     assert_eq!(r.status(), StatusCode::OK);
@@ -100,6 +98,8 @@ async fn quick_looks_decode_the_first_chunk_and_are_cached_by_etag() {
     let refused = small.get("/demo/obs/air/?quicklook=png", &[]).await;
     assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert!(refused.text().await.unwrap().contains("96 bytes decoded, above the 64"));
+}
+
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
