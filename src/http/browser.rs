@@ -41,8 +41,7 @@ main{display:flex;gap:1.5em;padding:1em}nav{min-width:16em;max-width:24em}\
 nav ul{list-style:none;padding:0;margin:0}nav li{white-space:nowrap;overflow:hidden;text-overflow:ellipsis}\
 section{flex:1;min-width:0}table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:.2em .5em;\
 text-align:left;vertical-align:top}pre{background:#f6f8fa;padding:.6em;overflow:auto;margin:.2em 0}\
-.dim{color:#777}.here{font-weight:bold}figure{margin:0}\
-.bar{height:10px;width:256px;background:linear-gradient(90deg,#440154,#3b528b,#21918c,#5ec962,#fde725)}";
+.dim{color:#777}.here{font-weight:bold}figure{margin:0}";
 
 /// Copy buttons, the quick look's scale, and the snippets' origin as the browser sees it.
 const SCRIPT: &str = "document.querySelectorAll('[data-origin]').forEach(e=>{e.textContent=\
@@ -50,7 +49,7 @@ e.textContent.split(e.dataset.origin).join(location.origin)});\
 document.querySelectorAll('button[data-copy]').forEach(b=>b.onclick=()=>\
 navigator.clipboard.writeText(document.getElementById(b.dataset.copy).textContent));\
 const s=document.getElementById('scale');if(s){fetch('?quicklook=json').then(r=>r.json()).then(q=>{\
-s.textContent=q.min===null?'every value of this chunk is fill':q.min+' \\u2013 '+q.max;})}";
+s.textContent=q.min===null?'(every value of this chunk is fill)':q.min+' \\u2013 '+q.max;})}";
 
 /// True when the request explicitly accepts `text/html` (a browser does; fsspec sends `*/*`
 /// and keeps the plain listing).
@@ -194,7 +193,11 @@ fn group(out: &mut String, view: &VersionView, node: &Node) {
 async fn array(out: &mut String, app: &AppState, view: &VersionView, node: &Node) {
     let NodeKind::Array(layout) = &node.kind else { return };
     let metadata = node.metadata();
-    let field = |k: &str| metadata.get(k).map_or_else(|| "-".to_owned(), compact);
+    let field = |k: &str| match metadata.get(k) {
+        Some(Value::String(s)) => s.clone(),
+        Some(v) => compact(v),
+        None => "-".to_owned(),
+    };
     let grid = layout.grid.grid_shape();
     let _ = writeln!(out, "<h2>Array {}</h2>\n<table>", escape(display(node)));
     let rows = [
@@ -223,7 +226,7 @@ async fn array(out: &mut String, app: &AppState, view: &VersionView, node: &Node
         "<h3>Quick look</h3>\n<figure><img src=\"?quicklook=png\" alt=\"the first 2-D plane of the first \
                   chunk, in viridis\" style=\"image-rendering:pixelated;max-width:100%\">\
                   <figcaption>first chunk, first 2-D plane (at most 512 px a side; fill values and NaN \
-                  transparent); scale <span class=\"bar\" style=\"display:inline-block\"></span> \
+                  transparent); the bar under it runs from \
                   <span id=\"scale\"><a href=\"?quicklook=json\">min and max</a></span></figcaption></figure>\n",
     );
     documents(out);

@@ -14,6 +14,8 @@ use zarrs::storage::store::MemoryStore;
 
 /// The largest side of a quick-look image, in pixels (the plane is sampled down to it).
 pub const MAX_SIDE: u64 = 512;
+/// A plane smaller than this a side is enlarged by a whole factor.
+const MIN_SIDE: u64 = 256;
 /// Height of the colour bar under the image, in pixels.
 const BAR: usize = 12;
 
@@ -144,10 +146,12 @@ fn half_to_f64(h: u16) -> f64 {
     }
 }
 
-/// Samples the `rows` x `cols` plane (nearest neighbour) to at most [`MAX_SIDE`] a side, maps
-/// it to viridis over its finite range and adds the colour bar.
+/// Samples the `rows` x `cols` plane (nearest neighbour) to at most [`MAX_SIDE`] a side (a plane
+/// under [`MIN_SIDE`] a side is enlarged by a whole factor, so that a small chunk can be seen),
+/// maps it to viridis over its finite range and adds the colour bar.
 fn draw(rows: u64, cols: u64, value: impl Fn(usize) -> f64) -> Quicklook {
-    let (h, w) = (rows.clamp(1, MAX_SIDE) as usize, cols.clamp(1, MAX_SIDE) as usize);
+    let zoom = (MIN_SIDE / rows.max(cols).max(1)).max(1);
+    let (h, w) = ((rows * zoom).clamp(1, MAX_SIDE) as usize, (cols * zoom).clamp(1, MAX_SIDE) as usize);
     let at = |y: usize, x: usize| {
         let (r, c) = (y as u64 * rows / h as u64, x as u64 * cols / w as u64);
         value((r * cols + c) as usize)
@@ -264,7 +268,7 @@ mod tests {
         assert_eq!((q.min, q.max), (Some(0.0), Some(11.0)), "the fill value is not part of the range");
         assert_eq!(q.plane, [3, 4]);
         assert_eq!(&q.png[..8], b"\x89PNG\r\n\x1a\n");
-        assert_eq!(pixel(&q.png), (64, 3 + BAR as u32), "at least 64 wide for the colour bar");
+        assert_eq!(pixel(&q.png), (256, 192 + BAR as u32), "a small plane enlarged 64 times");
         assert_eq!(crc32(b"IEND"), 0xAE42_6082);
     }
 
@@ -273,6 +277,8 @@ mod tests {
         let m = array("uint8", json!([2000, 1000]), json!([2000, 1000]), json!(0));
         let q = render(&m, Some(&vec![7u8; 2_000_000]), 4 << 20).unwrap();
         assert_eq!(pixel(&q.png), (512, 512 + BAR as u32));
+        let wide = array("uint8", json!([1, 1000]), json!([1, 1000]), json!(0));
+        assert_eq!(pixel(&render(&wide, Some(&[1u8; 1000]), 1000).unwrap().png), (512, 1 + BAR as u32));
         assert_eq!(render(&m, None, 1000), Err(QuicklookError::TooLarge { bytes: 2_000_000, max: 1000 }));
         let s = array("string", json!([2]), json!([2]), json!(""));
         assert!(matches!(render(&s, None, 1000), Err(QuicklookError::NotNumeric(_))));

@@ -66,7 +66,7 @@ def test_a_person_browses_a_store_and_a_snippet_reads_it(server, source_dir, sto
     assert "virtual" in details and "missing" in details
     page.wait_for_function("() => { const i = document.querySelector('figure img');"
                            " return i && i.complete && i.naturalWidth > 0 }")
-    assert page.locator("figure img").evaluate("i => [i.naturalWidth, i.naturalHeight]") == [64, 3 + 12]
+    assert page.locator("figure img").evaluate("i => [i.naturalWidth, i.naturalHeight]") == [256, 192 + 12]
     page.wait_for_function("() => document.getElementById('scale').textContent.includes('\u2013')")
     low, high = (float(x) for x in page.locator("#scale").inner_text().split("\u2013"))
     with h5py.File(path) as f:
