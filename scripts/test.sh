@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, Rust unit and integration tests (SQLite and
 # PostgreSQL), the Python client tests (zarr-python, xarray, VirtualiZarr on real files, a real
-# nginx cache in front of several replicas), and the deployment checks (scripts/check-deploy.sh).
+# nginx cache in front of several replicas, the store browser in Debian's chromium), and the
+# deployment checks (scripts/check-deploy.sh).
 #
 #   scripts/test.sh
 #
@@ -30,6 +31,13 @@ if ! command -v nginx >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
 fi
 nginx -v
+
+step "chromium (the real browser of the store browser's tests)"
+if ! command -v chromium >/dev/null; then
+    echo "installing chromium from Debian's packages"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+chromium --version
 
 step "Python environment"
 ZARRGATE_TEST_VENV=$(scripts/python-env.sh | tail -n 1)

@@ -1,19 +1,21 @@
 //! The data plane: `GET|HEAD /{store}[@{version}]/{key}`, what Zarr clients read: the v3 keys
-//! here, the Zarr v2 view (`v2.rs`) and the listings (`listing.rs`, also `PROPFIND`) beside them.
+//! here, the Zarr v2 view (`v2.rs`) and the listings (`listing.rs`, also `PROPFIND`) beside them;
+//! for a browser, the store browser's pages and quick looks (`browser.rs`) and `GET /`.
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use super::answer::{Served, Target, chunk, metadata};
-use super::{listing, v2};
+use super::{browser, listing, v2};
 use crate::app::AppState;
 use crate::config::Config;
 use crate::error::ApiError;
+use crate::versions::VersionView;
 use crate::zarr::Resolved;
 
 /// Which version a response belongs to.
@@ -42,6 +44,7 @@ pub fn router(app: &AppState) -> Router<AppState> {
     // PROPFIND (WebDAV listing, as object_store's HTTP store sends it) has no MethodFilter:
     // it reaches each route's fallback, which refuses every other method.
     Router::new()
+        .route("/", get(stores_page))
         .route("/{store}", get(read_store).fallback(other_store))
         .route("/{store}/", get(read_root).fallback(other_root))
         .route("/{store}/{*key}", get(read).fallback(other))
@@ -58,20 +61,43 @@ fn cache_control(config: &Config, max_age: u64, extra: &str) -> HeaderValue {
 async fn read(
     State(plane): State<Arc<Plane>>,
     Path((store, key)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
     method: Method,
     headers: HeaderMap,
 ) -> Response {
     let target = Target { key: &key, directory: key.ends_with('/') };
-    respond(&plane, &store, target, method, headers).await
+    respond(&plane, &store, target, query.as_deref(), method, headers).await
 }
 
 async fn read_root(
     State(plane): State<Arc<Plane>>,
     Path(store): Path<String>,
+    RawQuery(query): RawQuery,
     method: Method,
     headers: HeaderMap,
 ) -> Response {
-    respond(&plane, &store, Target { key: "", directory: true }, method, headers).await
+    respond(&plane, &store, Target { key: "", directory: true }, query.as_deref(), method, headers).await
+}
+
+/// `GET /`: the stores, for a browser (anything else gets the 404 it always got).
+async fn stores_page(
+    State(plane): State<Arc<Plane>>,
+    RawQuery(query): RawQuery,
+    uri: axum::http::Uri,
+    method: Method,
+    headers: HeaderMap,
+) -> Response {
+    if !browser::wants_page(&headers) {
+        return super::fallback(uri).await.into_response();
+    }
+    let now = chrono::Utc::now().format("%a, %d %b %Y %H:%M:%S GMT").to_string();
+    let served = Served {
+        cache_control: plane.current_cache_control.clone(),
+        version: HeaderValue::from_static("0"),
+        last_modified: HeaderValue::from_str(&now).unwrap_or(HeaderValue::from_static("Thu, 01 Jan 1970 00:00:00 GMT")),
+        head_only: method == Method::HEAD,
+    };
+    browser::root(&plane.app, query.as_deref(), &headers, &served).await.unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn read_store(
@@ -80,14 +106,14 @@ async fn read_store(
     method: Method,
     headers: HeaderMap,
 ) -> Response {
-    respond(&plane, &store, Target { key: "", directory: false }, method, headers).await
+    respond(&plane, &store, Target { key: "", directory: false }, None, method, headers).await
 }
 
 async fn other(plane: State<Arc<Plane>>, path: Path<(String, String)>, method: Method, headers: HeaderMap) -> Response {
     if method.as_str() != listing::PROPFIND {
         method_not_allowed()
     } else {
-        allow(read(plane, path, method, headers).await)
+        allow(read(plane, path, RawQuery(None), method, headers).await)
     }
 }
 
@@ -95,7 +121,7 @@ async fn other_root(plane: State<Arc<Plane>>, path: Path<String>, method: Method
     if method.as_str() != listing::PROPFIND {
         method_not_allowed()
     } else {
-        allow(read_root(plane, path, method, headers).await)
+        allow(read_root(plane, path, RawQuery(None), method, headers).await)
     }
 }
 
@@ -119,7 +145,14 @@ fn allow(mut response: Response) -> Response {
     response
 }
 
-async fn respond(plane: &Plane, store: &str, target: Target<'_>, method: Method, headers: HeaderMap) -> Response {
+async fn respond(
+    plane: &Plane,
+    store: &str,
+    target: Target<'_>,
+    query: Option<&str>,
+    method: Method,
+    headers: HeaderMap,
+) -> Response {
     let (name, pinned) = match store.split_once('@') {
         None => (store, None),
         Some((name, version)) => match version_number(version) {
@@ -139,7 +172,7 @@ async fn respond(plane: &Plane, store: &str, target: Target<'_>, method: Method,
     let mut attempt = 0;
     let answer = loop {
         attempt += 1;
-        let answer = serve_key(plane, store, name, pinned, target, &method, &headers).await;
+        let answer = serve_key(plane, store, (name, pinned), target, query, &method, &headers).await;
         let gone = matches!(&answer, Err(ApiError::Gone(_)) | Ok((Err(ApiError::Gone(_)), _)));
         if gone && pinned.is_none() && attempt == 1 {
             plane.app.reader.forget_store(name).await;
@@ -169,14 +202,15 @@ fn version_number(text: &str) -> Option<i64> {
     canonical.then(|| text.parse().ok()).flatten()
 }
 
-/// The answer for `key` in the version the URL names, with the headers every answer about that
+/// The answer for `key` (and `query`) in the version the URL names (store `name`, `pinned` or
+/// current), with the headers every answer about that
 /// version carries; `Err` when the version itself cannot be found.
 async fn serve_key(
     plane: &Plane,
     segment: &str,
-    name: &str,
-    pinned: Option<i64>,
+    (name, pinned): (&str, Option<i64>),
     target: Target<'_>,
+    query: Option<&str>,
     method: &Method,
     headers: &HeaderMap,
 ) -> Result<(Result<Response, ApiError>, Served), ApiError> {
@@ -195,6 +229,11 @@ async fn serve_key(
     if method.as_str() == listing::PROPFIND {
         return Ok((listing::propfind(&plane.app, &plane.v2, &view, segment, target, headers, &served).await, served));
     }
+    if target.directory
+        && let Some(shown) = browse(plane, &view, segment, target.key, query, headers, &served).await
+    {
+        return Ok((shown, served));
+    }
     if target.directory {
         return Ok((listing::list(&plane.app, &plane.v2, &view, segment, target.key, headers, &served).await, served));
     }
@@ -208,4 +247,26 @@ async fn serve_key(
         },
     };
     Ok((response, served))
+}
+
+/// A node's quick look (`?quicklook=`) or, for a browser, its page; `None` for the listing.
+async fn browse(
+    plane: &Plane,
+    view: &Arc<VersionView>,
+    segment: &str,
+    key: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    served: &Served,
+) -> Option<Result<Response, ApiError>> {
+    let app = &plane.app;
+    match browser::QuicklookFormat::from_query(query) {
+        Err(e) => Some(Err(e)),
+        Ok(Some(format)) => Some(match view.hierarchy.node(key.trim_end_matches('/')) {
+            Some(node) => browser::quicklook(app, view, node, format, headers, served).await,
+            None => Err(ApiError::NotFound(format!("no array at {key:?}: there is nothing to look at"))),
+        }),
+        Ok(None) if browser::wants_page(headers) => Some(browser::page(app, view, segment, key, headers, served).await),
+        Ok(None) => None,
+    }
 }

@@ -203,11 +203,12 @@ fn dir(path: &str) -> String {
 }
 
 /// A relative key as a URL path: each segment percent-encoded.
-fn encode(name: &str) -> String {
+pub(super) fn encode(name: &str) -> String {
     name.split('/').map(|s| utf8_percent_encode(s, SEGMENT).to_string()).collect::<Vec<_>>().join("/")
 }
 
-fn escape(text: &str) -> String {
+/// `text` safe in HTML text and attribute values.
+pub(super) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

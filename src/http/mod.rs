@@ -3,6 +3,7 @@
 
 mod answer;
 mod auth;
+mod browser;
 pub mod data;
 mod export;
 mod listing;

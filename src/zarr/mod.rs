@@ -17,6 +17,7 @@ pub mod metadata;
 pub mod native;
 pub mod patch;
 pub mod path;
+pub mod quicklook;
 pub mod source;
 pub mod spill;
 pub mod v2view;

@@ -1,0 +1,368 @@
+//! The store browser: `GET /{store}/` and node paths asked for `text/html` by a browser render
+//! a page a person reads at a glance (the group tree, an array's shape, type, chunking,
+//! codecs, dimensions and attributes, its chunks by kind, the version, snippets, a quick-look
+//! image); `GET /` lists the stores. Plain HTML and CSS, a few lines of script for the copy
+//! buttons and the quick look's scale; every link relative, so it works behind a CDN or a
+//! prefix. Every string from a store is escaped (attributes are user data).
+
+mod quicklook;
+mod snippets;
+mod stores;
+
+use std::fmt::Write;
+
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::answer::{Served, bytes_response};
+use super::listing::{encode, escape};
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::versions::VersionView;
+use crate::versions::view::etag;
+use crate::zarr::hierarchy::Node;
+use crate::zarr::metadata::NodeKind;
+
+pub(super) use quicklook::{Format as QuicklookFormat, answer as quicklook};
+pub(super) use stores::root;
+
+/// Nodes shown in a page's tree at most (the rest are counted).
+const TREE_NODES: usize = 1_000;
+/// Tiles of one array read at most to count its chunks by kind (each is one cached block).
+const COUNTED_TILES: u64 = 16;
+/// Characters of one attribute value shown at most.
+const ATTRIBUTE_CHARS: usize = 2_000;
+
+const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#222}\
+header{background:#2c3e50;color:#fff;padding:.6em 1em}header a{color:#cde}\
+main{display:flex;gap:1.5em;padding:1em}nav{min-width:16em;max-width:24em}\
+nav ul{list-style:none;padding:0;margin:0}nav li{white-space:nowrap;overflow:hidden;text-overflow:ellipsis}\
+section{flex:1;min-width:0}table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:.2em .5em;\
+text-align:left;vertical-align:top}pre{background:#f6f8fa;padding:.6em;overflow:auto;margin:.2em 0}\
+.dim{color:#777}.here{font-weight:bold}figure{margin:0}";
+
+/// Copy buttons, the quick look's scale, and the snippets' origin as the browser sees it.
+const SCRIPT: &str = "document.querySelectorAll('[data-origin]').forEach(e=>{e.textContent=\
+e.textContent.split(e.dataset.origin).join(location.origin)});\
+document.querySelectorAll('button[data-copy]').forEach(b=>b.onclick=()=>\
+navigator.clipboard.writeText(document.getElementById(b.dataset.copy).textContent));\
+const s=document.getElementById('scale');if(s){fetch('?quicklook=json').then(r=>r.json()).then(q=>{\
+s.textContent=q.min===null?'(every value of this chunk is fill)':q.min+' \\u2013 '+q.max;})}";
+
+/// True when the request explicitly accepts `text/html` (a browser does; fsspec sends `*/*`
+/// and keeps the plain listing).
+pub(super) fn wants_page(headers: &HeaderMap) -> bool {
+    headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).any(|v| v.contains("text/html"))
+}
+
+/// The page of node `key` (`""` or ending with `/`) of `view`.
+pub(super) async fn page(
+    app: &AppState,
+    view: &VersionView,
+    segment: &str,
+    key: &str,
+    headers: &HeaderMap,
+    served: &Served,
+) -> Result<Response, ApiError> {
+    let path = key.trim_end_matches('/');
+    let node = view
+        .hierarchy
+        .node(path)
+        .ok_or_else(|| ApiError::NotFound(format!("no group or array at {path:?}: there is nothing to show")))?;
+    let up = if path.is_empty() { String::new() } else { "../".repeat(path.split('/').count()) };
+    let origin = origin(headers);
+    let base = format!("{origin}/{segment}");
+    let mut out = shell_start(&format!("{segment}/{path}"));
+    let _ = write!(out, "<header><a href=\"{up}../\">stores</a> / <a href=\"{}\">{}</a>", or_dot(&up), escape(segment));
+    let mut walked = String::new();
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        walked = if walked.is_empty() { part.to_owned() } else { format!("{walked}/{part}") };
+        let _ = write!(out, " / <a href=\"{up}{}/\">{}</a>", escape(&encode(&walked)), escape(part));
+    }
+    out.push_str("</header>\n<main>\n<nav><h3>Tree</h3>\n");
+    tree(&mut out, view, node, &up);
+    out.push_str("</nav>\n<section>\n");
+    match &node.kind {
+        NodeKind::Group => group(&mut out, view, node),
+        NodeKind::Array(_) => array(&mut out, app, view, node).await,
+    }
+    versions(&mut out, app, view).await;
+    out.push_str("<h3>Read it</h3>\n");
+    for s in snippets::snippets(&base, node, app.read_auth_required()) {
+        let _ = writeln!(
+            out,
+            "<p><b>{}</b> <button data-copy=\"{id}\">copy</button></p><pre id=\"{id}\" data-origin=\"{}\">{}</pre>",
+            s.label,
+            escape(&origin),
+            escape(&s.text),
+            id = s.id
+        );
+    }
+    let _ = write!(out, "</section>\n</main>\n<script>{SCRIPT}</script>\n</body></html>\n");
+    Ok(html_response(out, view.head.id, headers, served))
+}
+
+fn shell_start(title: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><meta name=\"viewport\" \
+         content=\"width=device-width\"><title>{}</title><style>{STYLE}</style></head>\n<body>\n",
+        escape(title)
+    )
+}
+
+fn html_response(body: String, version: i64, headers: &HeaderMap, served: &Served) -> Response {
+    let tag = etag('h', body.as_bytes());
+    let tag = HeaderValue::from_str(&format!("{}-v{version}\"", tag.trim_end_matches('"')))
+        .unwrap_or(HeaderValue::from_static("\"\""));
+    let mut response = bytes_response(Bytes::from(body), &tag, "text/html; charset=utf-8", headers, served);
+    response.headers_mut().insert(header::VARY, HeaderValue::from_static("accept"));
+    response
+}
+
+/// The server's origin as the request names it (the page's script puts the browser's in).
+/// `Host` only, which caches key on: a page cached with an `X-Forwarded-Host` a client made
+/// up would show its snippets to everyone.
+fn origin(headers: &HeaderMap) -> String {
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let host = get("host")
+        .filter(|h| h.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b)))
+        .unwrap_or("localhost");
+    let scheme = get("x-forwarded-proto").filter(|p| *p == "https").unwrap_or("http");
+    format!("{scheme}://{host}")
+}
+
+fn or_dot(up: &str) -> &str {
+    if up.is_empty() { "./" } else { up }
+}
+
+fn tree(out: &mut String, view: &VersionView, here: &Node, up: &str) {
+    out.push_str("<ul>\n");
+    let mut shown = 0;
+    for node in view.hierarchy.nodes() {
+        if shown == TREE_NODES {
+            break;
+        }
+        shown += 1;
+        let path = node.path.as_str();
+        let depth = if path.is_empty() { 0 } else { path.split('/').count() };
+        let name = if path.is_empty() { "/" } else { path.rsplit('/').next().unwrap_or(path) };
+        let href = if path.is_empty() { or_dot(up).to_owned() } else { format!("{up}{}/", encode(path)) };
+        let class = if node.index == here.index { " class=\"here\"" } else { "" };
+        let what = match &node.kind {
+            NodeKind::Group => String::new(),
+            NodeKind::Array(layout) => format!(" <span class=\"dim\">{:?}</span>", layout.grid.shape()),
+        };
+        let _ = writeln!(
+            out,
+            "<li style=\"padding-left:{}em\"{class}><a href=\"{}\">{}</a>{what}</li>",
+            depth,
+            escape(&href),
+            escape(name)
+        );
+    }
+    let total = view.hierarchy.nodes().count();
+    if total > shown {
+        let _ = writeln!(out, "<li class=\"dim\">and {} more</li>", total - shown);
+    }
+    out.push_str("</ul>\n");
+}
+
+fn group(out: &mut String, view: &VersionView, node: &Node) {
+    let _ = writeln!(out, "<h2>Group {}</h2>", escape(display(node)));
+    out.push_str("<h3>Members</h3>\n<ul>\n");
+    for child in view.hierarchy.nodes() {
+        let Some(relative) = child.path.relative_to(&node.path) else { continue };
+        if relative.contains('/') {
+            continue;
+        }
+        let kind = if matches!(child.kind, NodeKind::Group) { "group" } else { "array" };
+        let _ = writeln!(
+            out,
+            "<li><a href=\"{}/\">{}/</a> <span class=\"dim\">{kind}</span></li>",
+            escape(&encode(relative)),
+            escape(relative)
+        );
+    }
+    out.push_str("</ul>\n");
+    attributes(out, &node.metadata());
+    documents(out);
+}
+
+async fn array(out: &mut String, app: &AppState, view: &VersionView, node: &Node) {
+    let NodeKind::Array(layout) = &node.kind else { return };
+    let metadata = node.metadata();
+    let field = |k: &str| match metadata.get(k) {
+        Some(Value::String(s)) => s.clone(),
+        Some(v) => compact(v),
+        None => "-".to_owned(),
+    };
+    let grid = layout.grid.grid_shape();
+    let _ = writeln!(out, "<h2>Array {}</h2>\n<table>", escape(display(node)));
+    let rows = [
+        ("shape", format!("{:?}", layout.grid.shape())),
+        ("data type", field("data_type")),
+        ("dimensions", field("dimension_names")),
+        ("chunk shape", format!("{:?}", layout.grid.chunk_shape())),
+        (
+            "chunk grid",
+            format!(
+                "{grid:?}: {} chunks, named like {}",
+                layout.grid.chunk_count(),
+                layout.encoding.encode(&vec![0; grid.len()])
+            ),
+        ),
+        ("fill value", field("fill_value")),
+        ("codecs", codecs(metadata.get("codecs"))),
+        ("chunks by kind", chunk_counts(app, view, node).await),
+    ];
+    for (name, value) in rows {
+        let _ = writeln!(out, "<tr><th>{name}</th><td>{}</td></tr>", escape(&value));
+    }
+    out.push_str("</table>\n");
+    attributes(out, &metadata);
+    out.push_str(
+        "<h3>Quick look</h3>\n<figure><img src=\"?quicklook=png\" alt=\"the first 2-D plane of the first \
+                  chunk, in viridis\" style=\"image-rendering:pixelated;max-width:100%\">\
+                  <figcaption>first chunk, first 2-D plane (at most 512 px a side; fill values and NaN \
+                  transparent); the bar under it runs from \
+                  <span id=\"scale\"><a href=\"?quicklook=json\">min and max</a></span></figcaption></figure>\n",
+    );
+    documents(out);
+}
+
+fn documents(out: &mut String) {
+    out.push_str(
+        "<p class=\"dim\">Documents: <a href=\"zarr.json\">zarr.json</a> \
+                  (the listing: <code>Accept: application/json</code>)</p>\n",
+    );
+}
+
+/// The array's chunks counted by kind from its blocks, when it has few tiles (never a large
+/// manifest for a page).
+async fn chunk_counts(app: &AppState, view: &VersionView, node: &Node) -> String {
+    let NodeKind::Array(layout) = &node.kind else { return String::new() };
+    let grid = &layout.grid;
+    let tiles: u64 = grid.grid_shape().iter().zip(grid.tile_shape()).map(|(g, t)| g.div_ceil(*t)).product();
+    if tiles > COUNTED_TILES {
+        return format!("not counted ({tiles} blocks; the store's counts are under Version)");
+    }
+    let (mut virtual_, mut inline) = (0, 0);
+    for tile in 0..tiles {
+        match app.reader.block(&view.head, node, tile).await {
+            Ok(block) => {
+                let (v, i, _, _) = block.counts();
+                virtual_ += v;
+                inline += i;
+            }
+            Err(e) => return format!("not counted: {e}"),
+        }
+    }
+    let missing = grid.chunk_count().saturating_sub(virtual_ + inline);
+    format!("{virtual_} virtual, {inline} inline, {missing} missing")
+}
+
+async fn versions(out: &mut String, app: &AppState, view: &VersionView) {
+    let head = &view.head;
+    let name = &head.store;
+    let _ = writeln!(
+        out,
+        "<h3>Version</h3>\n<p>This page shows version {} of store {}, registered {}; missing chunks answer {}. \
+         Pinned, it never changes: <code>/{}@{}/</code>.</p>",
+        head.id,
+        escape(name),
+        rfc3339(head.created_at_ms),
+        if head.fill_missing { "their fill chunk" } else { "404 (read as fill values)" },
+        escape(name),
+        head.id
+    );
+    if let Ok(Some(record)) = app.catalog.store(name).await {
+        let (s, c) = (&record.summary, &record.summary.chunks);
+        let current = format!("The current version is {}.", record.head.id);
+        let _ = writeln!(
+            out,
+            "<p>{current} Store (current version): {} arrays, {} groups, chunks {} virtual / {} inline / {} \
+             missing, {} sources, {} bytes referenced.</p>",
+            s.arrays, s.groups, c.virtual_, c.inline, c.missing, s.sources, s.referenced_bytes
+        );
+    }
+}
+
+fn attributes(out: &mut String, metadata: &serde_json::Map<String, Value>) {
+    let Some(Value::Object(attributes)) =
+        metadata.get("attributes").filter(|a| a.as_object().is_some_and(|o| !o.is_empty()))
+    else {
+        return;
+    };
+    out.push_str("<h3>Attributes</h3>\n<table>\n");
+    for (k, v) in attributes {
+        let mut text = match v {
+            Value::String(s) => s.clone(),
+            other => compact(other),
+        };
+        if text.chars().count() > ATTRIBUTE_CHARS {
+            text = text.chars().take(ATTRIBUTE_CHARS).chain(['…']).collect();
+        }
+        let _ = writeln!(out, "<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(&text));
+    }
+    out.push_str("</table>\n");
+}
+
+fn codecs(codecs: Option<&Value>) -> String {
+    let Some(Value::Array(list)) = codecs else { return "-".into() };
+    list.iter()
+        .map(|c| match (c.get("name").and_then(Value::as_str), c.get("configuration")) {
+            (Some(name), Some(config)) => format!("{name} {}", compact(config)),
+            (Some(name), None) => name.to_owned(),
+            _ => compact(c),
+        })
+        .collect::<Vec<_>>()
+        .join(" → ")
+}
+
+fn compact(v: &Value) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+fn display(node: &Node) -> &str {
+    if node.path.is_root() { "/" } else { node.path.as_str() }
+}
+
+fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        pairs.iter().map(|(k, v)| (header::HeaderName::from_static(k), HeaderValue::from_str(v).unwrap())).collect()
+    }
+
+    #[test]
+    fn only_an_explicit_text_html_gets_a_page() {
+        assert!(wants_page(&headers(&[("accept", "text/html,application/xhtml+xml,*/*;q=0.8")])));
+        assert!(!wants_page(&headers(&[("accept", "*/*")])), "fsspec keeps its listing");
+        assert!(!wants_page(&headers(&[("accept", "application/json")])));
+        assert!(!wants_page(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn the_origin_is_the_host_when_it_is_a_host() {
+        assert_eq!(origin(&headers(&[("host", "127.0.0.1:8080")])), "http://127.0.0.1:8080");
+        assert_eq!(
+            origin(&headers(&[("host", "data.example.org"), ("x-forwarded-proto", "https")])),
+            "https://data.example.org"
+        );
+        assert_eq!(origin(&headers(&[("host", "a\"b")])), "http://localhost", "no quote reaches a snippet");
+        assert_eq!(origin(&headers(&[("host", "a"), ("x-forwarded-host", "evil")])), "http://a");
+    }
+
+    #[test]
+    fn codecs_read_as_a_chain() {
+        let c = serde_json::json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd"}]);
+        assert_eq!(codecs(Some(&c)), "bytes {\"endian\":\"little\"} → zstd");
+    }
+}
