@@ -42,9 +42,10 @@ SPEC = REPO / "src" / "http" / "openapi.json"
 HTTP_SOURCES = REPO / "src" / "http"
 METHODS = ("get", "put", "post", "patch", "delete")
 
-# The data plane (what Zarr clients read, and its listings) is what the control-plane
-# description leaves out on purpose: README.md documents it.
-DATA_PLANE = {("GET", "/{store}/{*key}"), ("GET", "/{store}/"), ("GET", "/{store}")}
+# The data plane (what Zarr clients read, its listings, the browser pages and the root page for
+# browsers, GET /) is what the control-plane description leaves out on purpose: README.md
+# documents it.
+DATA_PLANE = {("GET", "/{store}/{*key}"), ("GET", "/{store}/"), ("GET", "/{store}"), ("GET", "/")}
 
 
 def served_spec(server: Server) -> dict:
