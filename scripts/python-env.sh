@@ -8,16 +8,18 @@
 # ~/.cache/zarrgate/venv-<first 12 hex of sha256(requirements.txt)>, so a change to the
 # requirements gets a new venv and an unchanged file reuses the old one. A marker file
 # written after a successful install makes the second run a no-op. PYTHON picks the
-# interpreter (default python3, which must be 3.11+).
+# interpreter (default python3, which must be 3.11+). Another environment (the zarr-2 one,
+# scripts/python-env-zarr2.sh) sets PYTHON_ENV_REQUIREMENTS and PYTHON_ENV_NAME (the default
+# directory's prefix, `venv`).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-requirements="$repo/tests/python/requirements.txt"
+requirements=${PYTHON_ENV_REQUIREMENTS:-$repo/tests/python/requirements.txt}
 python=${PYTHON:-python3}
 
 [[ -f $requirements ]] || { echo "python-env: $requirements not found" >&2; exit 1; }
 hash=$(sha256sum "$requirements" | cut -c1-12)
-venv=${ZARRGATE_VENV:-${HOME}/.cache/zarrgate/venv-$hash}
+venv=${ZARRGATE_VENV:-${HOME}/.cache/zarrgate/${PYTHON_ENV_NAME:-venv}-$hash}
 marker="$venv/.zarrgate-installed"
 
 # The marker records which requirements were installed, so a reused $ZARRGATE_VENV

@@ -27,6 +27,7 @@ from obstore.store import HTTPStore
 
 import fixtures
 import zarrgate_client
+from zarr2_reader import plain
 from conftest import REPO, register
 from virtual import open_served, virtual_dataset, virtual_datatree
 
@@ -56,21 +57,6 @@ def read_v2(zarr2_python: str, url: str, out: Path, groups=("",)) -> tuple[dict,
         return meta, dict(raw), dict(values)
 
 
-def plain(value):
-    """As zarr2_reader.plain: attributes in one comparable JSON form."""
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return plain(value.tolist())
-    if isinstance(value, np.generic):
-        return plain(value.item())
-    if isinstance(value, bytes):
-        return value.decode("latin-1")
-    if isinstance(value, float) and not np.isfinite(value):
-        return "NaN" if np.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    return value
 
 
 def same_dtype(a, b) -> bool:
