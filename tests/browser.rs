@@ -51,10 +51,7 @@ async fn get_json(server: &TestServer, path: &str) -> (StatusCode, Value) {
 
 /// The value of the metric line starting with `series` (0 when absent).
 fn metric(metrics: &str, series: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
-        .unwrap_or(0.0)
+    metrics.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0.0)
 }
 
 both_backends! {

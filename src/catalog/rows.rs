@@ -11,7 +11,9 @@ use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, Decode, Postgres, Row, SqlSafeStr, SqlStr, Sqlite, Type};
 
-use super::{CatalogError, DerivedVersion, ListedVersion, ObjectStoreRecord, StoreHead, StoreRecord, StoredNode, VersionHead};
+use super::{
+    CatalogError, DerivedVersion, ListedVersion, ObjectStoreRecord, StoreHead, StoreRecord, StoredNode, VersionHead,
+};
 use crate::zarr::document::SourceFacts;
 use crate::zarr::metadata::NodeKind;
 use crate::zarr::validate::{ValidNode, ValidatedStore};

@@ -13,8 +13,8 @@ use super::rows::{
     SOURCES_CONFLICT, SourceColumns, Statements, TILES, UNMARK_DELETED,
 };
 use super::{
-    Catalog, CatalogError, ListedVersion, DerivedVersion, ObjectStoreRecord, Retention, StoreHead, StoreRecord, StoredNode,
-    VersionHead, VersionOptions, Written, unique_violation,
+    Catalog, CatalogError, DerivedVersion, ListedVersion, ObjectStoreRecord, Retention, StoreHead, StoreRecord,
+    StoredNode, VersionHead, VersionOptions, Written, unique_violation,
 };
 use crate::zarr::document::SourceFacts;
 use crate::zarr::validate::{Summary, ValidNode, ValidatedStore};

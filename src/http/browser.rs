@@ -5,10 +5,10 @@
 //! the copy buttons and the quick look's scale; every link relative, so it works behind a CDN
 //! or a prefix. Every string from a store is escaped (attributes are user data).
 
+mod history;
 mod quicklook;
 mod snippets;
 mod stores;
-mod history;
 
 use std::fmt::Write;
 

@@ -4,7 +4,8 @@ numbers h5py reads, and its fill value as nodata. This GDAL has no Zarr v3 ``byt
 reads the store's Zarr v2 view; and it has no ``shuffle`` filter ("Filter shuffle not handled"),
 so the file is compressed without HDF5's shuffle. Every probe GDAL makes on the way (the root's
 ``.zarray``, sidecars such as ``.aux.xml`` and ``.gmac``, directory listings) gets a true answer:
-404 for what is not there, and nothing else but 200 or 206.
+404 for what is not there, and nothing else but 200 or 206. With read tokens, the snippet's
+``GDAL_HTTP_HEADERS`` carries the token.
 """
 
 from __future__ import annotations
@@ -110,3 +111,28 @@ def test_gdal_reads_a_virtualizarr_store_through_the_pages_snippet(tmp_path):
         assert group == f'ZARR:"/vsicurl/{url}/{store}"', group
         with rasterio.open(group) as ds:
             np.testing.assert_array_equal(ds.read(), raw)
+
+
+def test_gdal_reads_with_the_read_token_where_the_snippet_puts_it(tmp_path):
+    (tmp_path / "src").mkdir()
+    path = make_netcdf4_deflate(tmp_path / "src")
+    token = "reader-token-for-gdal-0123456789"
+    with private_server(tmp_path, ZARRGATE_READ_TOKENS=token) as (url, _log):
+        zarrgate_client.register_object_store(url, "src", (tmp_path / "src").as_uri() + "/")
+        doc = zarrgate_client.manifeststore_to_native(virtual_dataset(path))
+        for store in ("gdal", "other"):  # GDAL caches what it read: the read without a token gets its own
+            resp = requests.put(f"{url}/api/v1/stores/{store}", data=json.dumps(doc), timeout=60)
+            assert resp.status_code == 201, resp.text
+        page = requests.get(f"{url}/gdal/air/", headers={"Accept": HTML, "Authorization": f"Bearer {token}"},
+                            timeout=30).text
+        found = re.search(r'<pre id="snippet-gdal"[^>]*>(.*?)</pre>', page, re.S)
+        command = html.unescape(found.group(1)).strip()
+        shown = re.fullmatch(r"GDAL_HTTP_HEADERS=\"([^\"]+)\" gdalinfo '([^']+)'", command)
+        assert shown, command
+        header, name = shown.group(1).replace("<read token>", token), shown.group(2)
+        with h5py.File(path) as f:
+            raw = f["air"][...]
+        with rasterio.Env(GDAL_HTTP_HEADERS=header), rasterio.open(name) as ds:
+            np.testing.assert_array_equal(ds.read(), raw)
+        with pytest.raises(rasterio.errors.RasterioIOError), rasterio.open(name.replace("/gdal", "/other")) as ds:
+            ds.read()  # no token: GDAL gets 401 and fails, never reads fill values

@@ -1,7 +1,9 @@
 """zarrita.js, the JavaScript Zarr reader of web viewers, from npm (tests/js, pinned by its
 package-lock.json, installed by scripts/js-env.sh) in Node: it reads a slice of a netCDF4 file's
 store as Zarr v3 and as the Zarr v2 view, and the zarrita.js snippet of the store browser's
-page, run as it is shown, reads the whole array. Every number is compared with h5py's.
+page, run as it is shown, reads the whole array (with read tokens too, the token where the
+snippet puts it). Every number is compared with h5py's. zarrita sends plain GETs of
+``zarr.json``, ``.zarray``/``.zattrs`` and chunk keys: nothing more is asked of the server.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import requests
 
 import fixtures
 import zarrgate_client
-from conftest import REPO, register
+from conftest import REPO, private_server, register
 from virtual import virtual_dataset
 
 NODE = shutil.which("node")
@@ -105,3 +107,28 @@ def test_the_pages_zarrita_snippet_runs_as_shown(air, js_env, tmp_path):
     code = snippet(root.text, "zarrita")
     got = node(js_env, tmp_path, code + "console.log(JSON.stringify({ attrs: node.attrs, kind: node.kind }));\n")
     assert got["attrs"]["title"] == "zarrgate test: air temperature", got
+
+
+def test_the_snippet_with_a_read_token_reads_what_needs_one(tmp_path, js_env):
+    """With read tokens, the page's snippet says where the token goes; with the token put there,
+    it reads the data, and without, zarrita fails (401), never reads fill values."""
+    (tmp_path / "src").mkdir()
+    path = fixtures.make_netcdf4_air(tmp_path / "src")
+    token = "reader-token-for-zarrita-0123456789"
+    with private_server(tmp_path, ZARRGATE_READ_TOKENS=token) as (url, _log):
+        zarrgate_client.register_object_store(url, "src", (tmp_path / "src").as_uri() + "/")
+        doc = zarrgate_client.manifeststore_to_native(virtual_dataset(path))
+        assert requests.put(f"{url}/api/v1/stores/air", data=json.dumps(doc), timeout=60).status_code == 201
+        auth = {"Authorization": f"Bearer {token}"}
+        page = requests.get(f"{url}/air/air/", headers={"Accept": HTML, **auth}, timeout=30)
+        code = snippet(page.text, "zarrita")
+        assert "Bearer <read token>" in code, code
+        show = "console.log(JSON.stringify({ shape, data: Array.from(data) }));\n"
+        got = node(js_env, tmp_path / "js", code.replace("<read token>", token) + show)
+        with h5py.File(path) as f:
+            raw = f["air"][...]
+        np.testing.assert_array_equal(np.array(got["data"], dtype=np.float32).reshape(got["shape"]), raw)
+        script = tmp_path / "js" / "no-token.mjs"
+        script.write_text(code.replace("<read token>", "wrong") + show)
+        done = subprocess.run([NODE, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path / "js")
+        assert done.returncode != 0 and "401" in done.stderr, done.stderr[-2000:]
