@@ -194,7 +194,8 @@ mod tests {
     fn a_filter_that_decodes_to_another_type_gives_the_dtype_its_byte_order() {
         // kerchunk's scaled FITS image: big-endian int16 stored, float64 decoded (in numpy's
         // little-endian `<f8`, which zarr 2 views as the dtype).
-        let filter = json!({"id": "fixedscaleoffset", "scale": 1.0, "offset": 32768.0, "dtype": "<f8", "astype": ">i2"});
+        let filter =
+            json!({"id": "fixedscaleoffset", "scale": 1.0, "offset": 32768.0, "dtype": "<f8", "astype": ">i2"});
         let zarray = json!({"zarr_format": 2, "shape": [3], "chunks": [3], "dtype": ">i2", "fill_value": 0,
                             "order": "C", "filters": [filter.clone()], "compressor": null});
         let v3 = array_to_v3(&zarray, Map::new()).unwrap();
