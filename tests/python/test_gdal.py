@@ -105,6 +105,19 @@ def test_gdal_reads_a_virtualizarr_store_through_the_pages_snippet(tmp_path):
         assert f"/{store}/.zarray" in probes, "GDAL asks whether the root is an array: it is not"
         assert any(p.endswith((".aux.xml", ".gmac")) for p in probes), f"sidecar probes: {seen}"
 
+        # the same file from kerchunk references: v2 chunk keys `0.0.0`, which sit in the array's
+        # directory whose listing GDAL reads (chunk keys are not listed): still read, not taken
+        # for missing
+        refs = virtual_dataset(path).vz.to_kerchunk(format="dict")
+        resp = requests.put(f"{url}/api/v1/stores/{store}-refs", data=json.dumps(refs), timeout=60)
+        assert resp.status_code == 201, resp.text
+        start = len(log.read_text(errors="replace"))
+        with rasterio.open(f'ZARR:"/vsicurl/{url}/{store}-refs":/air') as ds:
+            np.testing.assert_array_equal(ds.read(), raw)
+        seen = requests_since(log, start)
+        assert ("GET", 200, f"/{store}-refs/air/") in seen, f"GDAL read the array's listing: {seen}"
+        assert ("GET", 200, f"/{store}-refs/air/1.1.1") in seen, seen
+
         # the store's page: its group opens as its one 3-D array
         root = requests.get(f"{url}/{store}/", headers={"Accept": HTML}, timeout=30).text
         group = snippet(root)
