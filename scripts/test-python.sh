@@ -7,7 +7,8 @@
 #
 # The venv comes from scripts/python-env.sh (created on first use, then reused); zarr-python 2
 # and its xarray, which cannot share it, from scripts/python-env-zarr2.sh (test_reach.py runs
-# them as $ZARRGATE_ZARR2_PYTHON). The binary is
+# them as $ZARRGATE_ZARR2_PYTHON), and zarrita.js (Node) from scripts/js-env.sh (test_zarrita.py
+# finds it at $ZARRGATE_JS_ENV). The binary is
 # built with `cargo build --bin zarrgate` unless ZARRGATE_BIN names one already built.
 # PostgreSQL: ZARRGATE_TEST_POSTGRES_URL (admin connection, default
 # postgres://postgres@127.0.0.1:5432/test); ZARRGATE_TEST_POSTGRES=skip skips those variants.
@@ -22,6 +23,8 @@ venv=$(scripts/python-env.sh | tail -n 1)
 venv2=$(scripts/python-env-zarr2.sh | tail -n 1)
 [[ -x $venv2/bin/python ]] || { echo "test-python: no zarr-2 venv at '$venv2'" >&2; exit 1; }
 export ZARRGATE_ZARR2_PYTHON="$venv2/bin/python"
+ZARRGATE_JS_ENV=$(scripts/js-env.sh | tail -n 1)
+export ZARRGATE_JS_ENV
 
 if [[ -z ${ZARRGATE_BIN:-} ]]; then
     cargo build --bin zarrgate

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, Rust unit and integration tests (SQLite and
 # PostgreSQL), the Python client tests (zarr-python, xarray, VirtualiZarr on real files, a real
-# nginx cache in front of several replicas, the store browser in Debian's chromium), and the
-# deployment checks (scripts/check-deploy.sh).
+# nginx cache in front of several replicas, the store browser in Debian's chromium, zarrita.js
+# in Node, GDAL from rasterio's wheels), and the deployment checks (scripts/check-deploy.sh).
 #
 #   scripts/test.sh
 #
@@ -38,6 +38,10 @@ if ! command -v chromium >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 chromium --version
+
+step "node (zarrita.js, the JavaScript client of the tests)"
+node --version || { echo "test: Node 20 or newer is needed for tests/python/test_zarrita.py" >&2; exit 1; }
+scripts/js-env.sh | tail -n 1
 
 step "Python environment"
 ZARRGATE_TEST_VENV=$(scripts/python-env.sh | tail -n 1)

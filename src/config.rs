@@ -137,6 +137,8 @@ pub struct CacheConfig {
     pub metadata_bytes: u64,
     /// Bytes of encoded fill-value chunks (stores with `missing_chunks = "fill"`) kept in memory.
     pub fill_chunks_bytes: u64,
+    /// Bytes of rendered quick looks (PNG and scale) kept in memory.
+    pub quicklooks_bytes: u64,
     /// How long a replica trusts its idea of a store's current version, in milliseconds.
     pub current_version_ttl_ms: u64,
 }
@@ -223,6 +225,7 @@ impl Default for CacheConfig {
             blocks_bytes: 512 << 20,
             metadata_bytes: 512 << 20,
             fill_chunks_bytes: 64 << 20,
+            quicklooks_bytes: 32 << 20,
             current_version_ttl_ms: 1_000,
         }
     }

@@ -43,6 +43,17 @@ async fn page(server: &TestServer, path: &str) -> String {
     r.text().await.unwrap()
 }
 
+/// `GET` a control-plane path: its status and its JSON.
+async fn get_json(server: &TestServer, path: &str) -> (StatusCode, Value) {
+    let r = server.get(path, &[]).await;
+    (r.status(), r.json().await.unwrap())
+}
+
+/// The value of the metric line starting with `series` (0 when absent).
+fn metric(metrics: &str, series: &str) -> f64 {
+    metrics.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0.0)
+}
+
 both_backends! {
 
 async fn a_browser_sees_the_tree_and_an_arrays_details(server) {
@@ -98,6 +109,70 @@ async fn quick_looks_decode_the_first_chunk_and_are_cached_by_etag(server) {
     let refused = small.get("/demo/obs/air/?quicklook=png", &[]).await;
     assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert!(refused.text().await.unwrap().contains("96 bytes decoded, above the 64"));
+}
+
+
+// A page and its image ask for the same quick look: it is fetched and drawn once per version.
+async fn a_quick_look_is_drawn_once_and_then_served_from_memory(server) {
+    register(&server, "demo").await;
+    let upstream = r#"zarrgate_upstream_requests_total{object_store="local",outcome="ok"}"#;
+    let before = server.get("/metrics", &[]).await.text().await.unwrap();
+    let first = server.get("/demo/obs/air/?quicklook=png", &[]).await;
+    let tag = first.headers()["etag"].clone();
+    let png = first.bytes().await.unwrap();
+    let scale: Value = server.get("/demo/obs/air/?quicklook=json", &[]).await.json().await.unwrap();
+    let again = server.get("/demo/obs/air/?quicklook=png", &[]).await;
+    assert_eq!(again.headers()["etag"], tag);
+    assert_eq!(again.bytes().await.unwrap(), png, "the same image");
+    assert_eq!(scale["max"].as_f64(), Some(23.0));
+    let after = server.get("/metrics", &[]).await.text().await.unwrap();
+    assert_eq!(metric(&after, r#"zarrgate_cache_misses_total{cache="quicklooks"}"#), 1.0, "{after}");
+    assert_eq!(metric(&after, r#"zarrgate_cache_hits_total{cache="quicklooks"}"#), 2.0, "{after}");
+    assert_eq!(metric(&after, upstream) - metric(&before, upstream), 1.0, "the chunk is read from its source once");
+
+    // a new version is drawn again, from its own chunk
+    register(&server, "demo").await;
+    server.get("/demo/obs/air/?quicklook=png", &[]).await.bytes().await.unwrap();
+    let last = server.get("/metrics", &[]).await.text().await.unwrap();
+    assert_eq!(metric(&last, r#"zarrgate_cache_misses_total{cache="quicklooks"}"#), 2.0, "{last}");
+}
+
+async fn the_versions_are_listed_by_the_api_and_on_the_page(server) {
+    register(&server, "demo").await;
+    register(&server, "demo").await;
+    register(&server, "demo").await;
+    let (status, listed) = get_json(&server, "/api/v1/stores/demo/versions").await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    let versions = listed["versions"].as_array().unwrap();
+    let ids: Vec<i64> = versions.iter().map(|v| v["version"].as_i64().unwrap()).collect();
+    assert_eq!(ids.len(), 3);
+    assert!(ids[0] > ids[1] && ids[1] > ids[2], "newest first: {ids:?}");
+    let current: Vec<bool> = versions.iter().map(|v| v["current"].as_bool().unwrap()).collect();
+    assert_eq!(current, [true, false, false]);
+    assert_eq!(versions[1]["versioned_url"], format!("/demo@{}", ids[1]));
+    assert_eq!(listed["more"], false);
+    let (_, one) = get_json(&server, "/api/v1/stores/demo/versions?limit=1").await;
+    assert_eq!((one["versions"].as_array().unwrap().len(), &one["more"]), (1, &json!(true)));
+    let (status, none) = get_json(&server, "/api/v1/stores/nothing/versions").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(none["detail"].as_str().unwrap().contains("no store is named"), "{none}");
+
+    // the page of an array in an old version links every version, and says which is current
+    let old = format!("/demo@{}/obs/air/", ids[2]);
+    let r = server.get(&old, &[("accept", HTML)]).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let control = r.headers()["cache-control"].to_str().unwrap().to_owned();
+    assert!(!control.contains("immutable"), "a page's list of versions grows: {control}");
+    let html = r.text().await.unwrap();
+    for id in &ids {
+        assert!(html.contains(&format!("<a href=\"../../../demo@{id}/\">demo@{id}</a>")), "version {id}:\n{html}");
+    }
+    assert!(html.contains("<td>current</td>"), "{html}");
+    assert!(html.contains("<td>shown here</td>"), "{html}");
+    // and a link followed from it lands on that version's page
+    let newest = server.get(&format!("/demo@{}/", ids[0]), &[("accept", HTML)]).await;
+    assert_eq!(newest.status(), StatusCode::OK);
+    assert!(newest.text().await.unwrap().contains("<td>current, shown here</td>"));
 }
 
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{Backend, PgTestDb};
 use serde_json::{Value, json};
-use zarrgate::catalog::{Catalog, DerivedVersion, Retention, StoreHead, VersionOptions};
+use zarrgate::catalog::{Catalog, DerivedVersion, ListedVersion, Retention, StoreHead, VersionOptions};
 use zarrgate::zarr::document::SourceFacts;
 use zarrgate::zarr::spill::Scratch;
 use zarrgate::zarr::validate::{ValidatedStore, validate_tiled};
@@ -179,6 +179,29 @@ both_catalogs! {
         assert_eq!(catalog.deleted_at("d").await.unwrap(), None);
         assert_eq!(catalog.head("d", Some(first.id)).await.unwrap(), StoreHead::Unknown, "the old version is gone");
         assert!(again.head.id > first.id, "version ids are never reused");
+    }
+
+    async fn versions_are_listed_newest_first_and_bounded(catalog) {
+        let mut written = Vec::new();
+        for _ in 0..3 {
+            written.push(catalog.write_version("v", &demo(), VersionOptions::default()).await.unwrap().head);
+        }
+        catalog.write_version("other", &demo(), VersionOptions { fill_missing: true }).await.unwrap();
+        let listed = catalog.versions("v", 10).await.unwrap();
+        let expected: Vec<ListedVersion> = written
+            .iter()
+            .rev()
+            .enumerate()
+            .map(|(i, head)| ListedVersion { head: head.clone(), current: i == 0 })
+            .collect();
+        assert_eq!(listed, expected, "newest first, only the newest current, no other store's");
+        let two = catalog.versions("v", 2).await.unwrap();
+        assert_eq!(two, expected[..2], "bounded by the limit, from the newest");
+        assert_eq!(catalog.versions("never", 10).await.unwrap(), vec![]);
+        catalog.prune("v", Retention { keep_versions: 0, keep_ms: 0 }).await.unwrap();
+        assert_eq!(catalog.versions("v", 10).await.unwrap(), expected[..1], "pruned versions are not listed");
+        assert!(catalog.delete_store("v").await.unwrap());
+        assert_eq!(catalog.versions("v", 10).await.unwrap(), vec![], "a deleted store has none");
     }
 
     async fn retention_keeps_the_current_version(catalog) {

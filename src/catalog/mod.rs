@@ -98,6 +98,15 @@ pub struct StoreRecord {
     pub summary: Summary,
 }
 
+/// One version of a store as [`Catalog::versions`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedVersion {
+    /// The version.
+    pub head: VersionHead,
+    /// Whether it is the store's current version.
+    pub current: bool,
+}
+
 /// A node as stored.
 #[derive(Debug, Clone)]
 pub struct StoredNode {
@@ -207,6 +216,9 @@ pub trait Catalog: Send + Sync + 'static {
     async fn prune(&self, name: &str, retention: Retention) -> Result<Vec<i64>, CatalogError>;
     /// Stores in name order after `after`, at most `limit`.
     async fn list_stores(&self, after: Option<&str>, limit: u32) -> Result<Vec<StoreRecord>, CatalogError>;
+    /// The newest versions of `store`, at most `limit`, newest first (retention bounds how many
+    /// there are); empty when there is no such store.
+    async fn versions(&self, store: &str, limit: u32) -> Result<Vec<ListedVersion>, CatalogError>;
     /// One store with its current summary.
     async fn store(&self, name: &str) -> Result<Option<StoreRecord>, CatalogError>;
     /// Deletes a store with all its versions and remembers when (until a store of that name is

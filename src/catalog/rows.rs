@@ -11,7 +11,9 @@ use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, Decode, Postgres, Row, SqlSafeStr, SqlStr, Sqlite, Type};
 
-use super::{CatalogError, DerivedVersion, ObjectStoreRecord, StoreHead, StoreRecord, StoredNode, VersionHead};
+use super::{
+    CatalogError, DerivedVersion, ListedVersion, ObjectStoreRecord, StoreHead, StoreRecord, StoredNode, VersionHead,
+};
 use crate::zarr::document::SourceFacts;
 use crate::zarr::metadata::NodeKind;
 use crate::zarr::validate::{ValidNode, ValidatedStore};
@@ -55,6 +57,7 @@ pub(super) struct Statements {
     pub head: SqlStr,
     pub store: SqlStr,
     pub list_stores: SqlStr,
+    pub versions: SqlStr,
     pub deleted_at: SqlStr,
     pub object_stores: SqlStr,
 }
@@ -85,6 +88,11 @@ impl Statements {
             )),
             store: sql(format!("{record} where s.name = $1")),
             list_stores: sql(format!("{record} where s.name > $1 order by s.name limit $2")),
+            // Newest first, by the `versions_store_idx` index: ids grow with time.
+            versions: sql(format!(
+                "select {head}, v.id = s.current_version as current from versions v \
+                 join stores s on s.name = v.store where v.store = $1 order by v.id desc limit $2"
+            )),
             deleted_at: sql(format!("select {} from deleted_stores d where d.name = $1", millis("d.deleted_at"))),
             object_stores: sql(format!(
                 "select name, url, {} as options from object_stores order by name",
@@ -132,6 +140,11 @@ pub(super) fn version_head(row: &impl CatalogRow) -> Result<VersionHead, sqlx::E
         created_at_ms: row.field("created_at_ms")?,
         fill_missing: row.field("fill_missing")?,
     })
+}
+
+/// A row of [`Statements::versions`].
+pub(super) fn listed_version(row: &impl CatalogRow) -> Result<ListedVersion, sqlx::Error> {
+    Ok(ListedVersion { head: version_head(row)?, current: row.field("current")? })
 }
 
 /// A row of [`Statements::head`]: the version if there is one, else the deletion mark.

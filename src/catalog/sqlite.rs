@@ -13,8 +13,8 @@ use super::rows::{
     SOURCES_CONFLICT, SourceColumns, Statements, TILES, UNMARK_DELETED,
 };
 use super::{
-    Catalog, CatalogError, DerivedVersion, ObjectStoreRecord, Retention, StoreHead, StoreRecord, StoredNode,
-    VersionHead, VersionOptions, Written, unique_violation,
+    Catalog, CatalogError, DerivedVersion, ListedVersion, ObjectStoreRecord, Retention, StoreHead, StoreRecord,
+    StoredNode, VersionHead, VersionOptions, Written, unique_violation,
 };
 use crate::zarr::document::SourceFacts;
 use crate::zarr::validate::{Summary, ValidNode, ValidatedStore};
@@ -309,6 +309,11 @@ impl Catalog for SqliteCatalog {
     async fn list_stores(&self, after: Option<&str>, limit: u32) -> Result<Vec<StoreRecord>, CatalogError> {
         let query = sqlx::query(self.sql.list_stores.clone()).bind(after.unwrap_or("")).bind(i64::from(limit));
         query.fetch_all(&self.pool).await?.iter().map(rows::store_record).collect()
+    }
+
+    async fn versions(&self, store: &str, limit: u32) -> Result<Vec<ListedVersion>, CatalogError> {
+        let query = sqlx::query(self.sql.versions.clone()).bind(store).bind(i64::from(limit));
+        Ok(query.fetch_all(&self.pool).await?.iter().map(rows::listed_version).collect::<Result<_, _>>()?)
     }
 
     async fn store(&self, name: &str) -> Result<Option<StoreRecord>, CatalogError> {

@@ -1,10 +1,11 @@
 //! The store browser: `GET /{store}/` and node paths asked for `text/html` by a browser render
 //! a page a person reads at a glance (the group tree, an array's shape, type, chunking,
-//! codecs, dimensions and attributes, its chunks by kind, the version, snippets, a quick-look
-//! image); `GET /` lists the stores. Plain HTML and CSS, a few lines of script for the copy
-//! buttons and the quick look's scale; every link relative, so it works behind a CDN or a
-//! prefix. Every string from a store is escaped (attributes are user data).
+//! codecs, dimensions and attributes, its chunks by kind, the store's versions, snippets, a
+//! quick-look image); `GET /` lists the stores. Plain HTML and CSS, a few lines of script for
+//! the copy buttons and the quick look's scale; every link relative, so it works behind a CDN
+//! or a prefix. Every string from a store is escaped (attributes are user data).
 
+mod history;
 mod quicklook;
 mod snippets;
 mod stores;
@@ -88,7 +89,7 @@ pub(super) async fn page(
         NodeKind::Group => group(&mut out, view, node),
         NodeKind::Array(_) => array(&mut out, app, view, node).await,
     }
-    versions(&mut out, app, view).await;
+    history::section(&mut out, app, view, &up).await;
     out.push_str("<h3>Read it</h3>\n");
     for s in snippets::snippets(&base, node, app.read_auth_required()) {
         let _ = writeln!(
@@ -261,32 +262,6 @@ async fn chunk_counts(app: &AppState, view: &VersionView, node: &Node) -> String
     }
     let missing = grid.chunk_count().saturating_sub(virtual_ + inline);
     format!("{virtual_} virtual, {inline} inline, {missing} missing")
-}
-
-async fn versions(out: &mut String, app: &AppState, view: &VersionView) {
-    let head = &view.head;
-    let name = &head.store;
-    let _ = writeln!(
-        out,
-        "<h3>Version</h3>\n<p>This page shows version {} of store {}, registered {}; missing chunks answer {}. \
-         Pinned, it never changes: <code>/{}@{}/</code>.</p>",
-        head.id,
-        escape(name),
-        rfc3339(head.created_at_ms),
-        if head.fill_missing { "their fill chunk" } else { "404 (read as fill values)" },
-        escape(name),
-        head.id
-    );
-    if let Ok(Some(record)) = app.catalog.store(name).await {
-        let (s, c) = (&record.summary, &record.summary.chunks);
-        let current = format!("The current version is {}.", record.head.id);
-        let _ = writeln!(
-            out,
-            "<p>{current} Store (current version): {} arrays, {} groups, chunks {} virtual / {} inline / {} \
-             missing, {} sources, {} bytes referenced.</p>",
-            s.arrays, s.groups, c.virtual_, c.inline, c.missing, s.sources, s.referenced_bytes
-        );
-    }
 }
 
 fn attributes(out: &mut String, metadata: &serde_json::Map<String, Value>) {

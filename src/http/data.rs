@@ -266,7 +266,16 @@ async fn browse(
             Some(node) => browser::quicklook(app, view, node, format, headers, served).await,
             None => Err(ApiError::NotFound(format!("no array at {key:?}: there is nothing to look at"))),
         }),
-        Ok(None) if browser::wants_page(headers) => Some(browser::page(app, view, segment, key, headers, served).await),
+        Ok(None) if browser::wants_page(headers) => {
+            // Never `immutable`, even pinned: a page lists the store's versions, which grow.
+            let page = Served {
+                cache_control: plane.current_cache_control.clone(),
+                version: served.version.clone(),
+                last_modified: served.last_modified.clone(),
+                head_only: served.head_only,
+            };
+            Some(browser::page(app, view, segment, key, headers, &page).await)
+        }
         Ok(None) => None,
     }
 }

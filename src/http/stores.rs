@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::names;
-use super::summary::{no_store, record_json, registered_json};
+use super::summary::{no_store, record_json, registered_json, versions_json};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::versions::facts::{self, SourceStatus};
@@ -26,6 +26,7 @@ pub fn router() -> Router<AppState> {
         .route("/stores/{store}", get(describe).put(register).patch(patch).delete(remove))
         .route("/stores/{store}/manifest", get(super::export::export))
         .route("/stores/{store}/verify", post(verify))
+        .route("/stores/{store}/versions", get(versions))
 }
 
 #[derive(Debug, Deserialize)]
@@ -157,6 +158,29 @@ async fn verify(State(app): State<AppState>, Path(name): Path<String>) -> Result
 async fn describe(State(app): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
     let record = app.catalog.store(&name).await?.ok_or_else(|| no_store(&name))?;
     Ok(Json(record_json(&record)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VersionsParams {
+    limit: Option<u32>,
+}
+
+/// `GET /api/v1/stores/{store}/versions`: the newest versions still kept (at most `limit`,
+/// default 100, at most 1000), newest first, each with its pinned URL.
+async fn versions(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    Query(params): Query<VersionsParams>,
+) -> Result<Json<Value>, ApiError> {
+    let limit = params.limit.unwrap_or(100).clamp(1, 1000);
+    let mut listed = app.catalog.versions(&name, limit + 1).await?;
+    if listed.is_empty() {
+        return Err(no_store(&name));
+    }
+    let more = listed.len() > limit as usize;
+    listed.truncate(limit as usize);
+    Ok(Json(versions_json(&name, &listed, more)))
 }
 
 async fn remove(State(app): State<AppState>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {

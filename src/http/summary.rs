@@ -1,9 +1,10 @@
 //! A store as the control plane describes it: the summary JSON of a version (the body of a
-//! registration, a PATCH, a listing and a describe), and the 404 for a store that is not there.
+//! registration, a PATCH, a listing and a describe), its list of versions, and the 404 for a
+//! store that is not there.
 
 use serde_json::{Value, json};
 
-use crate::catalog::{StoreRecord, VersionHead};
+use crate::catalog::{ListedVersion, StoreRecord, VersionHead};
 use crate::error::ApiError;
 use crate::versions::Registered;
 use crate::zarr::validate::Summary;
@@ -40,6 +41,23 @@ pub fn record_json(r: &StoreRecord) -> Value {
 /// The summary of a version just written.
 pub fn registered_json(r: &Registered) -> Value {
     summary_json(&r.head, r.store_created_at_ms, &r.summary)
+}
+
+/// The versions of store `name` (newest first); `more` when older ones are kept too.
+pub fn versions_json(name: &str, listed: &[ListedVersion], more: bool) -> Value {
+    let versions: Vec<Value> = listed
+        .iter()
+        .map(|v| {
+            json!({
+                "version": v.head.id,
+                "created_at": rfc3339(v.head.created_at_ms),
+                "current": v.current,
+                "missing_chunks": if v.head.fill_missing { "fill" } else { "404" },
+                "versioned_url": format!("/{}@{}", v.head.store, v.head.id),
+            })
+        })
+        .collect();
+    json!({"name": name, "versions": versions, "more": more})
 }
 
 /// No store of that name.

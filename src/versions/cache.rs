@@ -1,6 +1,6 @@
 //! The caches of the read path, each a named instance of one memo (moka) that counts its hits
-//! and misses: store -> version head (short TTL), version -> view, decoded manifest blocks and
-//! fill chunks (byte-weighted). Concurrent misses for one key load it once.
+//! and misses: store -> version head (short TTL), version -> view, decoded manifest blocks, fill
+//! chunks and rendered quick looks (byte-weighted). Concurrent misses for one key load it once.
 
 use std::future::Future;
 use std::hash::Hash;
@@ -11,6 +11,7 @@ use bytes::Bytes;
 use moka::future::Cache;
 
 use super::error::{Error, Result};
+use super::quicklook::RenderedQuicklook;
 use super::view::VersionView;
 use crate::catalog::StoreHead;
 use crate::config::CacheConfig;
@@ -23,6 +24,8 @@ pub type HeadKey = String;
 pub type BlockKey = (i64, u32, u64);
 /// `(version, node index)`.
 pub type FillKey = (i64, u32);
+/// `(version, node index, coordinates of the chunk drawn)`.
+pub type QuicklookKey = (i64, u32, Vec<u64>);
 
 /// One cache: values loaded once per key, hits and misses counted under the cache's name.
 pub struct Memo<K, V> {
@@ -93,6 +96,8 @@ pub struct Caches {
     pub blocks: Memo<BlockKey, Arc<ManifestBlock>>,
     /// Encoded fill-value chunks (`None`: the array's cannot be built).
     pub fills: Memo<FillKey, Option<Bytes>>,
+    /// Rendered quick looks (byte-weighted).
+    pub quicklooks: Memo<QuicklookKey, Arc<RenderedQuicklook>>,
 }
 
 impl Caches {
@@ -113,11 +118,16 @@ impl Caches {
             .max_capacity(config.fill_chunks_bytes)
             .weigher(|_, f: &Option<Bytes>| u32::try_from(f.as_ref().map_or(0, Bytes::len) + 64).unwrap_or(u32::MAX))
             .build();
+        let quicklooks = Cache::builder()
+            .max_capacity(config.quicklooks_bytes)
+            .weigher(|_, q: &Arc<RenderedQuicklook>| q.weight())
+            .build();
         Self {
             heads: Memo::new("heads", heads, metrics),
             views: Memo::new("metadata", views, metrics),
             blocks: Memo::new("blocks", blocks, metrics),
             fills: Memo::new("fills", fills, metrics),
+            quicklooks: Memo::new("quicklooks", quicklooks, metrics),
         }
     }
 
@@ -143,5 +153,6 @@ impl Caches {
         self.views.report(metrics, true);
         self.blocks.report(metrics, true);
         self.fills.report(metrics, true);
+        self.quicklooks.report(metrics, true);
     }
 }

@@ -8,6 +8,7 @@ pub mod error;
 pub mod facts;
 pub mod ingest;
 mod patch;
+pub mod quicklook;
 pub mod read;
 pub mod register;
 mod retention;
@@ -15,6 +16,7 @@ pub mod view;
 
 pub use error::Error;
 pub use ingest::Format;
+pub use quicklook::RenderedQuicklook;
 pub use read::{Chunk, Reader, VirtualChunk};
 pub use register::{Registered, Registrar, Registration, Settings};
 pub use view::VersionView;

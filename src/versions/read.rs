@@ -25,9 +25,9 @@ use crate::zarr::{ChunkLocation, ChunkRef, Hierarchy, ManifestBlock, NodePath};
 pub struct Reader {
     catalog: Arc<dyn Catalog>,
     sources: Arc<SourceRegistry>,
-    caches: Caches,
+    pub(super) caches: Caches,
     metrics: Metrics,
-    limits: LimitsConfig,
+    pub(super) limits: LimitsConfig,
 }
 
 /// A chunk as a version stores it.

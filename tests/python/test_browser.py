@@ -1,6 +1,7 @@
 """The store browser in a real browser: Debian's Chromium, driven by Playwright (launched from
 /usr/bin/chromium; no browser is downloaded). The tree renders, an array's details and its
-quick-look image load, a store attribute that looks like a script stays text, and the
+quick-look image load, the store's versions are listed with links to their pinned pages, a
+store attribute that looks like a script stays text, and the
 zarr-python and xarray snippets copied from the page run here and read the file's numbers.
 """
 
@@ -40,7 +41,8 @@ def test_a_person_browses_a_store_and_a_snippet_reads_it(server, source_dir, sto
     path = fixtures.make_netcdf4_air(source_dir)
     doc = zarrgate_client.manifeststore_to_native(virtual_dataset(path))
     doc["nodes"][""].setdefault("attributes", {})["history"] = "<script>alert(1)</script>"
-    register(server, store_name, doc)
+    first = register(server, store_name, doc)["version"]
+    current = register(server, store_name, doc, status=200)["version"]  # a second version
 
     page = browser.new_page()
     dialogs = []
@@ -56,6 +58,15 @@ def test_a_person_browses_a_store_and_a_snippet_reads_it(server, source_dir, sto
         assert tree.locator(f"a[href='{name}/']").count() == 1, name
     assert "<script>alert(1)</script>" in page.locator("section").inner_text()
     assert dialogs == []
+
+    # the store's versions, newest first, the current one marked, each a link to its pinned page
+    rows = page.locator("#versions tr").all_inner_texts()[1:]
+    assert [r.split("\t")[0] for r in rows] == [f"{store_name}@{current}", f"{store_name}@{first}"], rows
+    assert "current" in rows[0] and "current" not in rows[1], rows
+    page.click(f"a[href='../{store_name}@{first}/']")
+    page.wait_for_url(f"{server.url}/{store_name}@{first}/")
+    assert "shown here" in page.locator("#versions tr").nth(2).inner_text()
+    page.go_back()
 
     # an array's details and its quick look
     tree.locator("a[href='air/']").click()

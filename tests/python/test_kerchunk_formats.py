@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import eccodes
@@ -43,6 +44,7 @@ from kerchunk.grib2 import scan_grib
 from kerchunk.tiff import tiff_to_zarr
 
 from conftest import REPO, register
+from test_reach import zarr2_python  # noqa: F401  (the zarr-2 venv's interpreter, a fixture)
 
 TIMEOUT = 60
 
@@ -253,3 +255,33 @@ def test_fits(server, source_dir, store_name):
                         data=json.dumps(with_table), timeout=TIMEOUT)
     assert resp.status_code == 422, resp.text
     assert "structured dtypes are not supported" in resp.text, resp.text
+
+
+def test_scaled_fits_images_read_as_their_physical_values(server, source_dir, store_name, zarr2_python, tmp_path):
+    # unsigned 16-bit data: astropy stores signed integers with BZERO = 32768, BSCALE = 1
+    path = source_dir / "scaled.fits"
+    unsigned = (np.arange(40 * 30, dtype="uint32").reshape(40, 30) * 50).astype("uint16")
+    fits.HDUList([fits.PrimaryHDU(), fits.ImageHDU(unsigned, name="U16")]).writeto(path)
+    with fits.open(path) as hdul:
+        assert (hdul["U16"].header["BZERO"], hdul["U16"].header["BITPIX"]) == (32768, 16)
+        expected = hdul["U16"].data.copy()
+    assert expected.max() > 32767, "values only the scaling makes right"
+
+    refs = json_refs(process_file(str(path), extension=["U16"]))
+    zarray = json.loads(refs["U16/.zarray"])
+    assert zarray["dtype"] == ">i2" and zarray["filters"][0]["id"] == "fixedscaleoffset", zarray
+    summary = register_refs(server, store_name, refs)
+    assert summary["warnings"] == [], "stock zarr-python reads it"
+
+    array = zarr.open_group(f"{server.url}/{store_name}", mode="r")["U16"]
+    assert array.dtype == np.float64, "declared as what the filter decodes to"
+    np.testing.assert_array_equal(array[...], expected)
+
+    # zarr-python 2 reads the same numbers from the v2 view
+    out = tmp_path / "v2.npy"
+    code = ("import sys, numpy, zarr; a = zarr.open_array(sys.argv[1], mode='r'); "
+            "assert zarr.__version__.startswith('2.'); numpy.save(sys.argv[2], a[...])")
+    done = subprocess.run([zarr2_python, "-c", code, f"{server.url}/{store_name}/U16", str(out)],
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    np.testing.assert_array_equal(np.load(out), expected)

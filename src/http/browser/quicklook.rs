@@ -1,22 +1,20 @@
 //! `GET /{store}/{array}/?quicklook=png` (and `=json`, its colour scale): the first chunk of
-//! an array decoded through its own codecs and drawn by `zarr/quicklook.rs`, bounded by
-//! `limits.max_fill_chunk_bytes` (decoded and encoded), with a strong ETag derived from the
-//! chunk's and the metadata's, cached like chunks.
+//! an array decoded through its own codecs and drawn (`Reader::quicklook`, which keeps it in the
+//! `quicklooks` cache), with a strong ETag derived from the chunk's and the metadata's, cached
+//! by HTTP caches like chunks.
 
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::Response;
-use bytes::{Bytes, BytesMut};
-use futures::TryStreamExt;
+use bytes::Bytes;
 use serde_json::json;
 
 use super::super::answer::{Served, bytes_response};
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::versions::VersionView;
 use crate::versions::view::etag;
-use crate::versions::{Chunk, VersionView};
 use crate::zarr::hierarchy::Node;
-use crate::zarr::metadata::NodeKind;
-use crate::zarr::quicklook::{self, QuicklookError};
+use crate::zarr::quicklook;
 
 /// What a quick look is asked for as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +40,8 @@ impl Format {
     }
 }
 
-/// The quick look of array `node` of `view`.
+/// The quick look of array `node` of `view` (drawn once per version and array, then cached by
+/// the reader).
 pub(in crate::http) async fn answer(
     app: &AppState,
     view: &VersionView,
@@ -51,50 +50,15 @@ pub(in crate::http) async fn answer(
     headers: &HeaderMap,
     served: &Served,
 ) -> Result<Response, ApiError> {
-    let NodeKind::Array(layout) = &node.kind else {
-        return Err(ApiError::NotFound(format!("{:?} is a group: only arrays have a quick look", node.path.as_str())));
-    };
-    let refused =
-        |e: QuicklookError| ApiError::Invalid { title: "no quick look".into(), problems: vec![e.to_string()] };
-    let max = app.config.limits.max_fill_chunk_bytes;
-    let metadata = node.metadata().into_owned();
-    let decoded = crate::zarr::fill::decoded_chunk_bytes(&metadata, layout.grid.chunk_shape())
-        .map_err(|e| refused(QuicklookError::Decode(e)))?
-        .unwrap_or(u64::MAX);
-    if decoded > max {
-        return Err(refused(QuicklookError::TooLarge { bytes: decoded, max }));
-    }
-    let zeros = vec![0; layout.grid.ndim()];
-    let at =
-        layout.grid.locate(&zeros).ok_or_else(|| ApiError::NotFound(format!("array {} has no chunks", node.path)))?;
-    let (encoded, chunk_tag) = match app.reader.chunk(view, node, at).await? {
-        Chunk::Missing => (None, "missing".to_owned()),
-        Chunk::Bytes { bytes, etag } => (Some(bytes), etag),
-        Chunk::Virtual(chunk) if chunk.length > max => {
-            return Err(refused(QuicklookError::TooLarge { bytes: chunk.length, max }));
-        }
-        Chunk::Virtual(chunk) => {
-            let fetched = app.reader.fetch(&chunk, 0..chunk.length).await?;
-            let mut body = BytesMut::with_capacity(usize::try_from(fetched.len).unwrap_or(0));
-            let mut stream = fetched.body;
-            while let Some(part) = stream.try_next().await.map_err(|e| ApiError::Internal(e.to_string()))? {
-                body.extend_from_slice(&part);
-            }
-            (Some(body.freeze()), chunk.etag)
-        }
-    };
+    let rendered = app.reader.quicklook(view, node).await?;
     let doc = &view.docs[node.index as usize];
-    let identity = format!("{chunk_tag}\n{}\n{format:?}", doc.etag.to_str().unwrap_or_default());
+    let identity = format!("{}\n{}\n{format:?}", rendered.chunk_etag, doc.etag.to_str().unwrap_or_default());
     let tag = HeaderValue::from_str(&etag('q', identity.as_bytes())).unwrap_or(HeaderValue::from_static("\"\""));
-    let drawn = tokio::task::spawn_blocking(move || quicklook::render(&metadata, encoded.as_deref(), max))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?
-        .map_err(refused)?;
-    let example = layout.encoding.encode(&zeros);
+    let q = &rendered;
     Ok(match format {
-        Format::Png => bytes_response(Bytes::from(drawn.png), &tag, "image/png", headers, served),
+        Format::Png => bytes_response(q.png.clone(), &tag, "image/png", headers, served),
         Format::Json => {
-            let body = json!({"chunk": example, "plane": drawn.plane, "min": drawn.min, "max": drawn.max,
+            let body = json!({"chunk": q.chunk, "plane": q.plane, "min": q.min, "max": q.max,
                               "colour_map": "viridis", "max_side": quicklook::MAX_SIDE});
             bytes_response(Bytes::from(body.to_string()), &tag, "application/json", headers, served)
         }

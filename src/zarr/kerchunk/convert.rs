@@ -12,7 +12,7 @@ pub fn array_to_v3(zarray: &Value, zattrs: Map<String, Value>) -> Result<Map<Str
         .get("dtype")
         .and_then(Value::as_str)
         .ok_or("`.zarray` has no string dtype (structured dtypes are not supported)")?;
-    let (mut data_type, endian, kind) = data_type(dtype)?;
+    let (mut data_type, endian, mut kind) = data_type(dtype)?;
     let ndim = shape.as_array().map_or(0, Vec::len);
     let transpose = (zarray.get("order").and_then(Value::as_str) == Some("F") && ndim > 1)
         .then(|| json!({"name": "transpose", "configuration": {"order": (0..ndim).rev().collect::<Vec<_>>()}}));
@@ -20,6 +20,9 @@ pub fn array_to_v3(zarray: &Value, zattrs: Map<String, Value>) -> Result<Map<Str
         zarray.get("filters").and_then(Value::as_array).map(|f| f.iter().collect()).unwrap_or_default();
     let compressor = zarray.get("compressor").filter(|c| !c.is_null());
     let codecs = chain::v3_codecs(transpose, &filters, compressor, endian, dtype_size(&data_type))?;
+    if let Some((decoded, decoded_kind)) = scaled_data_type(dtype, &filters) {
+        (data_type, kind) = (decoded, decoded_kind);
+    }
     // An object dtype is text with vlen-utf8 and bytes with vlen-bytes, as zarr-python reads it.
     if codecs.iter().any(|c| c["name"] == "vlen-bytes") {
         data_type = json!("variable_length_bytes");
@@ -44,6 +47,25 @@ pub fn array_to_v3(zarray: &Value, zattrs: Map<String, Value>) -> Result<Map<Str
         out.insert("dimension_names".into(), names);
     }
     Ok(out)
+}
+
+/// What an array holds when its first filter is a `fixedscaleoffset` that decodes the stored
+/// numbers (its `astype`, the array's declared dtype) to another type (its `dtype`): that type.
+/// kerchunk's FITS scanner declares a scaled image (`BZERO`/`BSCALE`, such as unsigned 16-bit
+/// data) with the stored dtype, `>i2`, behind `{"id": "fixedscaleoffset", "dtype": "<f8",
+/// "astype": ">i2"}`: as declared, no reader can read it (the decoded floats do not fit the
+/// integers). Declared as the decoded type, zarr-python reads the values the filter gives
+/// (its `fixedscaleoffset` hands `bytes` the `astype`, whose byte order `bytes` keeps).
+fn scaled_data_type(dtype: &str, filters: &[&Value]) -> Option<(Value, Kind)> {
+    let first = filters.first()?;
+    if first.get("id").and_then(Value::as_str) != Some("fixedscaleoffset") {
+        return None;
+    }
+    let parse = |key: &str| first.get(key).and_then(Value::as_str).and_then(|d| data_type(d).ok());
+    let (stored, declared) = (parse("astype")?, data_type(dtype).ok()?);
+    let decoded = parse("dtype")?;
+    let numeric = matches!(decoded.2, Kind::Float | Kind::Int);
+    (stored.0 == declared.0 && decoded.0 != declared.0 && numeric).then_some((decoded.0, decoded.2))
 }
 
 /// A v3 group `zarr.json` with the `.zattrs` attributes.

@@ -69,6 +69,12 @@ pub fn array_to_v2(map: &Map<String, Value>, has_missing: bool) -> Result<(Value
             other => return Err(format!("codec {other:?} has no Zarr v2 (kerchunk) form")),
         }
     }
+    // Zarr v2 views what the first filter decodes as the dtype: when that filter says what it
+    // decodes to (`fixedscaleoffset`'s `dtype`: `<f8` over `>i2` stored for a scaled FITS
+    // image), its byte order is the dtype's, whatever `bytes` says of the stored numbers.
+    if let Some(order) = filters.first().and_then(|f| f.get("dtype")).and_then(Value::as_str).and_then(byte_order) {
+        endian = Some(order.to_owned());
+    }
     let compressor = after.pop().unwrap_or(Value::Null);
     filters.extend(after);
     let dtype = dtype(metadata.get("data_type").ok_or("no data_type")?, endian.as_deref(), object)?;
@@ -111,6 +117,15 @@ pub fn array_to_v2(map: &Map<String, Value>, has_missing: bool) -> Result<(Value
         None => {}
     }
     Ok((zarray, Value::Object(attrs)))
+}
+
+/// The byte order a numpy dtype string names (`<f8` little, `>i2` big), if it names one.
+fn byte_order(dtype: &str) -> Option<&'static str> {
+    match dtype.as_bytes().first() {
+        Some(b'<') => Some("little"),
+        Some(b'>') => Some("big"),
+        _ => None,
+    }
 }
 
 /// xarray's encoded `_FillValue` (base64 of a little-endian float64) as a v2 fill value.
@@ -174,6 +189,19 @@ fn dtype(data_type: &Value, endian: Option<&str>, object: bool) -> Result<String
 mod tests {
     use super::super::convert::array_to_v3;
     use super::*;
+
+    #[test]
+    fn a_filter_that_decodes_to_another_type_gives_the_dtype_its_byte_order() {
+        // kerchunk's scaled FITS image: big-endian int16 stored, float64 decoded (in numpy's
+        // little-endian `<f8`, which zarr 2 views as the dtype).
+        let filter =
+            json!({"id": "fixedscaleoffset", "scale": 1.0, "offset": 32768.0, "dtype": "<f8", "astype": ">i2"});
+        let zarray = json!({"zarr_format": 2, "shape": [3], "chunks": [3], "dtype": ">i2", "fill_value": 0,
+                            "order": "C", "filters": [filter.clone()], "compressor": null});
+        let v3 = array_to_v3(&zarray, Map::new()).unwrap();
+        let (v2, _) = array_to_v2(&v3, false).unwrap();
+        assert_eq!((&v2["dtype"], &v2["filters"]), (&json!("<f8"), &json!([filter])));
+    }
 
     #[test]
     fn v2_to_v3_to_v2_round_trips() {

@@ -256,6 +256,27 @@ fn tiff_references_from_tifffile() {
 }
 
 #[test]
+fn scaled_fits_images_hold_what_their_filter_decodes() {
+    // kerchunk.fits.process_file, BZERO = 32768 (unsigned 16-bit data stored as signed): the
+    // array is declared as stored, the filter decodes to float64.
+    let filter = json!({"id": "fixedscaleoffset", "scale": 1.0, "offset": 32768.0, "dtype": "<f8", "astype": ">i2"});
+    let fits = scanned(json!({"dtype": ">i2", "filters": [filter.clone()]}));
+    assert_eq!(fits["data_type"], "float64");
+    assert_eq!(fits["fill_value"], json!(0));
+    assert_eq!(
+        fits["codecs"],
+        json!([
+            {"name": "numcodecs.fixedscaleoffset", "configuration": {"scale": 1.0, "offset": 32768.0, "dtype": "<f8", "astype": ">i2"}},
+            {"name": "bytes", "configuration": {"endian": "big"}},
+        ])
+    );
+    // as zarr-python writes it (the array declared as decoded), nothing changes
+    let written = json!({"id": "fixedscaleoffset", "scale": 10, "offset": 0, "dtype": "<f4", "astype": "<i2"});
+    let packed = scanned(json!({"dtype": "<f4", "filters": [written]}));
+    assert_eq!(packed["data_type"], "float32");
+}
+
+#[test]
 fn grib_references_from_kerchunk() {
     // kerchunk.grib2.scan_grib: the whole message decodes to the array (kerchunk's GRIBCodec).
     let grib = scanned(json!({"shape": [8, 16], "chunks": [8, 16], "dtype": "<f8", "fill_value": null,
