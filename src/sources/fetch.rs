@@ -48,6 +48,10 @@ impl SourceRegistry {
                 return Err(e);
             }
         };
+        let meters = self.metrics.as_ref().map(|m| meters(m, &entry));
+        if let Some(meters) = meters {
+            meters.duration.observe(started.elapsed().as_secs_f64());
+        }
         // A chunk small enough is read whole before the answer starts, so that an upstream
         // failing mid-body is a clean 502/504 rather than an aborted 200. Local files stream.
         if entry.client.is_some() && fetched.len > 0 && fetched.len <= self.settings.buffer_bytes {
@@ -65,18 +69,14 @@ impl SourceRegistry {
                     return Err(e);
                 }
             };
-            if let Some(metrics) = &self.metrics {
-                let meters = meters(metrics, &entry);
-                meters.duration.observe(started.elapsed().as_secs_f64());
+            if let Some(meters) = meters {
                 meters.bytes.inc_by(bytes.len() as u64);
                 meters.ok.inc();
             }
             fetched.body = futures::stream::once(async move { Ok(bytes) }).boxed();
             return Ok(fetched);
         }
-        let Some(metrics) = &self.metrics else { return Ok(fetched) };
-        let meters = meters(metrics, &entry);
-        meters.duration.observe(started.elapsed().as_secs_f64());
+        let Some(meters) = meters else { return Ok(fetched) };
         if fetched.len == 0 {
             meters.ok.inc();
         }
