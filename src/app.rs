@@ -21,8 +21,10 @@ use crate::versions::{Reader, Registrar, Settings};
 pub struct App {
     /// The configuration it was started with.
     pub config: Config,
-    /// The catalog.
+    /// The catalog, behind its circuit breaker.
     pub catalog: Arc<dyn Catalog>,
+    /// The same catalog's breaker, for readiness: whether the database is reachable.
+    pub catalog_guard: Arc<catalog::Guarded>,
     /// The object stores.
     pub sources: Arc<SourceRegistry>,
     /// The read service: versions, views, blocks, chunks.
@@ -63,10 +65,13 @@ impl App {
             connect_timeout: Duration::from_secs(config.sources.connect_timeout_seconds.max(1)),
             retries: config.sources.retries,
             max_concurrent: config.sources.max_concurrent_per_store.max(1),
+            buffer_bytes: config.sources.buffer_chunk_bytes,
             api_ambient_credentials: config.sources.api_ambient_credentials,
         };
         let metrics = Metrics::new().context("registering metrics")?;
         metrics.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        let catalog_guard = Arc::new(catalog::Guarded::new(catalog, metrics.clone()));
+        let catalog: Arc<dyn Catalog> = catalog_guard.clone();
         let sources = Arc::new(SourceRegistry::metered(settings, &metrics));
         let caches = Caches::new(&config.cache, &metrics);
         let reader =
@@ -88,6 +93,7 @@ impl App {
             reader,
             registrar,
             catalog,
+            catalog_guard,
             metrics,
             config,
             loaded_object_stores: tokio::sync::Mutex::new(Vec::new()),
@@ -175,10 +181,14 @@ async fn follow_changes(app: std::sync::Weak<App>, mut changes: tokio::sync::mps
                     tracing::error!(error = %e, "cannot reload object stores after a change");
                 }
             }
-            Change::Lost => {
+            // Nothing is forgotten yet: the database may be down too, and the caches are then what
+            // keeps cached stores served. Current versions are trusted for their TTL meanwhile.
+            Change::Lost => app.metrics.catalog_change_feed_up.set(0),
+            Change::Following => {
+                app.metrics.catalog_change_feed_up.set(1);
                 app.reader.caches().forget_all();
                 if let Err(e) = app.load_object_stores(false).await {
-                    tracing::error!(error = %e, "cannot reload object stores after losing the change feed");
+                    tracing::error!(error = %e, "cannot reload object stores after the change feed came back");
                 }
             }
         }

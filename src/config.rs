@@ -141,6 +141,9 @@ pub struct CacheConfig {
     pub quicklooks_bytes: u64,
     /// How long a replica trusts its idea of a store's current version, in milliseconds.
     pub current_version_ttl_ms: u64,
+    /// While the catalog is unreachable, how long after it was last read from the catalog a
+    /// store's version keeps being served, in seconds (0: not at all).
+    pub unavailable_ttl_seconds: u64,
 }
 
 /// Upstream behaviour.
@@ -158,6 +161,9 @@ pub struct SourcesConfig {
     /// Requests in flight to one object store at most (a read holds its slot until its body
     /// has passed); more wait up to `timeout_seconds`, then answer 503.
     pub max_concurrent_per_store: usize,
+    /// Chunks of remote object stores up to this many bytes are read whole before the answer
+    /// starts, so that an upstream failing mid-body is a clean 502/504; larger ones stream.
+    pub buffer_chunk_bytes: u64,
     /// s3/gs/az stores registered over the API without credentials use the server's ambient
     /// identity (instance metadata, workload identity) instead of reading anonymously.
     pub api_ambient_credentials: bool,
@@ -227,6 +233,7 @@ impl Default for CacheConfig {
             fill_chunks_bytes: 64 << 20,
             quicklooks_bytes: 32 << 20,
             current_version_ttl_ms: 1_000,
+            unavailable_ttl_seconds: 300,
         }
     }
 }
@@ -239,6 +246,7 @@ impl Default for SourcesConfig {
             retries: 3,
             verify_concurrency: 32,
             max_concurrent_per_store: 256,
+            buffer_chunk_bytes: 4 << 20,
             api_ambient_credentials: false,
         }
     }

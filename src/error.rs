@@ -114,6 +114,7 @@ impl ApiError {
                 SourceError::NotFound { .. } => "source-not-found",
                 SourceError::Forbidden { .. } => "source-forbidden",
                 SourceError::Truncated { .. } => "source-truncated",
+                SourceError::Interrupted { .. } => "source-interrupted",
                 SourceError::Timeout { .. } => "source-timeout",
                 SourceError::Busy { .. } => "source-busy",
                 SourceError::Unregistered { .. } => "source-unregistered",
@@ -137,9 +138,7 @@ impl ApiError {
     /// A catalog failure, by cause: unreachable or busy is 503, a named conflict 409.
     fn from_catalog(e: &CatalogError) -> Self {
         match e {
-            CatalogError::Database(
-                sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed | sqlx::Error::Tls(_),
-            ) => Self::Unavailable(e.to_string()),
+            e if e.is_unreachable() => Self::Unavailable(e.to_string()),
             // SQLite's writer lock held past busy_timeout (SQLITE_BUSY, SQLITE_LOCKED and their
             // extended codes): the catalog is busy, try again, not a bug.
             CatalogError::Database(sqlx::Error::Database(db))
@@ -267,6 +266,10 @@ impl IntoResponse for ApiError {
             }
             Self::Busy(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("10"));
+            }
+            // The breaker tries the database again every second (catalog/breaker.rs).
+            Self::Unavailable(_) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             Self::Source(SourceError::Busy { .. }) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

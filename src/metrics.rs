@@ -1,6 +1,8 @@
 //! Prometheus metrics, declared once: each field's doc comment is its help text.
 
-use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
 
 /// A metric family that can be built from a name, help text and label names.
 trait Family: Sized + Clone + prometheus::core::Collector + 'static {
@@ -16,6 +18,20 @@ impl Family for IntCounterVec {
 impl Family for IntGaugeVec {
     fn build(name: &str, help: &str, labels: &[&str]) -> prometheus::Result<Self> {
         IntGaugeVec::new(Opts::new(name, help), labels)
+    }
+}
+
+/// A metric without labels.
+impl Family for IntGauge {
+    fn build(name: &str, help: &str, _labels: &[&str]) -> prometheus::Result<Self> {
+        IntGauge::with_opts(Opts::new(name, help))
+    }
+}
+
+/// A metric without labels.
+impl Family for IntCounter {
+    fn build(name: &str, help: &str, _labels: &[&str]) -> prometheus::Result<Self> {
+        IntCounter::with_opts(Opts::new(name, help))
     }
 }
 
@@ -57,6 +73,9 @@ metrics! {
     http_request_duration_seconds: HistogramVec = ["route", "method", "status"],
     /// Requests to source object stores, by object store and outcome (ok or an error kind).
     upstream_requests_total: IntCounterVec = ["object_store", "outcome"],
+    /// Upstream bodies that broke off and were resumed where they stopped (a ranged GET
+    /// conditional on the first answer's ETag), by object store.
+    upstream_retries_total: IntCounterVec = ["object_store"],
     /// Bytes received from source object stores.
     upstream_bytes_total: IntCounterVec = ["object_store"],
     /// Latency of source object store requests to the first byte.
@@ -71,6 +90,18 @@ metrics! {
     cache_entries: IntGaugeVec = ["cache"],
     /// Catalog query latency, by operation.
     catalog_query_duration_seconds: HistogramVec = ["operation"],
+    /// 1 while the catalog database answers, 0 from a call that found it unreachable until one
+    /// that succeeds (the server then serves cached stores only: degraded).
+    catalog_up: IntGauge = [],
+    /// 1 while the PostgreSQL change feed (LISTEN/NOTIFY) follows changes, 0 while it is lost
+    /// (cached current versions are then trusted for `cache.current_version_ttl_ms` only).
+    catalog_change_feed_up: IntGauge = [],
+    /// Catalog calls answered at once (503) because the database was found unreachable moments
+    /// before.
+    catalog_refused_total: IntCounter = [],
+    /// Reads served from a store's last known version because the catalog was unreachable
+    /// (at most `cache.unavailable_ttl_seconds` after that version was read from it).
+    catalog_stale_reads_total: IntCounter = [],
     /// Store registrations, by outcome (created, replaced, rejected).
     registrations_total: IntCounterVec = ["outcome"],
     /// Always 1; the labels say which build is running.

@@ -36,15 +36,16 @@ async fn slow_source(delay: Duration) -> String {
     base
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_lets_requests_in_flight_finish() {
+/// The binary with `http.drain_seconds = drain`, serving a store `s` whose one chunk comes from a
+/// source that waits `delay` before answering.
+async fn serving(drain: u64, delay: Duration) -> (std::process::Child, String, reqwest::Client, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let base = format!("http://127.0.0.1:{port}");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_zarrgate"))
+    let child = Command::new(env!("CARGO_BIN_EXE_zarrgate"))
         .env("ZARRGATE_LISTEN", format!("127.0.0.1:{port}"))
         .env("DATABASE_URL", format!("sqlite://{}/catalog.db", dir.path().display()))
-        .env("ZARRGATE_HTTP_DRAIN_SECONDS", "20")
+        .env("ZARRGATE_HTTP_DRAIN_SECONDS", drain.to_string())
         .env_remove("ZARRGATE_ADMIN_TOKENS")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -56,7 +57,7 @@ async fn sigterm_lets_requests_in_flight_finish() {
         assert!(started.elapsed() < Duration::from_secs(30), "the server did not start");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let source = slow_source(Duration::from_millis(1500)).await;
+    let source = slow_source(delay).await;
     let put = |path: String, body: serde_json::Value| client.put(format!("{base}{path}")).json(&body).send();
     assert!(put("/api/v1/object-stores/slow".into(), json!({"url": source})).await.unwrap().status().is_success());
     let doc = json!({"nodes": {"x": {
@@ -65,7 +66,12 @@ async fn sigterm_lets_requests_in_flight_finish() {
         "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": [{"name": "bytes"}],
         "manifest": {"0": {"path": format!("{source}data.bin"), "offset": 0, "length": 64}}}}});
     assert!(put("/api/v1/stores/s?verify=false".into(), doc).await.unwrap().status().is_success());
+    (child, base, client, dir)
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_requests_in_flight_finish() {
+    let (mut child, base, client, _dir) = serving(20, Duration::from_millis(1500)).await;
     let in_flight = tokio::spawn(client.get(format!("{base}/s/x/c/0")).send());
     tokio::time::sleep(Duration::from_millis(500)).await;
     let signalled = Instant::now();
@@ -85,4 +91,18 @@ async fn sigterm_lets_requests_in_flight_finish() {
     };
     assert!(status.success(), "{status}");
     assert!(signalled.elapsed() < Duration::from_secs(5), "exited when idle, not at the drain deadline");
+}
+
+/// The grace period is a bound: a request still in flight when `http.drain_seconds` has passed
+/// is cut off (its client gets an error, never a complete answer) and the process exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_waiting_after_the_grace_period() {
+    let (mut child, base, client, _dir) = serving(1, Duration::from_secs(30)).await;
+    let in_flight = tokio::spawn(client.get(format!("{base}/s/x/c/0")).send());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
+    assert!(status.success(), "{status}");
+    let answer = in_flight.await.unwrap();
+    assert!(answer.is_err(), "a request cut off at the deadline answered: {answer:?}");
 }

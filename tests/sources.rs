@@ -536,18 +536,20 @@ async fn misbehaving_http_sources() {
     register(&server, "bad", &store_doc(Value::Object(manifest))).await;
     let key = |mode: &str| format!("/bad/x/c/{}", modes.iter().position(|m| *m == mode).unwrap());
 
-    // Wrong bytes from upstream never reach the client as a complete 200.
+    // Wrong bytes from upstream never reach the client: the chunk is small enough to be read
+    // whole first (sources.buffer_chunk_bytes), so the client gets a complete 502 problem.
     for mode in ["ignore-range", "wrong-range", "short", "short-consistent", "overlong"] {
-        let got = receive(&server, &key(mode), &[], Duration::from_secs(10)).await;
-        assert_refused(&got, mode);
-        // A ranged read of the chunk is refused the same way.
-        assert_refused(&receive(&server, &key(mode), &[("Range", "bytes=0-99")], Duration::from_secs(10)).await, mode);
+        for range in [None, Some(("Range", "bytes=0-99"))] {
+            let got = receive(&server, &key(mode), &Vec::from_iter(range), Duration::from_secs(10)).await;
+            assert_refused(&got, mode);
+            assert!(matches!(&got, Got::Complete(s, ..) if *s == StatusCode::BAD_GATEWAY), "{mode} {range:?}: {got:?}");
+        }
     }
 
-    // A body that stalls half-way is aborted within the timeout (plus a retry), not left hanging.
+    // A body that stalls half-way is a 504 within the timeout, not left hanging.
     let started = Instant::now();
     let got = receive(&server, &key("stall"), &[], Duration::from_secs(15)).await;
-    assert_refused(&got, "stall");
+    assert!(matches!(&got, Got::Complete(s, _, _) if *s == StatusCode::GATEWAY_TIMEOUT), "stall: {got:?}");
     assert!(started.elapsed() < Duration::from_secs(8), "stalled body took {:?}", started.elapsed());
 
     // No answer at all: 504 within the configured second, naming the URL.
@@ -597,7 +599,10 @@ async fn misbehaving_http_sources() {
     assert!(!body.to_string().contains("10.0.0.5"), "upstream text in a public answer: {body}");
 
     let count = |outcome: &'static str| upstream_outcome(&server, "bad", outcome);
-    assert_eq!(count("timeout").await, 1.0);
+    assert_eq!(count("timeout").await, 2.0);
+    // short and short-consistent, with and without a Range (overlong too, unless object_store
+    // refused its Content-Length first).
+    assert!(count("interrupted").await >= 4.0);
     assert_eq!(count("forbidden").await, 3.0);
     assert_eq!(count("not-found").await, 1.0);
     // At least the 500s and the refused connection (a body that fails after the headers may count

@@ -3,8 +3,8 @@
 #
 # Plain bash (/dev/tcp), so the image needs no curl or wget. Exits 0 when zarrgate answers
 # 200, 1 otherwise (nothing listening, another status, no answer within 3 s). Checks liveness
-# only: a zarrgate whose catalog is unreachable is alive but not ready (GET /readyz), and
-# restarting it would not help.
+# only: a zarrgate whose catalog is unreachable is alive and degraded (GET /readyz), serving
+# what it has cached, and restarting it would not help.
 #
 #   ZARRGATE_LISTEN=127.0.0.1:8080 deploy/docker/healthcheck.sh && echo healthy
 set -u

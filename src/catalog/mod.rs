@@ -1,6 +1,7 @@
 //! Persistence of object stores, stores, versions, nodes and manifest blocks, behind one narrow
 //! trait with a PostgreSQL and an SQLite implementation. Nothing here knows about HTTP.
 
+mod breaker;
 mod postgres;
 mod rows;
 mod sqlite;
@@ -13,6 +14,7 @@ use serde_json::{Map, Value};
 use crate::zarr::document::SourceFacts;
 use crate::zarr::validate::{Summary, ValidNode, ValidatedStore};
 
+pub use breaker::{Guarded, PROBE_INTERVAL};
 pub use postgres::PostgresCatalog;
 pub use sqlite::SqliteCatalog;
 
@@ -34,6 +36,33 @@ pub enum CatalogError {
     /// The blocks to write could not be read back from the registration's scratch space.
     #[error("reading the blocks to write from scratch space failed: {0}")]
     Scratch(#[from] std::io::Error),
+    /// The database was found unreachable moments ago and was not asked again ([`Guarded`]).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl CatalogError {
+    /// True when the database cannot be reached (refused or closed connections, no connection
+    /// within the acquire timeout, a server shutting down), as opposed to a failed statement.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            Self::Unavailable(_) => true,
+            Self::Database(
+                sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::Io(_)
+                | sqlx::Error::Tls(_)
+                | sqlx::Error::Protocol(_)
+                | sqlx::Error::WorkerCrashed,
+            ) => true,
+            // PostgreSQL: connection exceptions (class 08), an administrator or crash shutdown,
+            // a server starting up (57P01-57P03), too many connections (53300).
+            Self::Database(sqlx::Error::Database(db)) => db
+                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .is_some_and(|pg| pg.code().starts_with("08") || pg.code().starts_with("57P") || pg.code() == "53300"),
+            _ => false,
+        }
+    }
 }
 
 /// The identity of one store version.
@@ -83,8 +112,10 @@ pub enum Change {
     Store(String),
     /// The object stores changed.
     ObjectStores,
-    /// The feed was interrupted: changes may have been missed.
+    /// The feed was interrupted: changes made meanwhile go unseen until it follows again.
     Lost,
+    /// The feed follows changes (again): any made while it was lost were missed.
+    Following,
 }
 
 /// A store with its current version's summary.

@@ -41,7 +41,9 @@ impl PostgresCatalog {
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, CatalogError> {
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(5))
+            // Short: a database that refuses connections makes acquire retry until this passes,
+            // and the request waits as long (the breaker, catalog/breaker.rs, spares the others).
+            .acquire_timeout(Duration::from_secs(2))
             .connect(url)
             .await?;
         sqlx::migrate!("migrations/postgres").run(&pool).await?;

@@ -26,6 +26,12 @@ pub enum SourceError {
         "source object {url} is shorter than the manifest says: it ends at byte {size}, the chunk needs bytes up to {needed}"
     )]
     Truncated { url: String, store: String, needed: u64, size: String },
+    /// The body broke off (a reset, or fewer bytes than its Content-Length) and resuming it
+    /// where it stopped failed `resumed` times; `cause` is in our words, not the upstream's.
+    #[error(
+        "object store {store} broke off sending {url} at byte {at} (the chunk ends at byte {end}): {cause}; {resumed} resumed read(s) failed too"
+    )]
+    Interrupted { url: String, store: String, at: u64, end: u64, resumed: usize, cause: String },
     /// The object store did not answer in time.
     #[error("object store {store} did not answer within {seconds} s reading {url}")]
     Timeout { url: String, store: String, seconds: u64 },
@@ -59,6 +65,7 @@ impl SourceError {
             | Self::Forbidden { store, .. }
             | Self::Modified { store, .. }
             | Self::Truncated { store, .. }
+            | Self::Interrupted { store, .. }
             | Self::Timeout { store, .. }
             | Self::Busy { store, .. }
             | Self::Upstream { store, .. } => store,
@@ -73,6 +80,7 @@ impl SourceError {
             Self::Forbidden { .. } => "forbidden",
             Self::Modified { .. } => "modified",
             Self::Truncated { .. } => "truncated",
+            Self::Interrupted { .. } => "interrupted",
             Self::Timeout { .. } => "timeout",
             Self::Busy { .. } => "busy",
             Self::Upstream { .. } => "error",

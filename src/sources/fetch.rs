@@ -7,14 +7,16 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use futures::{Stream, StreamExt, TryStreamExt};
-use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
+use futures::{Stream, StreamExt};
+use object_store::ObjectStoreExt;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::SourceError;
 use super::local::{self, LocalError};
 use super::meter::{StoreMeters, count_failure};
 use super::registry::{Base, ObjectStoreEntry, SourceRegistry};
+use super::resume::{self, Remote};
+use crate::metrics::Metrics;
 use crate::zarr::source::{SourceCheck, SourceFacts};
 
 /// A range being read: exactly `len` bytes will come out of `body`, or an error (a short or
@@ -37,23 +39,49 @@ impl SourceRegistry {
     pub async fn fetch(&self, url: &str, range: Range<u64>, check: &SourceCheck<'_>) -> Result<Fetched, SourceError> {
         let started = std::time::Instant::now();
         let fetched = self.fetch_unmetered(url, range, check).await;
-        let Some(metrics) = &self.metrics else { return fetched.map(|(f, _)| f) };
-        match fetched {
-            Ok((mut fetched, entry)) => {
-                let meters = entry.meters.get_or_init(|| StoreMeters::bind(metrics, &entry.name));
-                meters.duration.observe(started.elapsed().as_secs_f64());
-                if fetched.len == 0 {
-                    meters.ok.inc();
-                }
-                fetched.body =
-                    Box::pin(Metered { inner: fetched.body, remaining: fetched.len, meters: meters.clone() });
-                Ok(fetched)
-            }
+        let (mut fetched, entry) = match fetched {
+            Ok(fetched) => fetched,
             Err(e) => {
-                count_failure(metrics, &e);
-                Err(e)
+                if let Some(metrics) = &self.metrics {
+                    count_failure(metrics, &e);
+                }
+                return Err(e);
             }
+        };
+        let meters = self.metrics.as_ref().map(|m| meters(m, &entry));
+        if let Some(meters) = meters {
+            meters.duration.observe(started.elapsed().as_secs_f64());
         }
+        // A chunk small enough is read whole before the answer starts, so that an upstream
+        // failing mid-body is a clean 502/504 rather than an aborted 200. Local files stream.
+        if entry.client.is_some() && fetched.len > 0 && fetched.len <= self.settings.buffer_bytes {
+            let bytes = match resume::collect(fetched.body, fetched.len).await {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    let e = resume::source_error(&e).unwrap_or_else(|| SourceError::Upstream {
+                        url: url.to_owned(),
+                        store: entry.name.clone(),
+                        detail: e.to_string(),
+                    });
+                    if let Some(metrics) = &self.metrics {
+                        count_failure(metrics, &e);
+                    }
+                    return Err(e);
+                }
+            };
+            if let Some(meters) = meters {
+                meters.bytes.inc_by(bytes.len() as u64);
+                meters.ok.inc();
+            }
+            fetched.body = futures::stream::once(async move { Ok(bytes) }).boxed();
+            return Ok(fetched);
+        }
+        let Some(meters) = meters else { return Ok(fetched) };
+        if fetched.len == 0 {
+            meters.ok.inc();
+        }
+        fetched.body = Box::pin(Metered { inner: fetched.body, remaining: fetched.len, meters: meters.clone() });
+        Ok(fetched)
     }
 
     async fn fetch_unmetered(
@@ -80,44 +108,17 @@ impl SourceRegistry {
             (_, Some(client)) => {
                 let path =
                     entry.object_path(url).ok_or_else(|| upstream(&entry, url, "not a valid object path".into()))?;
-                // A weak ETag never satisfies If-Match (RFC 9110 compares strongly): such a
-                // source is read unconditionally and its answer's ETag compared below.
-                let if_match = match check {
-                    SourceCheck::ETag(e) if !e.starts_with("W/") => Some(e.to_string()),
-                    _ => None,
+                let retried = self.metrics.as_ref().map(|m| meters(m, &entry).retries.clone());
+                let remote = Remote {
+                    client: client.clone(),
+                    path,
+                    url: url.to_owned(),
+                    store: entry.name.clone(),
+                    first_byte: entry.first_byte_timeout.unwrap_or(self.settings.timeout),
+                    retries: self.settings.retries,
+                    retried,
                 };
-                let options =
-                    GetOptions { range: Some(GetRange::Bounded(range.clone())), if_match, ..GetOptions::default() };
-                let seconds = self.settings.timeout.as_secs();
-                let result = tokio::time::timeout(self.settings.timeout, client.get_opts(&path, options))
-                    .await
-                    .map_err(|_| SourceError::Timeout { url: url.into(), store: entry.name.clone(), seconds })?
-                    .map_err(|e| classify(&entry, url, &range, check, seconds, e))?;
-                if result.range != range {
-                    return Err(SourceError::Truncated {
-                        url: url.into(),
-                        store: entry.name.clone(),
-                        needed: range.end,
-                        size: result.meta.size.to_string(),
-                    });
-                }
-                // object_store sends If-Match but does not check the answer: an origin or proxy
-                // that ignores the header would hand over a rewritten object's bytes.
-                let changed = match check {
-                    SourceCheck::ETag(expected) => result.meta.e_tag.as_deref().is_some_and(|e| e != expected),
-                    SourceCheck::Size(size) => result.meta.size != *size,
-                    SourceCheck::Unchecked => false,
-                };
-                if changed {
-                    tracing::warn!(url, store = %entry.name, recorded = %check, etag = ?result.meta.e_tag,
-                        size = result.meta.size, "source answered for another object than the one registered");
-                    return Err(SourceError::Modified {
-                        url: url.into(),
-                        store: entry.name.clone(),
-                        recorded: check.to_string(),
-                    });
-                }
-                result.into_stream().map_err(io::Error::other).boxed()
+                remote.read(range.clone(), check).await?
             }
             (_, None) => return Err(upstream(&entry, url, "object store has no client".into())),
         };
@@ -155,16 +156,21 @@ impl SourceRegistry {
             (_, Some(client)) => {
                 let path =
                     entry.object_path(url).ok_or_else(|| upstream(&entry, url, "not a valid object path".into()))?;
-                let seconds = self.settings.timeout.as_secs();
-                let meta = tokio::time::timeout(self.settings.timeout, client.head(&path))
+                let timeout = entry.first_byte_timeout.unwrap_or(self.settings.timeout);
+                let seconds = timeout.as_secs().max(1);
+                let meta = tokio::time::timeout(timeout, client.head(&path))
                     .await
                     .map_err(|_| SourceError::Timeout { url: url.into(), store: entry.name.clone(), seconds })?
-                    .map_err(|e| classify(&entry, url, &(0..0), &SourceCheck::Unchecked, seconds, e))?;
+                    .map_err(|e| classify(&entry.name, url, &(0..0), &SourceCheck::Unchecked, seconds, e))?;
                 Ok(SourceFacts::observed(meta.size, meta.e_tag, Some(meta.last_modified.to_rfc3339())))
             }
             (_, None) => Err(upstream(&entry, url, "object store has no client".into())),
         }
     }
+}
+
+fn meters<'a>(metrics: &Metrics, entry: &'a ObjectStoreEntry) -> &'a StoreMeters {
+    entry.meters.get_or_init(|| StoreMeters::bind(metrics, &entry.name))
 }
 
 fn relative(entry: &ObjectStoreEntry, url: &str) -> Result<String, SourceError> {
@@ -199,15 +205,15 @@ fn local_error(
     }
 }
 
-fn classify(
-    entry: &ObjectStoreEntry,
+pub(super) fn classify(
+    store: &str,
     url: &str,
     range: &Range<u64>,
     check: &SourceCheck<'_>,
     seconds: u64,
     e: object_store::Error,
 ) -> SourceError {
-    let (url, store) = (url.to_owned(), entry.name.clone());
+    let (url, store) = (url.to_owned(), store.to_owned());
     match e {
         object_store::Error::NotFound { .. } => SourceError::NotFound { url, store },
         object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
@@ -232,7 +238,7 @@ fn classify(
     }
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -309,6 +315,7 @@ impl Stream for Metered {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::TryStreamExt;
 
     #[tokio::test]
     async fn exact_refuses_short_and_long_bodies() {

@@ -15,6 +15,8 @@ pub(super) struct StoreMeters {
     pub aborted: IntCounter,
     /// Bytes received.
     pub bytes: IntCounter,
+    /// Bodies that broke off and were resumed where they stopped.
+    pub retries: IntCounter,
     /// Time to the response head.
     pub duration: Histogram,
 }
@@ -26,6 +28,7 @@ impl StoreMeters {
             ok: metrics.upstream_requests_total.with_label_values(&[store, "ok"]),
             aborted: metrics.upstream_requests_total.with_label_values(&[store, "aborted"]),
             bytes: metrics.upstream_bytes_total.with_label_values(&[store]),
+            retries: metrics.upstream_retries_total.with_label_values(&[store]),
             duration: metrics.upstream_request_duration_seconds.with_label_values(&[store]),
         }
     }

@@ -8,6 +8,7 @@ mod local;
 mod meter;
 mod options;
 mod registry;
+mod resume;
 
 pub use error::{SourceConfigError, SourceError};
 pub use fetch::Fetched;

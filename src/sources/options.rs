@@ -32,6 +32,7 @@ const PUBLIC_OPTIONS: &[&str] = &[
     "azure_storage_use_emulator",
     "timeout",
     "connect_timeout",
+    "first_byte_timeout",
     "allow_invalid_certificates",
     "bucket",
     "aws_bucket",

@@ -32,6 +32,9 @@ pub struct SourceSettings {
     pub retries: usize,
     /// Requests in flight to one object store at most.
     pub max_concurrent: usize,
+    /// Chunks of at most this many bytes from remote object stores are read whole before the
+    /// answer starts (a failure is then a clean 502/504); larger ones stream.
+    pub buffer_bytes: u64,
     /// s3/gs/az stores registered over the API with no credentials of their own may use the
     /// server's ambient identity (instance metadata, workload identity); otherwise they read
     /// anonymously.
@@ -76,6 +79,9 @@ pub struct ObjectStoreEntry {
     pub(super) meters: std::sync::OnceLock<StoreMeters>,
     /// Slots of requests in flight to it (`sources.max_concurrent_per_store`).
     pub(super) slots: Arc<tokio::sync::Semaphore>,
+    /// Its `first_byte_timeout` option: time to the response head of each request (else
+    /// `sources.timeout_seconds`).
+    pub(super) first_byte_timeout: Option<Duration>,
 }
 
 impl ObjectStoreEntry {
@@ -90,6 +96,7 @@ impl ObjectStoreEntry {
         let prefix = normalize_prefix(url)?;
         let parsed = Url::parse(&prefix).map_err(|e| SourceConfigError::Url(format!("{url} is not a URL: {e}")))?;
         let mut opts = string_options(options)?;
+        let first_byte_timeout = first_byte_timeout(&mut opts)?;
         plain_http(&parsed, &mut opts)?;
         let (base, client): (Base, Option<Arc<dyn ObjectStore>>) = match parsed.scheme() {
             "file" => {
@@ -151,6 +158,7 @@ impl ObjectStoreEntry {
             client,
             meters: std::sync::OnceLock::new(),
             slots: Arc::new(tokio::sync::Semaphore::new(settings.max_concurrent.max(1))),
+            first_byte_timeout,
         })
     }
 
@@ -198,6 +206,22 @@ fn normalize_prefix(url: &str) -> Result<String, SourceConfigError> {
     }
     Ok(parsed.to_string())
 }
+
+/// zarrgate's own option `first_byte_timeout` (a duration, `"2s"`), taken out of the options
+/// given to object_store, which does not know it.
+fn first_byte_timeout(opts: &mut Vec<(String, String)>) -> Result<Option<Duration>, SourceConfigError> {
+    let Some(at) = opts.iter().position(|(k, _)| k == FIRST_BYTE_TIMEOUT) else { return Ok(None) };
+    let (_, value) = opts.remove(at);
+    match humantime::parse_duration(&value) {
+        Ok(d) if !d.is_zero() => Ok(Some(d)),
+        _ => Err(SourceConfigError::Option(format!(
+            "{FIRST_BYTE_TIMEOUT} must be a duration such as \"2s\" or \"500ms\", not {value:?}"
+        ))),
+    }
+}
+
+/// The option naming the time to the response head of each upstream request.
+pub(super) const FIRST_BYTE_TIMEOUT: &str = "first_byte_timeout";
 
 fn unknown_option(key: &str, kind: &str) -> SourceConfigError {
     SourceConfigError::Option(format!("unknown {kind} option {key:?}"))
@@ -354,6 +378,7 @@ mod tests {
             connect_timeout: Duration::from_secs(1),
             retries: 1,
             max_concurrent: 4,
+            buffer_bytes: 1 << 20,
             api_ambient_credentials: false,
         }
     }

@@ -98,6 +98,9 @@ pub struct Caches {
     pub fills: Memo<FillKey, Option<Bytes>>,
     /// Rendered quick looks (byte-weighted).
     pub quicklooks: Memo<QuicklookKey, Arc<RenderedQuicklook>>,
+    /// What each store was when last read from the catalog, kept `cache.unavailable_ttl_seconds`
+    /// for reads while the catalog is unreachable (`None`: no such grace).
+    last_heads: Option<Cache<HeadKey, StoreHead>>,
 }
 
 impl Caches {
@@ -122,7 +125,15 @@ impl Caches {
             .max_capacity(config.quicklooks_bytes)
             .weigher(|_, q: &Arc<RenderedQuicklook>| q.weight())
             .build();
+        let last_heads = (config.unavailable_ttl_seconds > 0).then(|| {
+            Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(Duration::from_secs(config.unavailable_ttl_seconds))
+                .support_invalidation_closures()
+                .build()
+        });
         Self {
+            last_heads,
             heads: Memo::new("heads", heads, metrics),
             views: Memo::new("metadata", views, metrics),
             blocks: Memo::new("blocks", blocks, metrics),
@@ -133,18 +144,38 @@ impl Caches {
 
     /// Forgets what this replica believes about `store`'s versions.
     pub async fn forget_store(&self, store: &str) {
-        let heads = &self.heads.cache;
-        heads.invalidate(store).await;
-        let pinned = format!("{store}@");
-        if let Err(e) = heads.invalidate_entries_if(move |k, _| k.starts_with(&pinned)) {
-            tracing::error!(error = %e, "cannot invalidate cached versions");
+        for heads in std::iter::once(&self.heads.cache).chain(&self.last_heads) {
+            heads.invalidate(store).await;
+            let pinned = format!("{store}@");
+            if let Err(e) = heads.invalidate_entries_if(move |k, _| k.starts_with(&pinned)) {
+                tracing::error!(error = %e, "cannot invalidate cached versions");
+            }
+            heads.run_pending_tasks().await;
         }
-        heads.run_pending_tasks().await;
     }
 
-    /// Forgets every store head (after losing the change feed).
+    /// Forgets every store head (when the change feed follows again after an interruption:
+    /// changes made meanwhile were missed).
     pub fn forget_all(&self) {
         self.heads.cache.invalidate_all();
+        if let Some(last) = &self.last_heads {
+            last.invalidate_all();
+        }
+    }
+
+    /// Notes what `segment` was when just read from the catalog.
+    pub async fn remember_head(&self, segment: &str, head: &StoreHead) {
+        if let Some(last) = &self.last_heads
+            && *head != StoreHead::Unknown
+        {
+            last.insert(segment.to_owned(), head.clone()).await;
+        }
+    }
+
+    /// What `segment` was when last read from the catalog, if that was recent enough to serve
+    /// while the catalog is unreachable.
+    pub async fn last_head(&self, segment: &str) -> Option<StoreHead> {
+        self.last_heads.as_ref()?.get(segment).await
     }
 
     /// Publishes sizes to the metrics.

@@ -47,6 +47,13 @@ pub enum Error {
     Internal(String),
 }
 
+impl Error {
+    /// True when the catalog database could not be reached.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, Self::Catalog(_, e) if e.is_unreachable())
+    }
+}
+
 impl From<CatalogError> for Error {
     fn from(e: CatalogError) -> Self {
         Self::Catalog(e.to_string(), std::sync::Arc::new(e))

@@ -132,9 +132,22 @@ impl Reader {
             // deleted and registered again meanwhile is never seen as neither.
             let head = self.catalog.head(store, pinned).await?;
             self.time("head", started);
+            self.caches.remember_head(segment, &head).await;
             Ok(head)
         };
-        let head = self.caches.heads.get_or_load(segment.to_owned(), load).await?;
+        let head = match self.caches.heads.get_or_load(segment.to_owned(), load).await {
+            Ok(head) => head,
+            // Degraded: the catalog is unreachable, and what this replica last read of the store
+            // is recent enough (`cache.unavailable_ttl_seconds`) to serve meanwhile.
+            Err(e) if e.is_unreachable() => match self.caches.last_head(segment).await {
+                Some(head) => {
+                    self.metrics.catalog_stale_reads_total.inc();
+                    head
+                }
+                None => return Err(e),
+            },
+            Err(e) => return Err(e),
+        };
         if head == StoreHead::Unknown {
             // Not kept: a store registered right after this read must not answer 404 (read by
             // clients as fill values) for as long as the entry would live.

@@ -6,6 +6,9 @@
 //! PostgreSQL variants are skipped only when `ZARRGATE_TEST_POSTGRES=skip` says so.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod faults;
+pub mod proxy;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 

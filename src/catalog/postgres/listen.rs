@@ -8,7 +8,7 @@ use sqlx::postgres::PgPool;
 use crate::catalog::Change;
 
 /// Follows `LISTEN zarrgate_versions, zarrgate_object_stores` until the receiver is dropped,
-/// reconnecting after failures; every (re)connection and lost connection reports `Lost`.
+/// reconnecting after failures; every (re)connection reports `Following`, every loss `Lost`.
 pub(super) async fn listen(pool: PgPool, tx: tokio::sync::mpsc::Sender<Change>) {
     while !tx.is_closed() {
         match sqlx::postgres::PgListener::connect_with(&pool).await {
@@ -17,7 +17,7 @@ pub(super) async fn listen(pool: PgPool, tx: tokio::sync::mpsc::Sender<Change>) 
                     tracing::warn!(error = %e, "cannot LISTEN for catalog changes; retrying");
                 } else {
                     tracing::info!("following catalog changes (LISTEN/NOTIFY)");
-                    if tx.send(Change::Lost).await.is_err() {
+                    if tx.send(Change::Following).await.is_err() {
                         return;
                     }
                     loop {
@@ -25,8 +25,8 @@ pub(super) async fn listen(pool: PgPool, tx: tokio::sync::mpsc::Sender<Change>) 
                             Ok(Some(n)) if n.channel() == "zarrgate_versions" => Change::Store(n.payload().to_owned()),
                             Ok(Some(_)) => Change::ObjectStores,
                             Ok(None) => {
-                                // Reconnect here, not inside the listener: `Lost` must follow the
-                                // new LISTEN, or a change made in between would go unseen.
+                                // Reconnect here, not inside the listener: `Following` must come
+                                // after the new LISTEN, or a change made in between would go unseen.
                                 tracing::warn!("lost the catalog change feed; reconnecting");
                                 break;
                             }

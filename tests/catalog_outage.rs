@@ -1,0 +1,128 @@
+//! PostgreSQL unreachable, through a TCP proxy the test cuts (refusing new connections, or
+//! accepting and closing them, and closing the established ones) and restores: stores this
+//! replica has read keep being served from its caches (degraded, in /readyz and the metrics),
+//! every other read answers 503 with Retry-After at once (never 404, never 500, never a wait for
+//! the pool's timeout on every request), and service resumes without a restart.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::proxy::{Cut, TcpProxy};
+use common::{Backend, TestServer, f32_array, f32_bytes};
+use serde_json::{Value, json};
+
+fn doc(values: [f32; 2]) -> Value {
+    use base64::Engine;
+    let data = base64::engine::general_purpose::STANDARD.encode(f32_bytes(values));
+    json!({"nodes": {"x": f32_array(&[2], &[2], json!({"manifest": {"0": {"data": data}}}))}})
+}
+
+async fn metric(server: &TestServer, name: &str) -> f64 {
+    let text = server.get("/metrics", &[]).await.text().await.unwrap();
+    text.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).map_or(0.0, |v| v.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_stores_are_served_while_postgres_is_unreachable() {
+    if std::env::var("ZARRGATE_TEST_POSTGRES").as_deref() == Ok("skip") {
+        eprintln!("ZARRGATE_TEST_POSTGRES=skip: not run");
+        return;
+    }
+    let pg = url::Url::parse(&common::postgres_url()).unwrap();
+    let target =
+        tokio::net::lookup_host((pg.host_str().unwrap(), pg.port().unwrap_or(5432))).await.unwrap().next().unwrap();
+    let proxy = TcpProxy::start(target).await;
+    let port = proxy.addr.port();
+    let server = TestServer::start_with(Backend::Postgres, |c| {
+        let mut url = url::Url::parse(&c.database_url).unwrap();
+        url.set_host(Some("127.0.0.1")).unwrap();
+        url.set_port(Some(port)).unwrap();
+        c.database_url = url.to_string();
+        // Every read asks the catalog for the store's current version: only the degraded mode
+        // can serve it while the catalog is away.
+        c.cache.current_version_ttl_ms = 1;
+    })
+    .await;
+    for (name, values) in [("cached", [1.0, 2.0]), ("unread-refuse", [3.0, 4.0]), ("unread-close", [3.0, 4.0])] {
+        let (status, body) = server.put(&format!("/api/v1/stores/{name}"), &doc(values)).await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let metadata = server.bytes("/cached/x/zarr.json").await;
+    let follows = Instant::now();
+    while metric(&server, "zarrgate_catalog_change_feed_up").await != 1.0 {
+        assert!(follows.elapsed() < Duration::from_secs(10), "the change feed never followed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    for (how, unread) in [(Cut::Refuse, "unread-refuse"), (Cut::Close, "unread-close")] {
+        // Read (again: the caches are forgotten when the change feed follows after an outage).
+        assert_eq!(server.bytes("/cached/x/c/0").await, f32_bytes([1.0, 2.0]));
+        proxy.cut(how).await;
+        let mut statuses: BTreeMap<(&str, u16), u32> = BTreeMap::new();
+        let mut slowest = Duration::ZERO;
+        for _ in 0..10 {
+            let r = server.get("/cached/x/c/0", &[]).await;
+            statuses.entry(("cached", r.status().as_u16())).and_modify(|n| *n += 1).or_insert(1);
+            assert_eq!(r.bytes().await.unwrap().to_vec(), f32_bytes([1.0, 2.0]), "{how:?}: the cached chunk");
+            assert_eq!(server.bytes("/cached/x/zarr.json").await, metadata);
+            for path in [&*format!("/{unread}/x/c/0"), "/nosuch/x/c/0"] {
+                let started = Instant::now();
+                let r = server.get(path, &[]).await;
+                slowest = slowest.max(started.elapsed());
+                let status = r.status().as_u16();
+                let store = if path.starts_with("/nosuch") { "nosuch" } else { "unread" };
+                statuses.entry((store, status)).and_modify(|n| *n += 1).or_insert(1);
+                assert_eq!(
+                    r.headers().get("retry-after").map(|v| v.to_str().unwrap()),
+                    Some("1"),
+                    "{how:?} {path}: {}",
+                    r.status()
+                );
+                let problem: Value = r.json().await.unwrap();
+                assert_eq!(problem["type"], "urn:zarrgate:problem:catalog-unavailable", "{how:?} {path}: {problem}");
+            }
+        }
+        eprintln!("{how:?}: {statuses:?}, slowest answer of an unread store {slowest:?}");
+        let expected = BTreeMap::from([(("cached", 200), 10), (("nosuch", 503), 10), (("unread", 503), 10)]);
+        assert_eq!(statuses, expected, "{how:?}: never 404, never 500, cached stores served");
+        // Not one request waited for the pool's acquire timeout on its own: the breaker answered.
+        assert!(slowest < Duration::from_millis(4500), "{how:?}: an answer took {slowest:?}");
+        assert!(metric(&server, "zarrgate_catalog_refused_total").await >= 10.0);
+        assert!(metric(&server, "zarrgate_catalog_stale_reads_total").await >= 10.0);
+        assert_eq!(metric(&server, "zarrgate_catalog_up").await, 0.0);
+        assert_eq!(metric(&server, "zarrgate_catalog_change_feed_up").await, 0.0);
+        let ready = server.get("/readyz", &[]).await;
+        assert_eq!(ready.status(), 200);
+        let ready: Value = ready.json().await.unwrap();
+        assert_eq!(ready["status"], "degraded", "{ready}");
+
+        // Back without a restart.
+        proxy.restore().await;
+        let restored = Instant::now();
+        loop {
+            let r = server.get(&format!("/{unread}/x/c/0"), &[]).await;
+            if r.status() == 200 {
+                assert_eq!(r.bytes().await.unwrap().to_vec(), f32_bytes([3.0, 4.0]));
+                break;
+            }
+            assert_eq!(r.status(), 503, "{how:?}: while recovering");
+            assert!(restored.elapsed() < Duration::from_secs(20), "{how:?}: no recovery");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let ready: Value = server.get("/readyz", &[]).await.json().await.unwrap();
+        assert_eq!(ready["status"], "ready", "{ready}");
+        assert_eq!(metric(&server, "zarrgate_catalog_up").await, 1.0);
+        assert_eq!(server.get("/nosuch/x/c/0", &[]).await.status(), 404, "a store that does not exist, once known");
+        while metric(&server, "zarrgate_catalog_change_feed_up").await != 1.0 {
+            assert!(restored.elapsed() < Duration::from_secs(20), "{how:?}: the change feed never came back");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // Writes work again too.
+    let (status, body) = server.put("/api/v1/stores/cached", &doc([5.0, 6.0])).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(server.bytes("/cached/x/c/0").await, f32_bytes([5.0, 6.0]));
+}
