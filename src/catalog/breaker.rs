@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use super::{
-    Catalog, CatalogError, Change, DerivedVersion, ObjectStoreRecord, Retention, StoreHead, StoreRecord, StoredNode,
-    VersionHead, VersionOptions, Written,
+    Catalog, CatalogError, Change, DerivedVersion, ListedVersion, ObjectStoreRecord, Retention, StoreHead, StoreRecord,
+    StoredNode, VersionHead, VersionOptions, Written,
 };
 use crate::metrics::Metrics;
 use crate::zarr::document::SourceFacts;
@@ -153,6 +153,9 @@ impl Catalog for Guarded {
     }
     async fn store(&self, name: &str) -> Result<Option<StoreRecord>, CatalogError> {
         self.guard(self.inner.store(name)).await
+    }
+    async fn versions(&self, store: &str, limit: u32) -> Result<Vec<ListedVersion>, CatalogError> {
+        self.guard(self.inner.versions(store, limit)).await
     }
     async fn delete_store(&self, name: &str) -> Result<bool, CatalogError> {
         self.guard(self.inner.delete_store(name)).await
