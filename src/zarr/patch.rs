@@ -98,10 +98,7 @@ pub fn plan(
             }
             continue;
         }
-        nodes.insert(
-            node.path.clone(),
-            ValidNode::new(node.path.clone(), &node.metadata(), node.kind.clone()),
-        );
+        nodes.insert(node.path.clone(), ValidNode::new(node.path.clone(), &node.metadata(), node.kind.clone()));
     }
     let mut arrays = Vec::new();
     for (path_text, doc_node) in doc_nodes {
