@@ -83,7 +83,7 @@ async fn insert_nodes(
     nodes: &[ValidNode],
 ) -> Result<(), CatalogError> {
     for chunk in nodes.chunks(ROWS_PER_STATEMENT) {
-        let c = NodeColumns::new(chunk)?;
+        let c = NodeColumns::new(chunk);
         sqlx::query(
             "insert into nodes (version_id, path, metadata, tile_shape) \
              select $1, * from unnest($2::text[], $3::text[], $4::text[])",

@@ -201,19 +201,19 @@ pub(super) fn object_store(row: &impl CatalogRow) -> Result<ObjectStoreRecord, C
 /// Nodes as written, column by column.
 pub(super) struct NodeColumns<'a> {
     pub paths: Vec<&'a str>,
-    pub metadata: Vec<String>,
+    /// The nodes' metadata, borrowed: validation left it as the text to store.
+    pub metadata: Vec<&'a str>,
     /// For arrays, the shape of their tiles in chunks, as JSON.
     pub tile_shapes: Vec<Option<String>>,
 }
 
 impl<'a> NodeColumns<'a> {
-    pub fn new(nodes: &'a [ValidNode]) -> Result<Self, CatalogError> {
-        let metadata = nodes.iter().map(|n| serde_json::to_string(&n.metadata)).collect::<Result<_, _>>();
-        Ok(Self {
+    pub fn new(nodes: &'a [ValidNode]) -> Self {
+        Self {
             paths: nodes.iter().map(|n| n.path.as_str()).collect(),
-            metadata: metadata.map_err(|e| CatalogError::Corrupt(format!("node metadata: {e}")))?,
+            metadata: nodes.iter().map(|n| &*n.json).collect(),
             tile_shapes: nodes.iter().map(|n| tile_json(&n.kind)).collect(),
-        })
+        }
     }
 }
 

@@ -97,9 +97,9 @@ async fn insert_rows(
 }
 
 async fn insert_nodes(tx: &mut SqliteConnection, version: i64, nodes: &[ValidNode]) -> Result<(), CatalogError> {
-    let c = NodeColumns::new(nodes)?;
+    let c = NodeColumns::new(nodes);
     insert_rows(tx, "insert into nodes (version_id, path, metadata, tile_shape) ", "", 4, nodes.len(), |b, i| {
-        b.push_bind(version).push_bind(c.paths[i]).push_bind(&c.metadata[i]).push_bind(&c.tile_shapes[i]);
+        b.push_bind(version).push_bind(c.paths[i]).push_bind(c.metadata[i]).push_bind(&c.tile_shapes[i]);
     })
     .await
 }

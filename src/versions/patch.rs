@@ -232,7 +232,7 @@ fn summarise(base: &Summary, plan: &PatchPlan, delta: &Delta, base_urls: &BTreeS
             NodeKind::Array(layout) => {
                 s.arrays += 1;
                 grid_chunks = grid_chunks.saturating_add(layout.grid.chunk_count());
-                s.warnings.extend(crate::zarr::codecs::reader_warnings(node.path.as_str(), &node.metadata));
+                s.warnings.extend(crate::zarr::codecs::reader_warnings(node.path.as_str(), &node.metadata()));
             }
         }
     }

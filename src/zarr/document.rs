@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde_json::{Map, Value};
 
 use super::manifest::RawManifest;
+use super::metadata::{parse_json_text, to_json_text};
 pub use super::source::SourceFacts;
 use super::spill::Scratch;
 
@@ -50,13 +51,27 @@ impl Document {
     }
 }
 
-/// One node: its `zarr.json` (without `manifest`) and, for arrays, its references.
+/// One node: its `zarr.json` (without `manifest`) and, for arrays, its references. The metadata
+/// is kept as compact JSON text until validation parses it, one node at a time (see
+/// [`super::metadata::ValidNode`]).
 #[derive(Debug, Default)]
 pub struct DocNode {
-    /// The node's metadata.
-    pub metadata: Map<String, Value>,
+    /// The node's metadata, as compact JSON text.
+    pub json: Box<str>,
     /// Chunk references, when the node carries a `manifest`.
     pub manifest: Option<RawManifest>,
+}
+
+impl DocNode {
+    /// A node whose metadata is `metadata`.
+    pub fn new(metadata: &Map<String, Value>, manifest: Option<RawManifest>) -> Self {
+        Self { json: to_json_text(metadata), manifest }
+    }
+
+    /// Its metadata, parsed.
+    pub fn metadata(&self) -> Map<String, Value> {
+        parse_json_text(&self.json)
+    }
 }
 
 /// Interned source URLs: each stored once, referenced by number.

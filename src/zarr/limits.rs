@@ -4,7 +4,7 @@
 //! the decoded size of the fill-value chunks a version serves for missing chunks. A store past
 //! a bound is refused with a problem naming the bound and the node.
 
-use super::consolidated::{Listings, Member};
+use super::consolidated::Listings;
 use super::document::Problems;
 use super::fill::decoded_chunk_bytes;
 use super::metadata::NodeKind;
@@ -83,7 +83,7 @@ impl Limits {
         for node in nodes {
             let NodeKind::Array(layout) = &node.kind else { continue };
             let shape = layout.grid.chunk_shape();
-            let bytes = match decoded_chunk_bytes(&node.metadata, shape) {
+            let bytes = match decoded_chunk_bytes(&node.metadata(), shape) {
                 Ok(Some(bytes)) if bytes <= max => continue,
                 Ok(Some(bytes)) => bytes.to_string(),
                 Ok(None) => "more than 2^64".to_owned(),
@@ -102,14 +102,13 @@ impl Limits {
         }
     }
 
-    /// The root's document, sized without being written.
+    /// The root's document, sized without being written (each node parsed in turn, not kept).
     fn metadata_problem(&self, nodes: &[ValidNode]) -> Option<String> {
         let root = nodes.first().filter(|n| n.path.is_root())?;
-        let members = nodes
-            .iter()
-            .map(|n| Member { path: n.path.as_str(), metadata: &n.metadata, group: n.kind == NodeKind::Group })
-            .collect();
-        let listings = Listings::measure(members);
+        let mut listings = Listings::empty(false);
+        for n in nodes {
+            listings.push(n.path.as_str(), &n.metadata(), n.kind == NodeKind::Group);
+        }
         let size = match root.kind {
             NodeKind::Group => listings.document_len(0),
             NodeKind::Array(_) => listings.entry_len(0),

@@ -116,7 +116,7 @@ fn read_node<R: Read>(
             manifest = Some(target);
         }
     }
-    Ok(DocNode { metadata, manifest })
+    Ok(DocNode::new(&metadata, manifest))
 }
 
 fn read_manifest<R: Read>(
@@ -301,7 +301,7 @@ mod tests {
         assert!(doc.problems.is_empty(), "{:?}", doc.problems);
         assert_eq!(doc.nodes.len(), 2);
         let air = &doc.nodes["air"];
-        assert!(!air.metadata.contains_key("manifest"));
+        assert!(!air.metadata().contains_key("manifest"));
         let m = air.manifest.as_ref().unwrap();
         let entries = m.entries().unwrap();
         assert_eq!(entries.len(), 3);

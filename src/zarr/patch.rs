@@ -98,10 +98,7 @@ pub fn plan(
             }
             continue;
         }
-        nodes.insert(
-            node.path.clone(),
-            ValidNode { path: node.path.clone(), metadata: node.metadata().into_owned(), kind: node.kind.clone() },
-        );
+        nodes.insert(node.path.clone(), ValidNode::new(node.path.clone(), &node.metadata(), node.kind.clone()));
     }
     let mut arrays = Vec::new();
     for (path_text, doc_node) in doc_nodes {
@@ -118,11 +115,11 @@ pub fn plan(
         let existing = nodes.get(&path);
         let (mut metadata, tiling, old) = match existing {
             Some(old) => {
-                let mut merged = old.metadata.clone();
-                for (k, v) in doc_node.metadata {
+                let (mut merged, old_metadata) = (old.metadata(), old.metadata());
+                for (k, v) in doc_node.metadata() {
                     merged.insert(k, v);
                 }
-                if merged.get("node_type") != old.metadata.get("node_type") {
+                if merged.get("node_type") != old_metadata.get("node_type") {
                     problems.push(format!("node {path}: node_type cannot change (delete the node and add it again)"));
                     continue;
                 }
@@ -130,7 +127,7 @@ pub fn plan(
                 // stored reference mean something else.
                 let fixed: Vec<&str> = ["chunk_grid", "data_type", "codecs"]
                     .into_iter()
-                    .filter(|k| merged.get(*k) != old.metadata.get(*k))
+                    .filter(|k| merged.get(*k) != old_metadata.get(*k))
                     .collect();
                 if !fixed.is_empty() && !deleted_set.contains(path.as_str()) {
                     problems.push(format!(
@@ -146,7 +143,7 @@ pub fn plan(
                 };
                 (merged, layout.as_ref().map(|l| l.grid.tile_shape().to_vec()), layout)
             }
-            None => (doc_node.metadata, None, None),
+            None => (doc_node.metadata(), None, None),
         };
         let kind =
             match validate_node_tiled(&mut metadata, tiling.as_deref().map_or(Tiling::New(max_tile), Tiling::Stored)) {
@@ -213,7 +210,7 @@ pub fn plan(
                 cleared_beyond: BTreeSet::new(),
             });
         }
-        nodes.insert(path.clone(), ValidNode { path, metadata, kind });
+        nodes.insert(path.clone(), ValidNode::new(path, &metadata, kind));
     }
     for a in &mut arrays {
         a.rebuild = match &a.base {

@@ -131,6 +131,8 @@ pub fn validate_tiled(
     }
     let mut nodes: BTreeMap<NodePath, ValidNode> = BTreeMap::new();
     let mut manifests = Vec::new();
+    // Each node's metadata is parsed here, one node at a time, and kept as text after.
+    let mut warnings = Vec::new();
     for (path_text, mut node) in doc_nodes {
         let path = match NodePath::new(&path_text).map_err(|e| e.to_string()).and_then(|p| {
             limits.check_depth(&p)?;
@@ -142,7 +144,8 @@ pub fn validate_tiled(
                 continue;
             }
         };
-        match validate_node_tiled(&mut node.metadata, Tiling::New(tile_chunks)) {
+        let mut metadata = node.metadata();
+        match validate_node_tiled(&mut metadata, Tiling::New(tile_chunks)) {
             Ok(kind) => {
                 if let Some(manifest) = node.manifest.take() {
                     match kind {
@@ -150,7 +153,13 @@ pub fn validate_tiled(
                         NodeKind::Group => problems.push(format!("node {path}: a group cannot have a manifest")),
                     }
                 }
-                nodes.insert(path.clone(), ValidNode { path, metadata: node.metadata, kind });
+                if matches!(kind, NodeKind::Array(_)) {
+                    let found = super::codecs::reader_warnings(path.as_str(), &metadata);
+                    if !found.is_empty() {
+                        warnings.push((path.clone(), found));
+                    }
+                }
+                nodes.insert(path.clone(), ValidNode::new(path, &metadata, kind));
             }
             Err(list) => list.into_iter().for_each(|p| problems.push(format!("node {path}: {p}"))),
         }
@@ -186,10 +195,12 @@ pub fn validate_tiled(
             NodeKind::Array(layout) => {
                 summary.arrays += 1;
                 summary.chunks.missing = summary.chunks.missing.saturating_add(layout.grid.chunk_count());
-                summary.warnings.extend(super::codecs::reader_warnings(node.path.as_str(), &node.metadata));
             }
         }
     }
+    // In path order, as the nodes are.
+    warnings.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    summary.warnings.extend(warnings.into_iter().flat_map(|(_, w)| w));
     super::codecs::cap(&mut summary.warnings);
     let stored = summary.chunks.virtual_ + summary.chunks.inline;
     summary.chunks.missing = summary.chunks.missing.saturating_sub(stored);
@@ -414,10 +425,7 @@ pub(super) fn add_implicit_groups(nodes: &mut BTreeMap<NodePath, ValidNode>, pro
                 Some(ValidNode { kind: NodeKind::Array(_), .. }) => break Some(p),
                 Some(_) => break inside.get(&p).cloned(),
                 None => {
-                    nodes.insert(
-                        p.clone(),
-                        ValidNode { path: p.clone(), metadata: empty_group(), kind: NodeKind::Group },
-                    );
+                    nodes.insert(p.clone(), ValidNode::new(p.clone(), &empty_group(), NodeKind::Group));
                     parent = p.parent();
                     added.push(p);
                 }
@@ -430,11 +438,7 @@ pub(super) fn add_implicit_groups(nodes: &mut BTreeMap<NodePath, ValidNode>, pro
             }
         }
     }
-    nodes.entry(NodePath::root()).or_insert_with(|| ValidNode {
-        path: NodePath::root(),
-        metadata: empty_group(),
-        kind: NodeKind::Group,
-    });
+    nodes.entry(NodePath::root()).or_insert_with(|| ValidNode::new(NodePath::root(), &empty_group(), NodeKind::Group));
 }
 
 fn empty_group() -> Map<String, Value> {

@@ -275,10 +275,25 @@ pub fn f32_bytes(values: impl IntoIterator<Item = f32>) -> Vec<u8> {
 
 /// The resident memory of this process (the server runs in it), in bytes.
 pub fn rss() -> u64 {
+    status_bytes("VmRSS:")
+}
+
+/// The peak resident memory of this process since it started or since [`reset_peak_rss`].
+pub fn peak_rss() -> u64 {
+    status_bytes("VmHWM:")
+}
+
+/// Starts measuring [`peak_rss`] afresh from the present resident memory (Linux's
+/// `/proc/self/clear_refs`, value 5).
+pub fn reset_peak_rss() {
+    std::fs::write("/proc/self/clear_refs", "5").unwrap();
+}
+
+fn status_bytes(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let kb: u64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap();
     kb * 1024

@@ -280,7 +280,7 @@ impl Collected {
                         encodings.insert(path.clone(), (layout.encoding, layout.grid.ndim()));
                     }
                     let manifest = encodings.contains_key(&path).then(|| doc.new_manifest());
-                    doc.nodes.insert(path, DocNode { metadata, manifest });
+                    doc.nodes.insert(path, DocNode::new(&metadata, manifest));
                 }
                 Err(e) => {
                     doc.problems.push(format!("array {path:?}: {e}"));

@@ -194,7 +194,7 @@ impl Import {
             .iter()
             .filter(|(_, node)| node.manifest.is_some())
             .filter_map(|(path, node)| {
-                array_layout(&node.metadata).ok().map(|l| (path.clone(), l.grid.grid_shape().to_vec()))
+                array_layout(&node.metadata()).ok().map(|l| (path.clone(), l.grid.grid_shape().to_vec()))
             })
             .collect();
         let (seen, urls) = (BTreeSet::new(), HashMap::new());

@@ -38,10 +38,10 @@ fn reads_virtualizarr_output() {
     let d = doc(virtualizarr_air());
     assert!(d.problems.is_empty(), "{:?}", d.problems);
     assert_eq!(d.nodes.keys().collect::<Vec<_>>(), ["", "air", "crs", "lat"]);
-    assert_eq!(d.nodes[""].metadata["attributes"], json!({"title": "air"}));
+    assert_eq!(d.nodes[""].metadata()["attributes"], json!({"title": "air"}));
     let air = &d.nodes["air"];
-    assert_eq!(air.metadata["dimension_names"], json!(["time", "lat"]));
-    assert_eq!(air.metadata["attributes"]["_FillValue"], "AAAAAICHw8A=", "already encoded: kept");
+    assert_eq!(air.metadata()["dimension_names"], json!(["time", "lat"]));
+    assert_eq!(air.metadata()["attributes"]["_FillValue"], "AAAAAICHw8A=", "already encoded: kept");
     let refs: Vec<_> = air.manifest.as_ref().unwrap().entries().unwrap();
     assert_eq!(refs[0], (vec![0, 0], RawRef::Virtual { url: 0, offset: 1339, length: 48 }));
     assert_eq!(d.urls.get(0), "file:///data/air.nc");
@@ -52,7 +52,7 @@ fn reads_virtualizarr_output() {
     let mut bytes = Vec::new();
     lat.inline_bytes(start, len, &mut bytes).unwrap();
     assert_eq!(bytes.len(), 20);
-    assert_eq!(d.nodes["lat"].metadata["attributes"]["_FillValue"], "AAAAAAAA+H8=", "bare NaN token, encoded");
+    assert_eq!(d.nodes["lat"].metadata()["attributes"]["_FillValue"], "AAAAAAAA+H8=", "bare NaN token, encoded");
     let store = validate(d, &|_| true).unwrap();
     assert_eq!(store.summary.chunks.virtual_, 3);
     assert_eq!(store.summary.chunks.inline, 1);
@@ -69,8 +69,8 @@ fn version_zero_templates_gen_and_plain_inline_strings() {
     }));
     assert!(d.problems.is_empty(), "{:?}", d.problems);
     let x = &d.nodes["x"];
-    assert_eq!(x.metadata["chunk_key_encoding"], json!({"name": "v2", "configuration": {"separator": "/"}}));
-    assert_eq!(x.metadata["codecs"], json!([{"name": "bytes", "configuration": {"endian": "big"}}]));
+    assert_eq!(x.metadata()["chunk_key_encoding"], json!({"name": "v2", "configuration": {"separator": "/"}}));
+    assert_eq!(x.metadata()["codecs"], json!([{"name": "bytes", "configuration": {"endian": "big"}}]));
     let entries: Vec<_> = x.manifest.as_ref().unwrap().entries().unwrap();
     assert_eq!(entries[1], (vec![0, 1], RawRef::Virtual { url: 1, offset: 0, length: WHOLE_OBJECT }));
     assert!(matches!(entries[2].1, RawRef::Inline { len: 8, .. }));
@@ -101,8 +101,8 @@ fn consolidated_metadata_and_v3_layouts() {
         "v3/c/1": "base64:AQ==",
     }}));
     assert!(d.problems.is_empty(), "{:?}", d.problems);
-    assert_eq!(d.nodes["y"].metadata["dimension_names"], json!(["t"]));
-    assert_eq!(d.nodes["y"].metadata["fill_value"], "NaN");
+    assert_eq!(d.nodes["y"].metadata()["dimension_names"], json!(["t"]));
+    assert_eq!(d.nodes["y"].metadata()["fill_value"], "NaN");
     let v3: Vec<_> = d.nodes["v3"].manifest.as_ref().unwrap().entries().unwrap().into_iter().map(|(k, _)| k).collect();
     assert_eq!(v3, [vec![1]]);
     assert!(validate(d, &|_| true).is_ok());

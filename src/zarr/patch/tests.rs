@@ -39,8 +39,8 @@ fn merges_metadata_key_by_key_and_keeps_tiles() {
     )
     .unwrap();
     let x = p.nodes.iter().find(|n| n.path.as_str() == "x").unwrap();
-    assert_eq!(x.metadata["shape"], json!([8]));
-    assert_eq!(x.metadata["attributes"], json!({"b": 2}), "a given key replaces the stored one whole");
+    assert_eq!(x.metadata()["shape"], json!([8]));
+    assert_eq!(x.metadata()["attributes"], json!({"b": 2}), "a given key replaces the stored one whole");
     let NodeKind::Array(layout) = &x.kind else { panic!() };
     assert_eq!(layout.grid.tile_shape(), &[2], "the stored tile shape, not a new default");
     assert!(!p.arrays[0].rebuild, "appending keeps tiles");

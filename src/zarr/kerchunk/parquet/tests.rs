@@ -107,9 +107,9 @@ fn rows_are_chunks_in_c_order_across_files() {
     assert_eq!(entries(&on_disk, "g/air"), entries(&doc, "g/air"));
     assert!(doc.problems.is_empty(), "{:?}", doc.problems.clone().into_vec());
     assert_eq!(doc.nodes.keys().collect::<Vec<_>>(), ["", "g/air", "s"]);
-    assert_eq!(doc.nodes[""].metadata["attributes"], json!({"title": "parquet"}));
-    assert_eq!(doc.nodes["g/air"].metadata["dimension_names"], json!(["y", "x"]));
-    assert_eq!(doc.nodes["s"].metadata["attributes"]["_FillValue"], "AAAAAAAA+H8=", "bare NaN read");
+    assert_eq!(doc.nodes[""].metadata()["attributes"], json!({"title": "parquet"}));
+    assert_eq!(doc.nodes["g/air"].metadata()["dimension_names"], json!(["y", "x"]));
+    assert_eq!(doc.nodes["s"].metadata()["attributes"]["_FillValue"], "AAAAAAAA+H8=", "bare NaN read");
     let air = entries(&doc, "g/air");
     let url = |u: &str| doc.urls.all().iter().position(|x| x == u).unwrap() as u32;
     assert_eq!(air.len(), 5);
