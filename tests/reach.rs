@@ -72,7 +72,27 @@ fn hrefs(body: &str) -> Vec<&str> {
     body.split("<D:href>").skip(1).filter_map(|s| s.split("</D:href>").next()).collect()
 }
 
+fn metric(metrics: &str, series: &str) -> f64 {
+    metrics.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0.0)
+}
+
 both_backends! {
+
+    // A 404 for a key that no v2 view could name does not build the version's v2 view (with
+    // 100,000 arrays, ~600 MB); a v2 key does, once.
+    async fn a_missing_key_does_not_build_the_v2_view(server) {
+        register(&server, "demo").await;
+        let built = r#"zarrgate_cache_misses_total{cache="v2_metadata"}"#;
+        for nothing in ["nothing", "x/nothing", "g/zarr.json.bak", "x/c/nothing", "g/sub/nothing/else"] {
+            assert_eq!(server.get(&format!("/demo/{nothing}"), &[]).await.status(), StatusCode::NOT_FOUND, "{nothing}");
+        }
+        let metrics = server.get("/metrics", &[]).await.text().await.unwrap();
+        assert_eq!(metric(&metrics, built), 0.0, "{metrics}");
+        assert_eq!(server.get("/demo/x/1", &[]).await.status(), StatusCode::OK);
+        assert_eq!(server.get("/demo/g/.zgroup", &[]).await.status(), StatusCode::OK);
+        let metrics = server.get("/metrics", &[]).await.text().await.unwrap();
+        assert_eq!(metric(&metrics, built), 1.0, "{metrics}");
+    }
     async fn v2_chunk_keys_read_the_v3_chunks(server) {
         register(&server, "demo").await;
         // (v2 key, v3 key): default "/" and "." encodings map to v2 keys; v2 encodings are the same key

@@ -91,6 +91,9 @@ pub(super) async fn serve(
     headers: &HeaderMap,
     served: &Served,
 ) -> Option<Result<Response, ApiError>> {
+    if !V2View::may_name(&view.hierarchy, key) {
+        return None;
+    }
     let rendered = match v2.get(&app.reader, view).await {
         Ok(rendered) => rendered,
         Err(e) => return Some(Err(e)),

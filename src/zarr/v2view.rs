@@ -194,6 +194,28 @@ impl V2View {
         docs + arrays + omitted
     }
 
+    /// Whether `key` could be a key of any v2 view of `hierarchy`: a v2 document name, or chunk
+    /// coordinates (digits and separators) below an array. A cheap test made before the view is
+    /// built, so that a request for some other missing key never costs the whole v2 view.
+    pub fn may_name(hierarchy: &Hierarchy, key: &str) -> bool {
+        let name = key.rsplit_once('/').map_or(key, |(_, name)| name);
+        if V2_NAMES.contains(&name) {
+            return true;
+        }
+        let coords = |rest: &str| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit() || b == b'.' || b == b'/');
+        if hierarchy.node("").is_some_and(|n| matches!(n.kind, NodeKind::Array(_))) {
+            return coords(key);
+        }
+        for (i, _) in key.match_indices('/') {
+            match hierarchy.node(&key[..i]) {
+                Some(node) if matches!(node.kind, NodeKind::Array(_)) => return coords(&key[i + 1..]),
+                Some(_) => {}
+                None => break,
+            }
+        }
+        false
+    }
+
     /// What the v2 `key` names in `hierarchy` (the one this view was built from).
     pub fn resolve<'a>(&'a self, hierarchy: &'a Hierarchy, key: &'a str) -> V2Resolved<'a> {
         if self.docs.contains_key(key) {
