@@ -2,6 +2,7 @@
 //! encoding, document parsing and validation. Nothing here knows about HTTP, SQL or I/O.
 
 pub mod block;
+pub mod chunk_check;
 pub mod codecs;
 pub mod consolidated;
 pub mod document;
