@@ -58,13 +58,17 @@ async fn seed(server: &TestServer) -> Value {
 
 const JSON: &str = "application/json";
 
+/// A request and what must come back: method, path, content type, body; status, problem type
+/// and words of the detail.
+type Case = (&'static str, &'static str, &'static str, Vec<u8>, StatusCode, &'static str, &'static [&'static str]);
+
 both_backends! {
     async fn each_cause_has_its_status_and_nothing_is_stored(server) {
         let server = server.restart_with(|c| c.http.max_body_bytes = 4096).await;
         let good = seed(&server).await;
         let before = stored_state(&server).await;
         let multipart = b"--xyz\r\nContent-Disposition: form-data; name=\"file\"; filename=\"m.json\"\r\n\r\n{}\r\n--xyz--\r\n";
-        let cases: Vec<(&str, &str, &str, Vec<u8>, StatusCode, &str, &[&str])> = vec![
+        let cases: Vec<Case> = vec![
             // Not JSON at all: 400, saying where.
             ("PUT", "/api/v1/stores/s", JSON, br#"{"nodes": {"x": {"#.to_vec(), StatusCode::BAD_REQUEST, "bad-request", &["not valid JSON", "EOF", "byte 17"]),
             ("PUT", "/api/v1/stores/s", JSON, b"{\"nodes\": {\"\xff\": {}}}".to_vec(), StatusCode::BAD_REQUEST, "bad-request", &["not valid JSON", "line 1"]),
