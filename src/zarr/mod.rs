@@ -19,6 +19,8 @@ pub mod native;
 pub mod patch;
 pub mod path;
 pub mod quicklook;
+#[cfg(test)]
+mod robustness;
 pub mod source;
 pub mod spill;
 pub mod v2view;
