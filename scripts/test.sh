@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, Rust unit and integration tests (SQLite and
-# PostgreSQL), the Python client tests (zarr-python, xarray, VirtualiZarr on real files, a real
-# nginx cache in front of several replicas, the store browser in Debian's chromium, zarrita.js
-# in Node, GDAL from rasterio's wheels), and the deployment checks (scripts/check-deploy.sh).
+# PostgreSQL), a short run of every fuzz target (scripts/fuzz.sh), the Python client tests
+# (zarr-python, xarray, VirtualiZarr on real files, a real nginx cache in front of several
+# replicas, the store browser in Debian's chromium, zarrita.js in Node, GDAL from rasterio's
+# wheels), and the deployment checks (scripts/check-deploy.sh).
 #
 #   scripts/test.sh
 #
@@ -56,6 +57,9 @@ cargo clippy --all-targets --locked -- -D warnings
 
 step "cargo test (unit and integration, SQLite and PostgreSQL)"
 cargo test --locked --all-targets
+
+step "Fuzzing: every cargo-fuzz target for a few seconds (fuzz/README.md)"
+scripts/fuzz.sh
 
 step "Python client tests"
 # cargo test built target/debug/zarrgate for the integration tests; `cargo build --bin` would

@@ -41,9 +41,9 @@ pub enum ApiError {
     /// 409: the request conflicts with the current state.
     #[error("{0}")]
     Conflict(String),
-    /// 413: the body is larger than the configured limit.
-    #[error("the request body is larger than the limit of {0} bytes (http.max_body_bytes)")]
-    TooLarge(u64),
+    /// 413: the body is larger than the limit (bytes) that the second field names.
+    #[error("the request body is larger than the limit of {0} bytes ({1}); nothing was changed")]
+    TooLarge(u64, &'static str),
     /// 415: the body is not JSON.
     #[error("{0}")]
     UnsupportedMediaType(String),
@@ -83,7 +83,7 @@ impl ApiError {
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Conflict(_) => StatusCode::CONFLICT,
-            Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::TooLarge(..) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
             Self::Source(SourceError::Timeout { .. }) => StatusCode::GATEWAY_TIMEOUT,
@@ -106,7 +106,7 @@ impl ApiError {
             Self::Forbidden(_) => "forbidden",
             Self::Invalid { .. } => "invalid",
             Self::Conflict(_) => "conflict",
-            Self::TooLarge(_) => "too-large",
+            Self::TooLarge(..) => "too-large",
             Self::UnsupportedMediaType(_) => "unsupported-media-type",
             Self::RangeNotSatisfiable { .. } => "range-not-satisfiable",
             Self::Source(e) => match e {
@@ -164,7 +164,7 @@ impl From<versions::Error> for ApiError {
             E::BadRequest(m) => Self::BadRequest(m),
             E::Invalid { title, problems } => Self::Invalid { title, problems },
             E::Conflict(m) => Self::Conflict(m),
-            E::TooLarge(limit) => Self::TooLarge(limit),
+            E::TooLarge(limit) => Self::TooLarge(limit, "http.max_body_bytes"),
             E::Busy(n) => Self::Busy(n),
             E::Source(e) => Self::Source(e),
             E::Catalog(_, e) => Self::from_catalog(&e),

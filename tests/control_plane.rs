@@ -104,9 +104,9 @@ both_backends! {
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
         assert!(body["problems"].as_array().unwrap().len() >= 2, "{body}");
 
-        // Malformed JSON.
+        // Malformed JSON: the body cannot be understood (tests/bad_input.rs has every cause).
         let (status, body) = server.put_raw("/api/v1/stores/s", b"{\"nodes\": {".to_vec()).await;
-        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
         assert!(body["detail"].as_str().unwrap().contains("line 1"), "{body}");
 
         // A bad store name.

@@ -229,7 +229,7 @@ async fn format_forced_by_the_query() {
     // A pre-POSIX tar has no magic: without the query it is read as JSON, and refused.
     let old = archive(&files, "./", false);
     let (status, body) = server.put_raw("/api/v1/stores/old", old.clone()).await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(status, StatusCode::BAD_REQUEST, "not JSON: {body}");
     let (status, body) = server.put_raw("/api/v1/stores/old?format=kerchunk-parquet", old).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(server.bytes("/old/air/1.1").await, chunk(4));
@@ -277,7 +277,7 @@ async fn bad_archives_are_refused_and_change_nothing() {
     let mut cut = archive(&files, "", true);
     cut.truncate(700);
     let (status, answer) = put_tar(&server, "/api/v1/stores/pq", cut).await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert_eq!(status, StatusCode::BAD_REQUEST, "not a tar archive: {answer}");
     assert!(answer["detail"].as_str().unwrap().contains("not a valid tar archive"), "{answer}");
 
     let now = server.get("/pq/zarr.json", &[]).await.headers()["zarrgate-version"].to_str().unwrap().to_owned();

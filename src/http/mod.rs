@@ -7,7 +7,7 @@ mod browser;
 pub mod data;
 mod export;
 mod listing;
-mod names;
+pub mod names;
 mod object_stores;
 mod openapi;
 mod ops;

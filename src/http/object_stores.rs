@@ -1,9 +1,11 @@
 //! `/api/v1/object-stores`: register, list, show and remove the object stores sources live in.
 
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
+use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -12,6 +14,7 @@ use crate::app::AppState;
 use crate::catalog::ObjectStoreRecord;
 use crate::error::ApiError;
 use crate::sources::{ObjectStoreEntry, Origin, redact_options};
+use crate::zarr::json_stream::{ErrorKind, JsonStream};
 
 /// The object store routes, relative to `/api/v1`.
 pub fn router() -> Router<AppState> {
@@ -40,16 +43,41 @@ fn entry_json(e: &ObjectStoreEntry) -> Value {
     json!({"name": e.name, "url": e.prefix, "options": redact_options(&e.options), "origin": e.origin})
 }
 
+/// The largest object store registration: a URL and its options (a service account key
+/// among them, a few KiB).
+const MAX_REGISTRATION_BYTES: usize = 2 << 20;
+
+/// Reads a registration: a body that is not JSON is a 400, JSON of the wrong shape a 422.
+async fn read_registration(body: Body) -> Result<Registration, ApiError> {
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("reading the request body failed: {e}")))?;
+        if bytes.len() + chunk.len() > MAX_REGISTRATION_BYTES {
+            return Err(ApiError::TooLarge(MAX_REGISTRATION_BYTES as u64, "for an object store registration"));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    let mut json = JsonStream::new(bytes.as_slice());
+    let read = json.value::<Registration>().and_then(|reg| json.end().map(|()| reg));
+    read.map_err(|e| match e.kind {
+        ErrorKind::Shape => ApiError::Invalid {
+            title: format!("the object store registration is invalid: {e}"),
+            problems: vec![format!(r#"expected {{"url": "s3://bucket/prefix/", "options": {{...}}}}: {e}"#)],
+        },
+        _ => ApiError::BadRequest(format!(
+            r#"the body is not valid JSON (an object store registration {{"url": ..., "options": {{...}}}} was expected): {e}"#
+        )),
+    })
+}
+
 async fn register(
     State(app): State<AppState>,
     Path(name): Path<String>,
-    body: axum::body::Bytes,
+    body: Body,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     names::check("object store", &name)?;
-    let reg: Registration = serde_json::from_slice(&body).map_err(|e| ApiError::Invalid {
-        title: format!("the object store registration is invalid: {e}"),
-        problems: vec![format!(r#"expected {{"url": "s3://bucket/prefix/", "options": {{...}}}}: {e}"#)],
-    })?;
+    let reg = read_registration(body).await?;
     if app.config.object_stores.iter().any(|o| o.name == name) {
         return Err(ApiError::Conflict(format!(
             "object store {name:?} is declared in the configuration file and cannot be changed over the API"

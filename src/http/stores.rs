@@ -114,7 +114,7 @@ fn missing_chunks(param: Option<&str>) -> Result<Option<bool>, ApiError> {
 fn check_declared_length(headers: &HeaderMap, limit: u64) -> Result<(), ApiError> {
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit) { Err(ApiError::TooLarge(limit)) } else { Ok(()) }
+    if declared.is_some_and(|n| n > limit) { Err(ApiError::TooLarge(limit, "http.max_body_bytes")) } else { Ok(()) }
 }
 
 /// A request body as the registrar reads it.

@@ -9,6 +9,7 @@ use futures::StreamExt;
 
 use super::error::{Error, Result};
 use crate::zarr::document::Document;
+use crate::zarr::json_stream::ErrorKind;
 use crate::zarr::kerchunk::parquet::ArchiveError;
 use crate::zarr::spill::Scratch;
 use crate::zarr::{self, native::SyntaxError};
@@ -126,6 +127,7 @@ pub fn scratch_error(e: io::Error) -> Error {
 fn archive_error(e: ArchiveError, limit: u64) -> Error {
     match e {
         ArchiveError::Io(e) => io_error(e, limit),
+        ArchiveError::NotTar(why) => Error::BadRequest(format!("{why}; nothing was changed")),
         ArchiveError::Invalid(why) => Error::Invalid {
             title: format!("the kerchunk parquet references cannot be read: {why}; nothing was changed"),
             problems: vec![why],
@@ -142,19 +144,21 @@ fn io_error(e: io::Error, limit: u64) -> Error {
 }
 
 fn syntax_error(e: SyntaxError, limit: u64, format: Format) -> Error {
-    match e.0.io_error_kind() {
-        Some(io::ErrorKind::FileTooLarge) => Error::TooLarge(limit),
-        Some(_) => Error::BadRequest(format!("reading the request body failed: {e}")),
-        None => {
-            let what = match format {
-                Format::Native => "a valid native manifest document",
-                Format::Kerchunk | Format::KerchunkParquet => "valid kerchunk references",
-            };
-            Error::Invalid {
-                title: format!("the body is not {what}: {e}; nothing was changed"),
-                problems: vec![e.to_string()],
-            }
+    let what = match format {
+        Format::Native => "a native manifest document",
+        Format::Kerchunk | Format::KerchunkParquet => "kerchunk references",
+    };
+    match e.0.kind {
+        ErrorKind::Io(io::ErrorKind::FileTooLarge) => Error::TooLarge(limit),
+        ErrorKind::Io(_) => Error::BadRequest(format!("reading the request body failed: {e}")),
+        // Not JSON at all (truncated, not UTF-8, not JSON): the request cannot be understood.
+        ErrorKind::Syntax => {
+            Error::BadRequest(format!("the body is not valid JSON ({what} was expected): {e}; nothing was changed"))
         }
+        ErrorKind::Shape => Error::Invalid {
+            title: format!("the body is not {what}: {e}; nothing was changed"),
+            problems: vec![e.to_string()],
+        },
     }
 }
 

@@ -4,15 +4,67 @@
 //! reader and was most of a registration's time; on a slice it scans strings with memchr.
 //!
 //! Memory: the buffer holds the value being read and what arrived after it, never more than
-//! one value beyond [`CHUNK`]. Errors are `serde_json::Error`s that say where in the whole
-//! document (line and column), like serde_json's.
+//! one value beyond [`CHUNK`]. Errors say where in the whole document (line, column and byte
+//! offset), and whether the bytes are not JSON at all or JSON of the wrong shape: a client is
+//! told `400` for the first and `422` for the second.
 
 use std::io::{self, Read};
 
-use serde::de::{DeserializeOwned, Error as _};
+use serde::de::{DeserializeOwned, IgnoredAny};
 
 /// Bytes asked of the reader at a time.
 const CHUNK: usize = 256 << 10;
+
+/// Why a document could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Error {
+    /// What kind of failure.
+    pub kind: ErrorKind,
+    message: String,
+}
+
+/// What kind of failure an [`Error`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The bytes are not JSON: a syntax error, text that is not UTF-8, or a document that ends
+    /// early (truncated).
+    Syntax,
+    /// Valid JSON that is not shaped as the document must be.
+    Shape,
+    /// Reading the input failed.
+    Io(io::ErrorKind),
+}
+
+impl Error {
+    /// The bytes are not JSON.
+    fn syntax(message: String) -> Self {
+        Self { kind: ErrorKind::Syntax, message }
+    }
+
+    /// The JSON is not shaped as it must be.
+    pub fn shape(message: impl Into<String>) -> Self {
+        Self { kind: ErrorKind::Shape, message: message.into() }
+    }
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Self {
+        use serde_json::error::Category;
+        let kind = match e.classify() {
+            Category::Io => ErrorKind::Io(e.io_error_kind().unwrap_or(io::ErrorKind::Other)),
+            Category::Syntax | Category::Eof => ErrorKind::Syntax,
+            Category::Data => ErrorKind::Shape,
+        };
+        Self { kind, message: e.to_string() }
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        Self { kind: ErrorKind::Io(e.kind()), message: e.to_string() }
+    }
+}
 
 /// A JSON document read from `R`.
 #[derive(Debug)]
@@ -22,7 +74,8 @@ pub struct JsonStream<R> {
     /// The next byte to read in `buf`.
     pos: usize,
     eof: bool,
-    /// Newlines in the bytes dropped from the front of `buf`, and the column there.
+    /// Bytes and newlines dropped from the front of `buf`, and the column there.
+    bytes_before: u64,
     lines_before: u64,
     column_before: u64,
 }
@@ -38,11 +91,11 @@ struct Scan {
 impl<R: Read> JsonStream<R> {
     /// A stream over `reader`.
     pub fn new(reader: R) -> Self {
-        Self { reader, buf: Vec::new(), pos: 0, eof: false, lines_before: 0, column_before: 0 }
+        Self { reader, buf: Vec::new(), pos: 0, eof: false, bytes_before: 0, lines_before: 0, column_before: 0 }
     }
 
     /// Reads more bytes, dropping those before `keep` first; false at the end of the input.
-    fn fill(&mut self, keep: usize) -> Result<bool, serde_json::Error> {
+    fn fill(&mut self, keep: usize) -> Result<bool, Error> {
         if self.eof {
             return Ok(false);
         }
@@ -54,6 +107,7 @@ impl<R: Read> JsonStream<R> {
                 None => self.column_before += keep as u64,
             }
             self.lines_before += newlines;
+            self.bytes_before += keep as u64;
             self.buf.drain(..keep);
             self.pos -= keep;
         }
@@ -65,7 +119,7 @@ impl<R: Read> JsonStream<R> {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     self.buf.truncate(old);
-                    return Err(serde_json::Error::io(e));
+                    return Err(e.into());
                 }
             }
         };
@@ -75,7 +129,7 @@ impl<R: Read> JsonStream<R> {
     }
 
     /// The next byte that is not white space, not consumed; `None` at the end.
-    fn peek(&mut self) -> Result<Option<u8>, serde_json::Error> {
+    fn peek(&mut self) -> Result<Option<u8>, Error> {
         loop {
             while let Some(&b) = self.buf.get(self.pos) {
                 if !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
@@ -89,10 +143,26 @@ impl<R: Read> JsonStream<R> {
         }
     }
 
-    /// An error at the current position.
-    pub fn error(&self, what: &str) -> serde_json::Error {
-        let (line, column) = self.position(self.pos);
-        serde_json::Error::custom(format!("{what} at line {line} column {column}"))
+    /// Where the current position is, for a message.
+    fn here(&self) -> String {
+        self.place(self.pos)
+    }
+
+    /// Where byte `at` of the buffer is in the document, for a message: line and column
+    /// (1-based), and the byte offset (0-based).
+    fn place(&self, at: usize) -> String {
+        let (line, column) = self.position(at);
+        format!("at line {line} column {column} (byte {})", self.bytes_before + at as u64)
+    }
+
+    /// The bytes at the current position are not JSON.
+    fn syntax(&self, what: &str) -> Error {
+        Error::syntax(format!("{what} {}", self.here()))
+    }
+
+    /// A value of the wrong shape at the current position (the bytes are valid JSON).
+    pub fn error(&self, what: &str) -> Error {
+        Error::shape(format!("{what} {}", self.here()))
     }
 
     /// Line and column (1-based) of byte `at` of the buffer.
@@ -106,34 +176,41 @@ impl<R: Read> JsonStream<R> {
         (self.lines_before + newlines + 1, column)
     }
 
-    /// Consumes `{`.
-    pub fn begin_object(&mut self, what: &str) -> Result<(), serde_json::Error> {
+    /// Consumes `{`. Anything else is a shape error if it is a JSON value (read to its end to
+    /// know), a syntax error if not.
+    pub fn begin_object(&mut self, what: &str) -> Result<(), Error> {
         match self.peek()? {
             Some(b'{') => {
                 self.pos += 1;
                 Ok(())
             }
-            Some(_) => Err(self.error(&format!("expected {what}"))),
-            None => Err(self.error(&format!("EOF while parsing {what}"))),
+            Some(_) => {
+                let wrong = self.error(&format!("expected {what}"));
+                self.skip_value()?;
+                Err(wrong)
+            }
+            None => Err(self.syntax(&format!("EOF while parsing {what}"))),
         }
     }
 
     /// The next key of the object being read, into `key` (reused), its `:` consumed; false after
     /// the last (its `}` consumed). `first` is true for the object's first call.
-    pub fn next_key(&mut self, first: &mut bool, key: &mut String) -> Result<bool, serde_json::Error> {
+    pub fn next_key(&mut self, first: &mut bool, key: &mut String) -> Result<bool, Error> {
         match self.peek()? {
             Some(b'}') => {
                 self.pos += 1;
                 return Ok(false);
             }
             Some(b',') if !*first => self.pos += 1,
-            None => return Err(self.error("EOF while parsing an object")),
-            Some(_) if !*first => return Err(self.error("expected `,` or `}`")),
+            None => return Err(self.syntax("EOF while parsing an object")),
+            Some(_) if !*first => return Err(self.syntax("expected `,` or `}`")),
             Some(_) => {}
         }
         *first = false;
-        if self.peek()? != Some(b'"') {
-            return Err(self.error("key must be a string"));
+        match self.peek()? {
+            Some(b'"') => {}
+            None => return Err(self.syntax("EOF while parsing an object")),
+            Some(_) => return Err(self.syntax("key must be a string")),
         }
         let (start, end) = self.scan_value()?;
         let raw = &self.buf[start..end];
@@ -147,12 +224,13 @@ impl<R: Read> JsonStream<R> {
                 self.pos += 1;
                 Ok(true)
             }
-            _ => Err(self.error("expected `:`")),
+            None => Err(self.syntax("EOF while parsing an object")),
+            _ => Err(self.syntax("expected `:`")),
         }
     }
 
     /// The next value, whole.
-    pub fn value<T: DeserializeOwned>(&mut self) -> Result<T, serde_json::Error> {
+    pub fn value<T: DeserializeOwned>(&mut self) -> Result<T, Error> {
         let (start, end) = self.scan_value()?;
         self.parse_slice(start, end)
     }
@@ -161,50 +239,55 @@ impl<R: Read> JsonStream<R> {
     pub fn with_value<T>(
         &mut self,
         read: impl FnOnce(&mut serde_json::Deserializer<serde_json::de::SliceRead<'_>>) -> Result<T, serde_json::Error>,
-    ) -> Result<T, serde_json::Error> {
+    ) -> Result<T, Error> {
         let (start, end) = self.scan_value()?;
         let mut de = serde_json::Deserializer::from_slice(&self.buf[start..end]);
         let value = read(&mut de).and_then(|v| de.end().map(|()| v));
-        value.map_err(|e| self.relocate(e, start))
+        value.map_err(|e| self.relocate(e, start, end))
     }
 
     /// Skips the next value.
-    pub fn skip_value(&mut self) -> Result<(), serde_json::Error> {
-        self.value::<serde::de::IgnoredAny>().map(|_| ())
+    pub fn skip_value(&mut self) -> Result<(), Error> {
+        self.value::<IgnoredAny>().map(|_| ())
     }
 
     /// Checks that nothing but white space follows.
-    pub fn end(&mut self) -> Result<(), serde_json::Error> {
+    pub fn end(&mut self) -> Result<(), Error> {
         match self.peek()? {
             None => Ok(()),
-            Some(_) => Err(self.error("trailing characters")),
+            Some(_) => Err(self.syntax("trailing characters")),
         }
     }
 
-    fn parse_slice<T: DeserializeOwned>(&self, start: usize, end: usize) -> Result<T, serde_json::Error> {
-        serde_json::from_slice(&self.buf[start..end]).map_err(|e| self.relocate(e, start))
+    fn parse_slice<T: DeserializeOwned>(&self, start: usize, end: usize) -> Result<T, Error> {
+        serde_json::from_slice(&self.buf[start..end]).map_err(|e| self.relocate(e, start, end))
     }
 
-    /// serde_json's error about a value starting at `start`, placed in the whole document.
-    fn relocate(&self, e: serde_json::Error, start: usize) -> serde_json::Error {
-        if e.is_io() || e.line() == 0 {
-            return e;
-        }
-        let (line, column) = self.position(start);
-        let (line, column) = if e.line() == 1 {
-            (line, column + e.column() as u64 - 1)
-        } else {
-            (line + e.line() as u64 - 1, e.column() as u64)
+    /// serde_json's error about the value in `start..end`, placed in the whole document. A
+    /// shape error in a value that is not JSON either is reported as the syntax error: a body
+    /// that is not JSON is that first.
+    fn relocate(&self, e: serde_json::Error, start: usize, end: usize) -> Error {
+        let e = match e.classify() {
+            serde_json::error::Category::Data => {
+                serde_json::from_slice::<IgnoredAny>(&self.buf[start..end]).err().unwrap_or(e)
+            }
+            _ => e,
         };
+        if e.is_io() || e.line() == 0 {
+            return e.into();
+        }
+        let value = &self.buf[start..end];
+        let at = start + offset_of(value, e.line(), e.column());
         let text = e.to_string();
         let message = text.rsplit_once(" at line ").map_or(text.as_str(), |(m, _)| m);
-        serde_json::Error::custom(format!("{message} at line {line} column {column}"))
+        let kind = Error::from(e).kind;
+        Error { kind, message: format!("{message} {}", self.place(at)) }
     }
 
     /// Finds the end of the value starting at the next non-white byte, reading as much as it
     /// takes; consumes it and returns its span in the buffer.
-    fn scan_value(&mut self) -> Result<(usize, usize), serde_json::Error> {
-        let Some(first) = self.peek()? else { return Err(self.error("EOF while parsing a value")) };
+    fn scan_value(&mut self) -> Result<(usize, usize), Error> {
+        let Some(first) = self.peek()? else { return Err(self.syntax("EOF while parsing a value")) };
         let compound = matches!(first, b'"' | b'{' | b'[');
         let (mut start, mut at) = (self.pos, self.pos);
         let mut state = Scan::default();
@@ -219,7 +302,7 @@ impl<R: Read> JsonStream<R> {
             if !self.fill(dropped)? {
                 self.pos = self.buf.len();
                 if compound {
-                    return Err(self.error("EOF while parsing a value"));
+                    return Err(self.syntax("EOF while parsing a value"));
                 }
                 // A number or literal that ends the document.
                 return Ok((start - dropped, self.buf.len()));
@@ -227,6 +310,16 @@ impl<R: Read> JsonStream<R> {
             (start, at) = (start - dropped, at - dropped);
         }
     }
+}
+
+/// The byte offset in `value` of serde_json's (1-based) `line` and `column` there; serde_json
+/// points at the byte it stopped at, column 0 being a line's newline.
+fn offset_of(value: &[u8], line: usize, column: usize) -> usize {
+    let line_start = match line {
+        0 | 1 => 0,
+        n => value.iter().enumerate().filter(|(_, b)| **b == b'\n').nth(n - 2).map_or(value.len(), |(i, _)| i + 1),
+    };
+    (line_start + column).saturating_sub(1).min(value.len())
 }
 
 /// Scans `bytes`, the continuation of a value whose first byte is `first` (at `bytes[0]` when
@@ -305,7 +398,7 @@ mod tests {
         }
     }
 
-    fn walk(text: &[u8], step: usize) -> Result<Vec<(String, Value)>, serde_json::Error> {
+    fn walk(text: &[u8], step: usize) -> Result<Vec<(String, Value)>, Error> {
         let mut s = JsonStream::new(Trickle(text, step));
         s.begin_object("an object")?;
         let (mut first, mut key, mut out) = (true, String::new(), Vec::new());

@@ -2,6 +2,7 @@
 //! encoding, document parsing and validation. Nothing here knows about HTTP, SQL or I/O.
 
 pub mod block;
+pub mod chunk_check;
 pub mod codecs;
 pub mod consolidated;
 pub mod document;
@@ -18,6 +19,8 @@ pub mod native;
 pub mod patch;
 pub mod path;
 pub mod quicklook;
+#[cfg(test)]
+mod robustness;
 pub mod source;
 pub mod spill;
 pub mod v2view;

@@ -13,7 +13,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 use super::document::{DocNode, Document, SourceFacts, UrlTable};
-use super::json_stream::JsonStream;
+use super::json_stream::{self, JsonStream};
 use super::manifest::{RawManifest, RawRef, normalize_source_url};
 use super::spill::Scratch;
 
@@ -24,10 +24,10 @@ pub const BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpos
         .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
 );
 
-/// The document is not JSON, or not shaped like a native manifest.
+/// The document is not JSON, or not shaped like a native manifest (its kind says which).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct SyntaxError(#[from] pub serde_json::Error);
+pub struct SyntaxError(#[from] pub json_stream::Error);
 
 /// Reads a native document from `reader` as it arrives, its references kept in `scratch`.
 pub fn parse_reader(reader: impl Read, scratch: &Scratch) -> Result<Document, SyntaxError> {
@@ -43,7 +43,7 @@ pub fn parse_slice(bytes: &[u8]) -> Result<Document, SyntaxError> {
     parse_reader(bytes, &Scratch::in_memory())
 }
 
-fn read_document<R: Read>(s: &mut JsonStream<R>, doc: &mut Document) -> Result<(), serde_json::Error> {
+fn read_document<R: Read>(s: &mut JsonStream<R>, doc: &mut Document) -> Result<(), json_stream::Error> {
     s.begin_object(r#"a manifest document {"nodes": {...}}"#)?;
     let (mut first, mut key) = (true, String::new());
     let mut saw_nodes = false;
@@ -80,7 +80,7 @@ fn read_document<R: Read>(s: &mut JsonStream<R>, doc: &mut Document) -> Result<(
     Ok(())
 }
 
-fn read_nodes<R: Read>(s: &mut JsonStream<R>, doc: &mut Document) -> Result<(), serde_json::Error> {
+fn read_nodes<R: Read>(s: &mut JsonStream<R>, doc: &mut Document) -> Result<(), json_stream::Error> {
     s.begin_object("an object of nodes by path")?;
     let (mut first, mut path) = (true, String::new());
     let mut paths = PathCache::new();
@@ -99,7 +99,7 @@ fn read_node<R: Read>(
     doc: &mut Document,
     path: &str,
     paths: &mut PathCache,
-) -> Result<DocNode, serde_json::Error> {
+) -> Result<DocNode, json_stream::Error> {
     s.begin_object(&format!("node {path:?} as a zarr.json object"))?;
     let (mut first, mut key) = (true, String::new());
     let mut metadata = Map::new();
@@ -125,7 +125,7 @@ fn read_manifest<R: Read>(
     path: &str,
     paths: &mut PathCache,
     manifest: &mut RawManifest,
-) -> Result<(), serde_json::Error> {
+) -> Result<(), json_stream::Error> {
     s.begin_object(&format!("the manifest of array {path:?}: an object of chunk references"))?;
     let (mut first, mut key) = (true, String::new());
     let mut indices = Vec::new();

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::block::{BlockBuilder, ChunkRef, ManifestBlock, SourceCheck};
+use super::chunk_check::{ChunkCheck, DecodeBudget};
 use super::document::{Document, SourceFacts};
 use super::grid::ChunkLocation;
 use super::hierarchy::Hierarchy;
@@ -13,7 +14,7 @@ use super::limits::Limits;
 use super::manifest::RawRef;
 use super::metadata::{ArrayLayout, NodeKind, Tiling, validate_node_tiled};
 use super::path::NodePath;
-use super::validate::{Rejected, ValidNode, add_implicit_groups, check_names, check_ref, display_key};
+use super::validate::{Rejected, ValidNode, add_implicit_groups, check_chunk, check_names, check_ref, display_key};
 
 /// What a PATCH does to one array.
 #[derive(Debug)]
@@ -101,6 +102,7 @@ pub fn plan(
         nodes.insert(node.path.clone(), ValidNode::new(node.path.clone(), &node.metadata(), node.kind.clone()));
     }
     let mut arrays = Vec::new();
+    let (mut budget, mut decoding) = (DecodeBudget::default(), Vec::new());
     for (path_text, doc_node) in doc_nodes {
         let path = match NodePath::new(&path_text).map_err(|e| e.to_string()).and_then(|p| {
             limits.check_depth(&p)?;
@@ -160,6 +162,7 @@ pub fn plan(
             };
             let mut changes = Vec::with_capacity(manifest.len());
             let mut cleared_beyond = BTreeSet::new();
+            let chunks = ChunkCheck::new(&metadata, layout.grid.chunk_shape());
             for (indices, r) in manifest.entries()? {
                 let indices = indices.as_slice();
                 let coords: &[u64] = if layout.grid.ndim() == 0 && indices == [0] { &[] } else { indices };
@@ -175,7 +178,11 @@ pub fn plan(
                     ));
                     continue;
                 };
-                let r = match check_ref(r, &urls, &sources, &object_sizes) {
+                let checked = match check_ref(r, &urls, &sources, &object_sizes) {
+                    Ok(r) => check_chunk(r, &chunks, &manifest, &mut decoding, &mut budget)?.map(|()| r),
+                    Err(p) => Err(p),
+                };
+                let r = match checked {
                     Ok(r) => r,
                     Err(p) => {
                         problems.push(format!("array {path}, chunk {}: {p}", display_key(indices)));

@@ -14,6 +14,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::block::{BlockBuilder, SourceCheck};
+use super::chunk_check::{ChunkCheck, DecodeBudget};
 use super::document::{Document, Problems, SourceFacts, UrlTable};
 use super::grid::{ChunkLocation, DEFAULT_TILE_CHUNKS};
 use super::key::manifest_key;
@@ -179,11 +180,13 @@ pub fn validate_tiled(
     let refs = RefCheck { urls: &urls, sources: &sources, object_sizes: &object_sizes };
     let mut out = BlockOutput { blocks: SpillLog::new(&scratch), index: Vec::new(), urls: &urls_list, checks: &checks };
     let mut summary = Summary { sources: urls_list.len() as u64, ..Summary::default() };
+    let mut budget = DecodeBudget::default();
     for (path, manifest) in manifests {
         let Ok(node) = nodes.binary_search_by(|n| n.path.cmp(&path)) else { continue };
         let NodeKind::Array(layout) = &nodes[node].kind else { continue };
-        let array = ArrayInput { node, path: &path, layout, manifest: &manifest };
-        add_array(&array, &refs, &scratch, &mut problems, &mut summary, &mut out)?;
+        let chunks = ChunkCheck::new(&nodes[node].metadata, layout.grid.chunk_shape());
+        let array = ArrayInput { node, path: &path, layout, manifest: &manifest, chunks: &chunks };
+        add_array(&array, &refs, &scratch, &mut problems, &mut summary, &mut out, &mut budget)?;
     }
     if !problems.is_empty() {
         return Err(Rejected::Invalid(problems.into_vec()));
@@ -221,6 +224,7 @@ struct ArrayInput<'a> {
     path: &'a NodePath,
     layout: &'a ArrayLayout,
     manifest: &'a RawManifest,
+    chunks: &'a ChunkCheck,
 }
 
 /// Where the encoded blocks go.
@@ -278,8 +282,10 @@ fn add_array(
     problems: &mut Problems,
     summary: &mut Summary,
     out: &mut BlockOutput<'_>,
+    budget: &mut DecodeBudget,
 ) -> io::Result<()> {
     let grid = &a.layout.grid;
+    let mut decoding = Vec::new();
     // A quarter of the budget for the sort's buffer, the rest for the logs beside it.
     let segment = (scratch.budget() / 4 / size_of::<Located>()).clamp(1 << 10, 1 << 26);
     // The sorter names its runs 0, 1, ... in the directory it is given: a sort that may spill
@@ -309,7 +315,11 @@ fn add_array(
             ));
             continue;
         };
-        let r = match check_ref(r, refs.urls, refs.sources, refs.object_sizes) {
+        let checked = match check_ref(r, refs.urls, refs.sources, refs.object_sizes) {
+            Ok(r) => check_chunk(r, a.chunks, a.manifest, &mut decoding, budget)?.map(|()| r),
+            Err(p) => Err(p),
+        };
+        let r = match checked {
             Ok(r) => r,
             Err(p) => {
                 problems.push(format!("array {}, chunk {}: {p}", a.path, display_key(indices)));
@@ -378,6 +388,27 @@ impl BlockOutput<'_> {
         let offset = self.blocks.append(&encoded);
         self.index.push((node, tile, offset, encoded.len() as u64));
     }
+}
+
+/// Checks a reference's bytes against the array's codecs ([`ChunkCheck`]): the length of a
+/// virtual chunk, the length or the decoding of an inline one (the problem, if any). `buffer`
+/// is reused; reading the inline bytes back from scratch space may fail.
+pub(super) fn check_chunk(
+    r: RawRef,
+    chunks: &ChunkCheck,
+    manifest: &RawManifest,
+    buffer: &mut Vec<u8>,
+    budget: &mut DecodeBudget,
+) -> io::Result<Result<(), String>> {
+    Ok(match r {
+        RawRef::Virtual { length, .. } => chunks.length(length),
+        RawRef::Inline { start, len } if chunks.decodes() => {
+            manifest.inline_bytes(start, len, buffer)?;
+            chunks.decode(buffer, budget)
+        }
+        RawRef::Inline { len, .. } => chunks.length(len).map_err(|why| format!("inline: {why}")),
+        RawRef::Clear => Ok(()),
+    })
 }
 
 pub(super) fn display_key(indices: &[u64]) -> String {

@@ -17,7 +17,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 use super::document::{DocNode, Document, Problems, UrlTable};
-use super::json_stream::JsonStream;
+use super::json_stream::{self, JsonStream};
 use super::key::ChunkKeyEncoding;
 use super::manifest::{RawRef, normalize_literal_path};
 use super::metadata::array_layout;
@@ -61,7 +61,7 @@ pub fn parse_reader(reader: impl Read, scratch: &Scratch) -> Result<Document, Sy
 }
 
 /// One reference: a metadata document, or a chunk's.
-fn add_ref<R: Read>(s: &mut JsonStream<R>, c: &mut Collected, key: &str) -> Result<(), serde_json::Error> {
+fn add_ref<R: Read>(s: &mut JsonStream<R>, c: &mut Collected, key: &str) -> Result<(), json_stream::Error> {
     match split_metadata_key(key) {
         Some((node, name)) => {
             let value: Value = s.value()?;

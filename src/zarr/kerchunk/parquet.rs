@@ -56,7 +56,10 @@ pub enum ArchiveError {
     /// Reading the body failed (too large, or the client went away).
     #[error("reading the request body failed: {0}")]
     Io(io::Error),
-    /// Not a tar archive of kerchunk parquet references.
+    /// Not a tar archive at all.
+    #[error("{0}")]
+    NotTar(String),
+    /// A tar archive, not of kerchunk parquet references.
     #[error("{0}")]
     Invalid(String),
 }
@@ -68,7 +71,7 @@ pub fn parse_tar(reader: impl Read, scratch: &Scratch) -> Result<Document, Archi
     let mut archive = tar::Archive::new(Tracked { inner: reader, failure: failure.clone() });
     let fail = |e: io::Error, what: &str| match failure.borrow_mut().take() {
         Some(body) => ArchiveError::Io(body),
-        None => ArchiveError::Invalid(format!("the body is not a valid tar archive ({what}: {e})")),
+        None => ArchiveError::NotTar(format!("the body is not a valid tar archive ({what}: {e})")),
     };
     let mut import = Import { scratch: scratch.clone(), waiting_bytes: SpillLog::new(scratch), ..Import::default() };
     let mut parquet_files = 0usize;

@@ -17,26 +17,27 @@ fn doc(manifest: &str) -> Document {
 #[test]
 fn builds_blocks_and_implicit_groups() {
     let store =
-        validate(doc(r#"{"1.1": {"path": "/d/a.nc", "offset": 8, "length": 4}, "0.0": {"data": "AAAAAA=="}}"#), &|u| {
+        // Chunks of 5 x 2 float32: 40 bytes each.
+        validate(doc(&format!(r#"{{"1.1": {{"path": "/d/a.nc", "offset": 8, "length": 40}}, "0.0": {{"data": "{}"}}}}"#, BASE64.encode([0u8; 40]))), &|u| {
             u.starts_with("file:///d/")
         })
         .unwrap();
     let paths: Vec<&str> = store.nodes.iter().map(|n| n.path.as_str()).collect();
     assert_eq!(paths, ["", "g", "g/air"]);
     assert_eq!(store.summary.chunks, ChunkCounts { virtual_: 1, inline: 1, missing: 2 });
-    assert_eq!((store.summary.arrays, store.summary.groups, store.summary.referenced_bytes), (1, 2, 4));
+    assert_eq!((store.summary.arrays, store.summary.groups, store.summary.referenced_bytes), (1, 2, 40));
     let blocks: Vec<_> = store.blocks().collect::<io::Result<_>>().unwrap();
     assert_eq!(blocks.len(), 1);
     let block = ManifestBlock::decode(&blocks[0].data).unwrap();
-    assert_eq!(block.get(0), ChunkRef::Inline(bytes::Bytes::from_static(&[0, 0, 0, 0])));
-    assert!(matches!(block.get(3), ChunkRef::Virtual { offset: 8, length: 4, .. }));
+    assert_eq!(block.get(0), ChunkRef::Inline(bytes::Bytes::from_static(&[0; 40])));
+    assert!(matches!(block.get(3), ChunkRef::Virtual { offset: 8, length: 40, .. }));
 }
 
 #[test]
 fn lists_every_problem() {
     let problems = validate(
-        doc(r#"{"2.0": {"path": "/d/a.nc", "offset": 0, "length": 4},
-                "0.0": {"path": "/elsewhere/b.nc", "offset": 0, "length": 4},
+        doc(r#"{"2.0": {"path": "/d/a.nc", "offset": 0, "length": 40},
+                "0.0": {"path": "/elsewhere/b.nc", "offset": 0, "length": 40},
                 "0.1": {"path": "/d/a.nc", "offset": 0, "length": 5000000000}}"#),
         &|u| u.starts_with("file:///d/"),
     )
@@ -88,7 +89,8 @@ fn declared_sizes_are_checked() {
     assert!(problems[0].contains("beyond the end of file:///d/a (100 bytes)"), "{problems:?}");
 }
 
-/// A document of `n` references to a 3-d array, written in a scrambled order, with a
+/// A document of `n` references to a 3-d array of one-element uint64 chunks (8 bytes each),
+/// written in a scrambled order, with a
 /// duplicate of the first key when `duplicate`.
 fn big(n: u64, duplicate: bool) -> String {
     let mut entries = Vec::new();
@@ -98,16 +100,16 @@ fn big(n: u64, duplicate: bool) -> String {
         let entry = if j.is_multiple_of(97) {
             format!(r#""{key}": {{"data": "{}"}}"#, BASE64.encode(j.to_le_bytes()))
         } else {
-            format!(r#""{key}": {{"path": "/d/f{}.nc", "offset": {}, "length": {}}}"#, j % 3, j * 10, 1 + j % 50)
+            format!(r#""{key}": {{"path": "/d/f{}.nc", "offset": {}, "length": 8}}"#, j % 3, j * 10)
         };
         entries.push(entry);
     }
     if duplicate {
-        entries.push(r#""0.0.1": {"path": "/d/f0.nc", "offset": 1, "length": 1}"#.into());
+        entries.push(r#""0.0.1": {"path": "/d/f0.nc", "offset": 1, "length": 8}"#.into());
     }
     let t = n.div_ceil(400);
     format!(
-        r#"{{"nodes": {{"v": {{"zarr_format": 3, "node_type": "array", "shape": [{t}, 20, 20], "data_type": "uint8",
+        r#"{{"nodes": {{"v": {{"zarr_format": 3, "node_type": "array", "shape": [{t}, 20, 20], "data_type": "uint64",
         "chunk_grid": {{"name": "regular", "configuration": {{"chunk_shape": [1, 1, 1]}}}},
         "chunk_key_encoding": {{"name": "default"}}, "fill_value": 0, "codecs": [{{"name": "bytes"}}],
         "manifest": {{{}}}}}}}}}"#,

@@ -170,13 +170,14 @@ fn bad_files_are_problems_naming_them() {
 #[test]
 fn unusable_archives_are_refused() {
     let refused = |body: &[u8]| match parse_tar(body, &Scratch::in_memory()) {
-        Err(ArchiveError::Invalid(why)) => why,
+        Err(ArchiveError::Invalid(why) | ArchiveError::NotTar(why)) => why,
         other => panic!("{other:?}"),
     };
     let file = refs_file(&[R::Null], 1);
     assert!(refused(&tar(&[("x/refs.0.parq", &file)])).contains("has no .zmetadata (found 1 refs.*.parq"));
     assert!(refused(&tar(&[])).contains("has no .zmetadata"));
     assert!(refused(b"{\"version\": 1, \"refs\": {}}").contains("not a valid tar archive"));
+    assert!(matches!(parse_tar(&b"{}"[..], &Scratch::in_memory()), Err(ArchiveError::NotTar(_))), "not a tar: 400");
     let mut cut = tar(&[(".zmetadata", &zmetadata(4)), ("g/air/refs.0.parq", &file)]);
     cut.truncate(1100);
     assert!(refused(&cut).contains("not a valid tar archive"), "{}", refused(&cut));
