@@ -19,7 +19,7 @@ use super::grid::{ChunkLocation, DEFAULT_TILE_CHUNKS};
 use super::key::manifest_key;
 use super::limits::Limits;
 use super::manifest::{RawManifest, RawRef};
-use super::metadata::{ArrayLayout, NodeKind, Tiling, validate_node_tiled};
+use super::metadata::{ArrayLayout, NodeKind, Tiling, array_layout_tiled, validate_node_tiled};
 use super::path::{NodePath, normalisation_clashes};
 use super::spill::{Scratch, SpillLog, get_u8, get_varint, put_varint};
 
@@ -131,6 +131,9 @@ pub fn validate_tiled(
     }
     let mut nodes: BTreeMap<NodePath, ValidNode> = BTreeMap::new();
     let mut manifests = Vec::new();
+    // Arrays whose metadata is refused (an unknown codec) but whose chunk grid is known: their
+    // manifests are still checked, so that every problem of the document is listed at once.
+    let mut refused_arrays = Vec::new();
     for (path_text, mut node) in doc_nodes {
         let path = match NodePath::new(&path_text).map_err(|e| e.to_string()).and_then(|p| {
             limits.check_depth(&p)?;
@@ -152,7 +155,14 @@ pub fn validate_tiled(
                 }
                 nodes.insert(path.clone(), ValidNode { path, metadata: node.metadata, kind });
             }
-            Err(list) => list.into_iter().for_each(|p| problems.push(format!("node {path}: {p}"))),
+            Err(list) => {
+                list.into_iter().for_each(|p| problems.push(format!("node {path}: {p}")));
+                if let Some(manifest) = node.manifest.take()
+                    && let Ok(layout) = array_layout_tiled(&node.metadata, Tiling::New(tile_chunks))
+                {
+                    refused_arrays.push((path, layout, manifest));
+                }
+            }
         }
     }
     add_implicit_groups(&mut nodes, &mut problems);
@@ -174,6 +184,11 @@ pub fn validate_tiled(
         let Ok(node) = nodes.binary_search_by(|n| n.path.cmp(&path)) else { continue };
         let NodeKind::Array(layout) = &nodes[node].kind else { continue };
         let array = ArrayInput { node, path: &path, layout, manifest: &manifest };
+        add_array(&array, &refs, &scratch, &mut problems, &mut summary, &mut out)?;
+    }
+    for (path, layout, manifest) in &refused_arrays {
+        // The document already has a problem: nothing is encoded, the node index is never used.
+        let array = ArrayInput { node: usize::MAX, path, layout, manifest };
         add_array(&array, &refs, &scratch, &mut problems, &mut summary, &mut out)?;
     }
     if !problems.is_empty() {
