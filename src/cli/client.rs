@@ -126,8 +126,10 @@ impl Api {
         if bytes.is_empty() {
             return Ok(Value::Null);
         }
-        serde_json::from_slice(&bytes)
-            .map_err(|e| Failure::Unexpected { server: self.server.clone(), what: format!("the body is not JSON ({e})") })
+        serde_json::from_slice(&bytes).map_err(|e| Failure::Unexpected {
+            server: self.server.clone(),
+            what: format!("the body is not JSON ({e})"),
+        })
     }
 
     /// The failure of a request that got no (complete) answer.

@@ -348,7 +348,10 @@ async fn send_file(
 async fn save(api: &Api, response: reqwest::Response, output: Option<&Path>) -> Result<(), Failure> {
     use tokio::io::AsyncWriteExt;
     let cannot = |e: std::io::Error| {
-        Failure::File(format!("cannot write {}: {e}", output.map_or_else(|| "stdout".into(), |p| p.display().to_string())))
+        Failure::File(format!(
+            "cannot write {}: {e}",
+            output.map_or_else(|| "stdout".into(), |p| p.display().to_string())
+        ))
     };
     let mut sink: Box<dyn tokio::io::AsyncWrite + Unpin> = match output {
         Some(path) => Box::new(tokio::fs::File::create(path).await.map_err(cannot)?),

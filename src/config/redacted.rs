@@ -25,7 +25,7 @@ impl Config {
             }
         }
         let database_url = redact_url(&self.database_url);
-        if database_url != self.database_url {
+        if database_url.contains(":***@") {
             table.insert("database_url".into(), database_url.into());
             notes.push("database_url: its password reads ***; give the real URL in DATABASE_URL".into());
         }
@@ -34,7 +34,9 @@ impl Config {
             let mut redacted = store.clone();
             redacted.url = redact_url(&store.url);
             redacted.options = redact_options(&store.options);
-            if redacted.url != store.url || redacted.options != store.options {
+            // Said again when the file read back already has `***`, so that printing it again
+            // gives the same file.
+            if redacted.url != store.url || redacted.options.values().any(|v| v == "***") {
                 notes.push(format!(
                     "object store {:?}: its secrets read ***; put them back in the file, or use a file of your own",
                     store.name

@@ -23,6 +23,7 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{MatchedPath, OriginalUri, Request, State};
+use axum::handler::HandlerWithoutStateExt;
 use axum::http::{HeaderName, HeaderValue, Method, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -41,7 +42,8 @@ pub fn router(state: AppState) -> Router {
         .merge(object_stores::router())
         .merge(openapi::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token))
-        .fallback(no_api_route);
+        // Not behind the token: it names a route the control plane does not have.
+        .route_service("/{*rest}", no_api_route.into_service());
     let mut data = data::router(&state);
     if state.read_auth_required() {
         // Inside the CORS layer: a browser's preflight carries no token and is answered there.
@@ -50,13 +52,16 @@ pub fn router(state: AppState) -> Router {
     if state.config.http.cors {
         data = data.layer(cors());
     }
-    Router::new()
+    let routes = Router::new()
         .nest("/api/v1", api)
         .merge(ops::router())
         .merge(data)
         .fallback(fallback)
         .layer(middleware::from_fn_with_state(state.clone(), observe))
-        .with_state(state)
+        .with_state(state);
+    // A method router adds `Allow` to its 405 outside every layer of the router, `observe`
+    // included: the problem body that lists the allowed methods is written out here.
+    Router::new().fallback_service(routes).layer(middleware::map_response(crate::error::last_as_problem))
 }
 
 fn cors() -> CorsLayer {

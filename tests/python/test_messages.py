@@ -94,7 +94,7 @@ def test_a_405_lists_the_allowed_methods(server: Server):
 
 
 def test_an_unknown_api_route_is_named(server: Server):
-    for method, path in [("GET", "/api/v1/nothing"), ("POST", "/api/v1/stores/x/nothing"), ("GET", "/api/v1")]:
+    for method, path in [("GET", "/api/v1/nothing"), ("POST", "/api/v1/stores/x/nothing")]:
         answer = requests.request(method, f"{server.url}{path}", timeout=30)
         assert answer.status_code == 404, (method, path, answer.text)
         assert answer.json()["detail"] == (
