@@ -4,10 +4,10 @@
 #   scripts/check-deploy.sh                 # all parts
 #   scripts/check-deploy.sh kubernetes cdn  # some: kubernetes, compose, cdn, docker
 #
-# kubernetes  renders deploy/kubernetes/base and every overlay (deploy/tools/kustomize_lite.py,
-#             compared with `kubectl kustomize` or `kustomize build` when either is on PATH),
-#             validates every resource against the Kubernetes 1.29 and 1.37 JSON schemas
-#             (kubernetes-validate --strict, schemas shipped in the package, no download), and
+# kubernetes  renders deploy/kubernetes/base and every overlay with `kubectl kustomize` (or
+#             `kustomize build`; fails when neither is on PATH), validates every resource
+#             against the Kubernetes 1.29 and 1.37 JSON schemas (kubernetes-validate
+#             --strict, schemas shipped in the package, no download), and
 #             checks what the manifests promise: probes on /readyz and /healthz, non-root and
 #             read-only root file system, the image's uid and port, the ConfigMap's
 #             zarrgate.toml, terminationGracePeriodSeconds above drain_seconds + preStop,

@@ -4,6 +4,8 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
+mod redacted;
+
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

@@ -193,8 +193,24 @@ pub fn problem(status: StatusCode, kind: &str, detail: &str, problems: Option<&[
 }
 
 /// Turns an error answer the framework wrote itself (a query, path or body it could not read:
-/// `text/plain`; a method not allowed: empty) into problem+json like every other error.
+/// `text/plain`; a method not allowed: empty) into problem+json like every other error. Cheap
+/// for every other answer: it looks at the status and the content type only.
 pub async fn as_problem(response: Response) -> Response {
+    // The method router adds `Allow` after the router's layers have seen its 405: that one is
+    // written by [`last_as_problem`], once it has passed them all, with the methods it lists.
+    if response.status() == StatusCode::METHOD_NOT_ALLOWED && !response.headers().contains_key(header::ALLOW) {
+        return response;
+    }
+    render_as_problem(response).await
+}
+
+/// [`as_problem`] around the whole router (`http::router`): what is still not problem+json
+/// there, a 405 with its `Allow` header now.
+pub async fn last_as_problem(response: Response) -> Response {
+    render_as_problem(response).await
+}
+
+async fn render_as_problem(response: Response) -> Response {
     let status = response.status();
     let is_problem = response
         .headers()

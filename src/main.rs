@@ -1,6 +1,8 @@
-//! The `zarrgate` command: parse flags, load the configuration, serve.
+//! The `zarrgate` command: parse flags, load the configuration, serve; or print the
+//! configuration; or drive a running server's control plane (`zarrgate::cli`).
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -16,18 +18,35 @@ use zarrgate::config::Config;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
-#[command(name = "zarrgate", version, about = "Serve archival files as a Zarr v3 store over HTTP")]
+#[command(
+    name = "zarrgate",
+    version,
+    about = "Serve archival files as a Zarr v3 store over HTTP",
+    long_about = "Serve archival files as a Zarr v3 store over HTTP.\n\n\
+        `zarrgate` alone runs the server, with the same flags as `zarrgate serve`: \
+        `zarrgate --listen 0.0.0.0:8080` and `zarrgate serve --listen 0.0.0.0:8080` are one command. \
+        `zarrgate stores ...` and `zarrgate object-stores ...` drive a running server's control plane \
+        (`--server`, default http://127.0.0.1:8080; admin token from ZARRGATE_TOKEN).",
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
+    /// The server's flags, for `zarrgate` with no command.
+    #[command(flatten)]
+    serve: ServeArgs,
     #[command(subcommand)]
     command: Option<Command>,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the server (the default).
+    /// Run the server (what `zarrgate` with no command does, with the same flags).
     Serve(ServeArgs),
-    /// Print the effective configuration (secrets redacted) and exit.
+    /// Print the effective configuration as TOML, secrets redacted: `--config` takes it back.
     Config(ServeArgs),
+    /// Register, list, show, export, verify and delete stores on a running server.
+    Stores(zarrgate::cli::Stores),
+    /// Register, list and delete the object stores a running server reads sources from.
+    ObjectStores(zarrgate::cli::ObjectStores),
 }
 
 #[derive(clap::Args, Default)]
@@ -117,17 +136,20 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
-    match cli.command.unwrap_or(Command::Serve(ServeArgs::default())) {
+    match cli.command.unwrap_or(Command::Serve(cli.serve)) {
         Command::Serve(args) => {
             let config = load(&args)?;
             init_logs(&config);
-            serve(config).await
+            serve(config).await?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Config(args) => {
-            println!("{:#?}", load(&args)?);
-            Ok(())
+            print!("{}", load(&args)?.to_redacted_toml()?);
+            Ok(ExitCode::SUCCESS)
         }
+        Command::Stores(command) => Ok(zarrgate::cli::stores(command).await),
+        Command::ObjectStores(command) => Ok(zarrgate::cli::object_stores(command).await),
     }
 }

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The checks of scripts/check-deploy.sh, one subcommand per part of deploy/:
 
-    check_deploy.py kubernetes   render base and overlays, compare with kubectl/kustomize when
-                                 there is one, validate against the Kubernetes JSON schemas,
-                                 check what the manifests promise each other and the image
+    check_deploy.py kubernetes   render base and overlays with `kubectl kustomize`, validate
+                                 against the Kubernetes JSON schemas, check what the manifests
+                                 promise each other and the image
     check_deploy.py compose      compose-spec schema, then services, files, ports and
                                  credentials that must agree
     check_deploy.py cdn          render deploy/cdn for a local nginx and `nginx -t` it
@@ -42,7 +42,6 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "deploy" / "cdn"))
 
 import dockerfile as dockerfile_mod  # noqa: E402
-import kustomize_lite  # noqa: E402
 
 WORK = REPO / "target" / "check-deploy"
 K8S = REPO / "deploy" / "kubernetes"
@@ -100,17 +99,15 @@ def kustomizations() -> list[Path]:
     return found
 
 
-def real_kustomize() -> list[str] | None:
+def kustomize() -> list[str]:
+    """`kubectl kustomize` (kubectl ships kustomize), or a standalone `kustomize build`."""
     if shutil.which("kubectl"):
         return ["kubectl", "kustomize"]
     if shutil.which("kustomize"):
         return ["kustomize", "build"]
-    return None
-
-
-def _ident(obj: dict) -> tuple:
-    meta = obj.get("metadata") or {}
-    return obj.get("apiVersion"), obj.get("kind"), meta.get("namespace"), meta.get("name")
+    raise SystemExit("check-deploy kubernetes: neither kubectl nor kustomize is on PATH; install "
+                     "kubectl (https://kubernetes.io/docs/tasks/tools/) to render "
+                     "deploy/kubernetes")
 
 
 def by_kind(objects: list[dict], kind: str) -> dict[str, dict]:
@@ -327,36 +324,18 @@ def cmd_kubernetes(_args) -> int:
     out = WORK / "kubernetes"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    real = real_kustomize()
-    if real is None:
-        say("  no kubectl or kustomize on PATH: rendering with deploy/tools/kustomize_lite.py "
-            "alone")
+    render = kustomize()
     rendered_files = []
     for directory in kustomizations():
         name = rel(directory).replace("deploy/kubernetes/", "").replace("/", "-")
-        try:
-            objects = kustomize_lite.render(directory)
-        except kustomize_lite.KustomizeError as e:
-            problems.check(False, f"{rel(directory)}: {e}")
+        done = subprocess.run([*render, str(directory)], capture_output=True, text=True)
+        if not problems.check(done.returncode == 0, f"{' '.join(render)} {rel(directory)}: "
+                                                   f"{done.stderr.strip()}"):
             continue
-        say(f"  {rel(directory)}: {len(objects)} resources")
-        if real is not None:
-            done = subprocess.run([*real, str(directory)], capture_output=True, text=True)
-            if problems.check(done.returncode == 0, f"{' '.join(real)} {rel(directory)}: "
-                                                    f"{done.stderr.strip()}"):
-                theirs = [d for d in yaml.safe_load_all(done.stdout) if d]
-                mine = {_ident(o): o for o in objects}
-                other = {_ident(o): o for o in theirs}
-                problems.check(set(mine) == set(other),
-                               f"{rel(directory)}: kustomize_lite renders {sorted(map(str, mine))}, "
-                               f"{real[0]} {sorted(map(str, other))}")
-                for key in set(mine) & set(other):
-                    problems.check(mine[key] == other[key],
-                                   f"{rel(directory)}: {key} differs between kustomize_lite and "
-                                   f"{real[0]}: fix deploy/tools/kustomize_lite.py")
-                say(f"    same as `{' '.join(real)}`")
+        objects = [d for d in yaml.safe_load_all(done.stdout) if d]
+        say(f"  {rel(directory)}: {len(objects)} resources (`{' '.join(render)}`)")
         path = out / f"{name}.yaml"
-        path.write_text(kustomize_lite.dump(objects))
+        path.write_text(done.stdout)
         rendered_files.append(path)
         check_workloads(objects, rel(directory), problems)
     # files outside every kustomization (the Secret example) are validated as they are

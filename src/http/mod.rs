@@ -22,7 +22,8 @@ pub use server::serve;
 use std::time::Instant;
 
 use axum::Router;
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{MatchedPath, OriginalUri, Request, State};
+use axum::handler::HandlerWithoutStateExt;
 use axum::http::{HeaderName, HeaderValue, Method, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -40,7 +41,9 @@ pub fn router(state: AppState) -> Router {
         .merge(stores::router())
         .merge(object_stores::router())
         .merge(openapi::router())
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token))
+        // Not behind the token: it names a route the control plane does not have.
+        .route_service("/{*rest}", no_api_route.into_service());
     let mut data = data::router(&state);
     if state.read_auth_required() {
         // Inside the CORS layer: a browser's preflight carries no token and is answered there.
@@ -49,13 +52,16 @@ pub fn router(state: AppState) -> Router {
     if state.config.http.cors {
         data = data.layer(cors());
     }
-    Router::new()
+    let routes = Router::new()
         .nest("/api/v1", api)
         .merge(ops::router())
         .merge(data)
         .fallback(fallback)
         .layer(middleware::from_fn_with_state(state.clone(), observe))
-        .with_state(state)
+        .with_state(state);
+    // A method router adds `Allow` to its 405 outside every layer of the router, `observe`
+    // included: the problem body that lists the allowed methods is written out here.
+    Router::new().fallback_service(routes).layer(middleware::map_response(crate::error::last_as_problem))
 }
 
 fn cors() -> CorsLayer {
@@ -83,6 +89,14 @@ fn cors() -> CorsLayer {
 async fn fallback(uri: Uri) -> ApiError {
     let path = uri.path();
     ApiError::NotFound(format!("nothing is served at {path}: Zarr keys live under /<store>/, the API under /api/v1/"))
+}
+
+/// Under `/api/v1`, a path the control plane does not have (not a store named `api`).
+async fn no_api_route(method: Method, OriginalUri(uri): OriginalUri) -> ApiError {
+    ApiError::NotFound(format!(
+        "the control plane has no route {method} {}: its routes are listed in /api/v1/openapi.json",
+        uri.path()
+    ))
 }
 
 /// Request id, a span for the logs, an access log line and the HTTP metrics.

@@ -49,10 +49,13 @@ impl Format {
     }
 
     /// The format of a document whose first bytes are `head`: a tar archive (kerchunk parquet)
-    /// when it has the tar magic, else kerchunk unless the first key is one of the native document's.
-    fn detect(head: &[u8]) -> Self {
+    /// when it has the tar magic, else from the document's first key. A first key neither format
+    /// starts with (a typo such as `"node"`) is read as native, and [`Detected::guessed`] keeps
+    /// it, for a problem that says why the document was not read as kerchunk either.
+    fn detect(head: &[u8]) -> Detected {
+        let sure = |format| Detected { format, guessed: None };
         if head.get(TAR_MAGIC_AT..TAR_MAGIC_AT + 5) == Some(b"ustar") {
-            return Self::KerchunkParquet;
+            return sure(Self::KerchunkParquet);
         }
         let text = String::from_utf8_lossy(head);
         let key = text
@@ -62,10 +65,39 @@ impl Format {
             .and_then(|s| s.strip_prefix('"'))
             .and_then(|s| s.split('"').next());
         match key {
-            Some("nodes" | "sources") | None => Self::Native,
-            Some(_) => Self::Kerchunk,
+            Some("nodes" | "sources" | "delete") | None => sure(Self::Native),
+            Some(key) if is_kerchunk_key(key) => sure(Self::Kerchunk),
+            Some(key) => Detected { format: Self::Native, guessed: Some(key.to_owned()) },
         }
     }
+}
+
+/// A detected format.
+#[derive(Debug, PartialEq, Eq)]
+struct Detected {
+    format: Format,
+    /// The first key, when it fits neither format.
+    guessed: Option<String>,
+}
+
+/// Whether a document's first key is one kerchunk references start with: version 1's
+/// top-level keys, or a Zarr v2 key (`.zgroup`, `air/.zarray`, `air/0.0`, a 0-d array's `0`).
+fn is_kerchunk_key(key: &str) -> bool {
+    matches!(key, "version" | "refs" | "templates" | "gen")
+        || key.rsplit('/').next().is_some_and(|last| {
+            matches!(last, ".zgroup" | ".zarray" | ".zattrs" | ".zmetadata" | "zarr.json")
+                || (!last.is_empty() && last.bytes().all(|b| b.is_ascii_digit() || b == b'.'))
+        })
+        || key.contains('/')
+}
+
+/// The problem added to a document read as native because its first key fits neither format.
+fn neither_format(key: &str) -> String {
+    format!(
+        "read as a native manifest, but its first key {key:?} is not one either (\"nodes\", \"sources\"); \
+         nor is it one kerchunk references start with (\"version\", \"refs\", or a Zarr key such as \".zgroup\" \
+         or \"air/.zarray\"): if this is kerchunk, send it with ?format=kerchunk"
+    )
 }
 
 /// A document's bytes as they arrive.
@@ -96,16 +128,27 @@ pub async fn read_document(
             None => break,
         }
     }
-    let format = format.unwrap_or_else(|| Format::detect(&head));
+    let Detected { format, guessed } = match format {
+        Some(format) => Detected { format, guessed: None },
+        None => Format::detect(&head),
+    };
     let stream = futures::stream::once(std::future::ready(Ok::<Bytes, io::Error>(head.freeze()))).chain(stream);
     let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(stream));
     let scratch = scratch.clone();
     let parsed = tokio::task::spawn_blocking(move || {
         let reader = io::BufReader::with_capacity(1 << 16, reader);
         let doc = match format {
-            Format::Native => zarr::native::parse_reader(reader, &scratch).map_err(|e| syntax_error(e, limit, format)),
+            Format::Native => match zarr::native::parse_reader(reader, &scratch) {
+                Ok(mut doc) => {
+                    if let Some(key) = &guessed {
+                        doc.problems.push(neither_format(key));
+                    }
+                    Ok(doc)
+                }
+                Err(e) => Err(syntax_error(e, limit, format, guessed.as_deref())),
+            },
             Format::Kerchunk => {
-                zarr::kerchunk::parse_reader(reader, &scratch).map_err(|e| syntax_error(e, limit, format))
+                zarr::kerchunk::parse_reader(reader, &scratch).map_err(|e| syntax_error(e, limit, format, None))
             }
             Format::KerchunkParquet => {
                 zarr::kerchunk::parquet::parse_tar(reader, &scratch).map_err(|e| archive_error(e, limit))
@@ -143,7 +186,7 @@ fn io_error(e: io::Error, limit: u64) -> Error {
     }
 }
 
-fn syntax_error(e: SyntaxError, limit: u64, format: Format) -> Error {
+fn syntax_error(e: SyntaxError, limit: u64, format: Format, guessed: Option<&str>) -> Error {
     let what = match format {
         Format::Native => "a native manifest document",
         Format::Kerchunk | Format::KerchunkParquet => "kerchunk references",
@@ -157,7 +200,7 @@ fn syntax_error(e: SyntaxError, limit: u64, format: Format) -> Error {
         }
         ErrorKind::Shape => Error::Invalid {
             title: format!("the body is not {what}: {e}; nothing was changed"),
-            problems: vec![e.to_string()],
+            problems: std::iter::once(e.to_string()).chain(guessed.map(neither_format)).collect(),
         },
     }
 }
@@ -168,15 +211,20 @@ mod tests {
 
     #[test]
     fn detects_the_format_from_the_first_key() {
-        assert_eq!(Format::detect(br#"{"nodes": {}}"#), Format::Native);
-        assert_eq!(Format::detect(b"  {\n \"sources\": {}"), Format::Native);
-        assert_eq!(Format::detect(br#"{"version": 1, "refs": {}}"#), Format::Kerchunk);
-        assert_eq!(Format::detect(br#"{".zgroup": "{}"}"#), Format::Kerchunk);
-        assert_eq!(Format::detect(b"garbage"), Format::Native);
+        let sure = |format| Detected { format, guessed: None };
+        assert_eq!(Format::detect(br#"{"nodes": {}}"#), sure(Format::Native));
+        assert_eq!(Format::detect(b"  {\n \"sources\": {}"), sure(Format::Native));
+        assert_eq!(Format::detect(br#"{"version": 1, "refs": {}}"#), sure(Format::Kerchunk));
+        assert_eq!(Format::detect(br#"{".zgroup": "{}"}"#), sure(Format::Kerchunk));
+        assert_eq!(Format::detect(br#"{"air/.zarray": "{}"}"#), sure(Format::Kerchunk));
+        assert_eq!(Format::detect(br#"{"air/0.0": ["s3://b/k", 0, 1]}"#), sure(Format::Kerchunk));
+        assert_eq!(Format::detect(b"garbage"), sure(Format::Native));
+        let typo = Format::detect(br#"{"node": {"": {}}}"#);
+        assert_eq!(typo, Detected { format: Format::Native, guessed: Some("node".into()) });
         let mut tar = vec![0u8; 512];
         tar[..10].copy_from_slice(b".zmetadata");
         tar[257..265].copy_from_slice(b"ustar\x0000");
-        assert_eq!(Format::detect(&tar), Format::KerchunkParquet);
+        assert_eq!(Format::detect(&tar), sure(Format::KerchunkParquet));
         assert_eq!(Format::parse("kerchunk-parquet").unwrap(), Format::KerchunkParquet);
     }
 }

@@ -116,7 +116,23 @@ fn without_codecs_zarrs_lacks(seen: &mut Map<String, Value>) -> Vec<String> {
     }
 }
 
+/// The fields every array's `zarr.json` has, beside `zarr_format` and `node_type`.
+const ARRAY_FIELDS: [&str; 6] = ["shape", "data_type", "chunk_grid", "chunk_key_encoding", "fill_value", "codecs"];
+
 fn validate_array(metadata: &Map<String, Value>, tiling: Tiling<'_>) -> Result<ArrayLayout, Vec<String>> {
+    let missing: Vec<String> = ARRAY_FIELDS
+        .iter()
+        .filter(|field| !metadata.contains_key(**field))
+        .map(|field| {
+            format!(
+                "the required field {field:?} is missing (an array's zarr.json has zarr_format, node_type, {})",
+                ARRAY_FIELDS.join(", ")
+            )
+        })
+        .collect();
+    if !missing.is_empty() {
+        return Err(missing);
+    }
     let mut seen = as_zarrs_sees_it(metadata).map_err(|e| vec![e])?;
     let mut problems = without_codecs_zarrs_lacks(&mut seen);
     let v3: ArrayMetadataV3 =

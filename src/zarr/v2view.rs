@@ -202,7 +202,8 @@ impl V2View {
         if V2_NAMES.contains(&name) {
             return true;
         }
-        let coords = |rest: &str| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit() || b == b'.' || b == b'/');
+        let coords =
+            |rest: &str| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit() || b == b'.' || b == b'/');
         if hierarchy.node("").is_some_and(|n| matches!(n.kind, NodeKind::Array(_))) {
             return coords(key);
         }

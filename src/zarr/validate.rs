@@ -20,7 +20,7 @@ use super::grid::{ChunkLocation, DEFAULT_TILE_CHUNKS};
 use super::key::manifest_key;
 use super::limits::Limits;
 use super::manifest::{RawManifest, RawRef};
-use super::metadata::{ArrayLayout, NodeKind, Tiling, validate_node_tiled};
+use super::metadata::{ArrayLayout, NodeKind, Tiling, array_layout_tiled, validate_node_tiled};
 use super::path::{NodePath, normalisation_clashes};
 use super::spill::{Scratch, SpillLog, get_u8, get_varint, put_varint};
 
@@ -134,6 +134,9 @@ pub fn validate_tiled(
     let mut manifests = Vec::new();
     // Each node's metadata is parsed here, one node at a time, and kept as text after.
     let mut warnings = Vec::new();
+    // Arrays whose metadata is refused (an unknown codec) but whose chunk grid is known: their
+    // manifests are still checked, so that every problem of the document is listed at once.
+    let mut refused_arrays = Vec::new();
     for (path_text, mut node) in doc_nodes {
         let path = match NodePath::new(&path_text).map_err(|e| e.to_string()).and_then(|p| {
             limits.check_depth(&p)?;
@@ -162,7 +165,15 @@ pub fn validate_tiled(
                 }
                 nodes.insert(path.clone(), ValidNode::new(path, &metadata, kind));
             }
-            Err(list) => list.into_iter().for_each(|p| problems.push(format!("node {path}: {p}"))),
+            Err(list) => {
+                list.into_iter().for_each(|p| problems.push(format!("node {path}: {p}")));
+                if let Some(manifest) = node.manifest.take()
+                    && let Ok(layout) = array_layout_tiled(&metadata, Tiling::New(tile_chunks))
+                {
+                    let chunks = ChunkCheck::new(&metadata, layout.grid.chunk_shape());
+                    refused_arrays.push((path, layout, manifest, chunks));
+                }
+            }
         }
     }
     add_implicit_groups(&mut nodes, &mut problems);
@@ -186,6 +197,11 @@ pub fn validate_tiled(
         let NodeKind::Array(layout) = &nodes[node].kind else { continue };
         let chunks = ChunkCheck::new(&nodes[node].metadata(), layout.grid.chunk_shape());
         let array = ArrayInput { node, path: &path, layout, manifest: &manifest, chunks: &chunks };
+        add_array(&array, &refs, &scratch, &mut problems, &mut summary, &mut out, &mut budget)?;
+    }
+    for (path, layout, manifest, chunks) in &refused_arrays {
+        // The document already has a problem: nothing is encoded, the node index is never used.
+        let array = ArrayInput { node: usize::MAX, path, layout, manifest, chunks };
         add_array(&array, &refs, &scratch, &mut problems, &mut summary, &mut out, &mut budget)?;
     }
     if !problems.is_empty() {

@@ -1,0 +1,417 @@
+//! The operator's command line against a running server: `zarrgate stores ...` and
+//! `zarrgate object-stores ...` over the control plane (`/api/v1`), with the admin token from
+//! `ZARRGATE_TOKEN`. Text for a person by default, the server's JSON with `--json`; the exit
+//! status is 0 on success, 1 on any failure (its problems on stderr, one per line).
+
+mod client;
+mod show;
+mod upload;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Subcommand, ValueEnum};
+use futures::StreamExt;
+use reqwest::{Method, StatusCode, header};
+use serde_json::{Value, json};
+
+use client::{Api, Failure};
+
+/// The server `--server` names when it is not given: the server's own default address.
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
+
+const AFTER_HELP: &str = "The admin token, when the server has some, is read from ZARRGATE_TOKEN.\n\
+    Exit status: 0 on success, 1 when the server refuses or cannot be reached (why on stderr).";
+
+/// Where the server is, and how answers are printed.
+#[derive(clap::Args, Debug)]
+pub struct Connection {
+    /// The server's URL (also ZARRGATE_SERVER).
+    #[arg(long, global = true, env = "ZARRGATE_SERVER", default_value = DEFAULT_SERVER)]
+    server: String,
+    /// Print the server's JSON answers (and refusals) on stdout instead of text, for scripts.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+/// `zarrgate stores ...`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = AFTER_HELP)]
+pub struct Stores {
+    #[command(flatten)]
+    connection: Connection,
+    #[command(subcommand)]
+    command: StoresCommand,
+}
+
+/// What to do with stores.
+#[derive(Subcommand, Debug)]
+pub enum StoresCommand {
+    /// List the stores with their summaries.
+    List,
+    /// Show a store's summary: version, arrays, chunks, sources, bytes.
+    Show {
+        /// The store.
+        name: String,
+    },
+    /// Register a store, or replace it, from a manifest file (native JSON, kerchunk JSON, or a
+    /// tar of kerchunk parquet references), sent with a progress bar.
+    Put {
+        /// The store.
+        name: String,
+        /// The manifest file.
+        file: PathBuf,
+        /// The document's format (detected when not given).
+        #[arg(long, value_enum)]
+        format: Option<DocumentFormat>,
+        /// How missing chunks are answered: 404 (every Zarr client reads the fill value) or
+        /// fill (a fill-value chunk, for caches that mishandle 404).
+        #[arg(long, value_enum)]
+        missing_chunks: Option<MissingChunks>,
+        /// Do not ask each source for its ETag and size at registration.
+        #[arg(long)]
+        no_verify: bool,
+    },
+    /// Update a store with a partial native document (new or replaced nodes, chunks, deletions).
+    Patch {
+        /// The store.
+        name: String,
+        /// The partial document.
+        file: PathBuf,
+        /// Do not ask the new sources for their ETag and size.
+        #[arg(long)]
+        no_verify: bool,
+    },
+    /// Delete a store.
+    Delete {
+        /// The store.
+        name: String,
+    },
+    /// Ask each source of a store whether it still matches what was recorded (exit 1 when one
+    /// is modified, missing or cannot be asked).
+    Verify {
+        /// The store.
+        name: String,
+    },
+    /// Write a store's current version as a manifest document (registering it again gives the
+    /// same store).
+    Export {
+        /// The store.
+        name: String,
+        /// The document's format.
+        #[arg(long, value_enum, default_value = "native")]
+        format: ExportFormat,
+        /// Write it to this file instead of stdout.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+}
+
+/// `zarrgate object-stores ...`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = AFTER_HELP)]
+pub struct ObjectStores {
+    #[command(flatten)]
+    connection: Connection,
+    #[command(subcommand)]
+    command: ObjectStoresCommand,
+}
+
+/// What to do with object stores.
+#[derive(Subcommand, Debug)]
+pub enum ObjectStoresCommand {
+    /// List the object stores (secrets shown as ***).
+    List,
+    /// Show an object store.
+    Show {
+        /// The object store.
+        name: String,
+    },
+    /// Register an object store, or replace it: where sources may be read from.
+    Put {
+        /// The object store.
+        name: String,
+        /// Its URL prefix: file:///data/, s3://bucket/prefix/, gs://..., az://..., https://...
+        url: String,
+        /// An object_store option, e.g. --option region=eu-west-1 (repeat for more).
+        #[arg(long = "option", value_name = "KEY=VALUE")]
+        options: Vec<String>,
+    },
+    /// Delete an object store (refused while a store uses it).
+    Delete {
+        /// The object store.
+        name: String,
+    },
+}
+
+/// Formats a manifest is sent in.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum DocumentFormat {
+    /// `{"nodes": ..., "sources": ...}`.
+    Native,
+    /// Kerchunk JSON references, version 0 or 1.
+    Kerchunk,
+    /// A tar of a kerchunk parquet reference directory.
+    KerchunkParquet,
+}
+
+/// Formats a store is exported in.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ExportFormat {
+    /// zarrgate's own document.
+    Native,
+    /// Kerchunk JSON references, version 1.
+    Kerchunk,
+}
+
+/// How missing chunks are answered.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum MissingChunks {
+    /// 404.
+    #[value(name = "404")]
+    NotFound,
+    /// A fill-value chunk.
+    Fill,
+}
+
+fn name_of<T: ValueEnum>(value: T) -> String {
+    value.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default()
+}
+
+/// Runs `zarrgate stores ...`.
+pub async fn stores(command: Stores) -> ExitCode {
+    let json = command.connection.json;
+    let result = match connect(&command.connection) {
+        Ok(api) => run_stores(&api, command.command, json).await,
+        Err(e) => Err(e),
+    };
+    finish(result, json)
+}
+
+/// Runs `zarrgate object-stores ...`.
+pub async fn object_stores(command: ObjectStores) -> ExitCode {
+    let json = command.connection.json;
+    let result = match connect(&command.connection) {
+        Ok(api) => run_object_stores(&api, command.command, json).await,
+        Err(e) => Err(e),
+    };
+    finish(result, json)
+}
+
+fn connect(connection: &Connection) -> Result<Api, Failure> {
+    Api::new(&connection.server, std::env::var("ZARRGATE_TOKEN").ok())
+}
+
+/// What a command printed, and whether it succeeded.
+fn finish(result: Result<bool, Failure>, json: bool) -> ExitCode {
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(failure) => {
+            if json && let Failure::Refused { body, .. } = &failure {
+                println!("{body}");
+            }
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(err, "error: {failure}");
+            if let Failure::Refused { problems, .. } = &failure {
+                for problem in problems {
+                    let _ = writeln!(err, "  - {problem}");
+                }
+            }
+            if let Some(hint) = failure.hint() {
+                let _ = writeln!(err, "hint: {hint}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints `value` as JSON, or `text` for a person.
+fn print(json: bool, value: &Value, text: impl FnOnce() -> String) {
+    if json {
+        println!("{value}");
+    } else {
+        print!("{}", text());
+    }
+}
+
+/// `path?k=v&...`, the values percent-encoded.
+fn with_query(path: &str, query: &[(&str, String)]) -> String {
+    if query.is_empty() {
+        return path.to_owned();
+    }
+    let mut encoded = url::form_urlencoded::Serializer::new(String::new());
+    for (key, value) in query {
+        encoded.append_pair(key, value);
+    }
+    format!("{path}?{}", encoded.finish())
+}
+
+fn store_path(name: &str) -> String {
+    format!("/api/v1/stores/{}", encode(name))
+}
+
+/// A name as one path segment (the server refuses names that need encoding, and says why).
+fn encode(name: &str) -> String {
+    percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<bool, Failure> {
+    match command {
+        StoresCommand::List => {
+            let mut all = Vec::new();
+            let mut after: Option<String> = None;
+            loop {
+                let mut query = vec![("limit", "1000".to_owned())];
+                query.extend(after.take().map(|after| ("after", after)));
+                let page = api.json(api.request(Method::GET, &with_query("/api/v1/stores", &query))).await?;
+                all.extend(page["stores"].as_array().cloned().unwrap_or_default());
+                match page["next"].as_str() {
+                    Some(next) => after = Some(next.to_owned()),
+                    None => break,
+                }
+            }
+            print(json, &json!({ "stores": all }), || show::stores(&all));
+        }
+        StoresCommand::Show { name } => {
+            let s = api.json(api.request(Method::GET, &store_path(&name))).await?;
+            print(json, &s, || show::summary(&format!("store {name}"), &s, api.server()));
+        }
+        StoresCommand::Put { name, file, format, missing_chunks, no_verify } => {
+            let mut query = Vec::new();
+            if let Some(format) = format {
+                query.push(("format", name_of(format)));
+            }
+            if let Some(missing) = missing_chunks {
+                query.push(("missing_chunks", name_of(missing)));
+            }
+            if no_verify {
+                query.push(("verify", "false".to_owned()));
+            }
+            let tar = matches!(format, Some(DocumentFormat::KerchunkParquet))
+                || file.extension().is_some_and(|e| e.eq_ignore_ascii_case("tar"));
+            let (status, s) = send_file(api, Method::PUT, &name, &file, &query, tar).await?;
+            let what = if status == StatusCode::CREATED { "new store" } else { "replaced" };
+            print(json, &s, || show::summary(&format!("registered {name} ({what})"), &s, api.server()));
+        }
+        StoresCommand::Patch { name, file, no_verify } => {
+            let query = if no_verify { vec![("verify", "false".to_owned())] } else { Vec::new() };
+            let (_, s) = send_file(api, Method::PATCH, &name, &file, &query, false).await?;
+            print(json, &s, || show::summary(&format!("patched {name}"), &s, api.server()));
+        }
+        StoresCommand::Delete { name } => {
+            api.send(api.request(Method::DELETE, &store_path(&name))).await?;
+            print(json, &json!({ "deleted": name }), || format!("deleted store {name}\n"));
+        }
+        StoresCommand::Verify { name } => {
+            let path = format!("{}/verify", store_path(&name));
+            let v = api.json(api.request(Method::POST, &path)).await?;
+            print(json, &v, || show::verdict(&v));
+            return Ok(!show::verdict_failed(&v));
+        }
+        StoresCommand::Export { name, format, output } => {
+            let path = format!("{}/manifest", store_path(&name));
+            let request = api.request(Method::GET, &with_query(&path, &[("format", name_of(format))]));
+            let response = api.send(request).await?;
+            save(api, response, output.as_deref()).await?;
+        }
+    }
+    Ok(true)
+}
+
+/// Sends `file` as the body of a store's PUT or PATCH, with a progress bar: the answer's status
+/// and JSON.
+async fn send_file(
+    api: &Api,
+    method: Method,
+    name: &str,
+    file: &Path,
+    query: &[(&str, String)],
+    tar: bool,
+) -> Result<(StatusCode, Value), Failure> {
+    let (body, upload) = upload::open(file).await?;
+    let content_type = if tar { "application/x-tar" } else { "application/json" };
+    let request = api
+        .request(method, &with_query(&store_path(name), query))
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::CONTENT_LENGTH, upload.length)
+        .body(body);
+    let answer = api.send(request).await;
+    upload.done();
+    let response = answer?;
+    let status = response.status();
+    Ok((status, api.read_json(response).await?))
+}
+
+/// Streams an answer's body to `output`, or to stdout.
+async fn save(api: &Api, response: reqwest::Response, output: Option<&Path>) -> Result<(), Failure> {
+    use tokio::io::AsyncWriteExt;
+    let cannot = |e: std::io::Error| {
+        Failure::File(format!(
+            "cannot write {}: {e}",
+            output.map_or_else(|| "stdout".into(), |p| p.display().to_string())
+        ))
+    };
+    let mut sink: Box<dyn tokio::io::AsyncWrite + Unpin> = match output {
+        Some(path) => Box::new(tokio::fs::File::create(path).await.map_err(cannot)?),
+        None => Box::new(tokio::io::stdout()),
+    };
+    let mut body = response.bytes_stream();
+    while let Some(piece) = body.next().await {
+        let piece = piece.map_err(|e| api.unreachable(&e))?;
+        sink.write_all(&piece).await.map_err(cannot)?;
+    }
+    sink.flush().await.map_err(cannot)?;
+    Ok(())
+}
+
+async fn run_object_stores(api: &Api, command: ObjectStoresCommand, json: bool) -> Result<bool, Failure> {
+    let path = |name: &str| format!("/api/v1/object-stores/{}", encode(name));
+    match command {
+        ObjectStoresCommand::List => {
+            let list = api.json(api.request(Method::GET, "/api/v1/object-stores")).await?;
+            let entries = list["object_stores"].as_array().cloned().unwrap_or_default();
+            print(json, &list, || show::object_stores(&entries));
+        }
+        ObjectStoresCommand::Show { name } => {
+            let o = api.json(api.request(Method::GET, &path(&name))).await?;
+            print(json, &o, || show::object_store(&format!("object store {name}"), &o));
+        }
+        ObjectStoresCommand::Put { name, url, options } => {
+            let mut map = serde_json::Map::new();
+            for option in options {
+                let (key, value) = option.split_once('=').ok_or_else(|| {
+                    Failure::Usage(format!("--option {option:?} is not KEY=VALUE (e.g. --option region=eu-west-1)"))
+                })?;
+                map.insert(key.trim().to_owned(), Value::from(value));
+            }
+            let body = json!({ "url": url, "options": map });
+            let request = api
+                .request(Method::PUT, &path(&name))
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(body.to_string());
+            let response = api.send(request).await?;
+            let created = response.status() == StatusCode::CREATED;
+            let o = api.read_json(response).await?;
+            let what = if created { "new" } else { "replaced" };
+            print(json, &o, || show::object_store(&format!("registered object store {name} ({what})"), &o));
+        }
+        ObjectStoresCommand::Delete { name } => {
+            api.send(api.request(Method::DELETE, &path(&name))).await?;
+            print(json, &json!({ "deleted": name }), || format!("deleted object store {name}\n"));
+        }
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_server_is_where_the_server_listens_by_default() {
+        let listen = crate::config::Config::default().listen;
+        assert_eq!(DEFAULT_SERVER, format!("http://{listen}"));
+    }
+}
