@@ -1,5 +1,9 @@
 //! Why a source object cannot be read, and why an object store cannot be registered.
 
+use std::ops::Range;
+
+use crate::zarr::source::SourceCheck;
+
 /// A failure reading a source object. Every variant is an upstream fault (5xx), never "missing".
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SourceError {
@@ -100,4 +104,50 @@ pub enum SourceConfigError {
     /// The client could not be built.
     #[error("cannot build a client for {url}: {detail}")]
     Build { url: String, detail: String },
+}
+
+/// What an object_store error means for a read of `range` of `url`.
+pub(super) fn classify(
+    store: &str,
+    url: &str,
+    range: &Range<u64>,
+    check: &SourceCheck<'_>,
+    seconds: u64,
+    e: object_store::Error,
+) -> SourceError {
+    let (url, store) = (url.to_owned(), store.to_owned());
+    match e {
+        object_store::Error::NotFound { .. } => SourceError::NotFound { url, store },
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
+            SourceError::Forbidden { url, store, detail: e.to_string() }
+        }
+        object_store::Error::Precondition { .. } => SourceError::Modified { url, store, recorded: check.to_string() },
+        other => {
+            let text = error_chain(&other);
+            // Not "timeout": after a retry object_store's message says "retry_timeout: ..." whatever
+            // the failure was (an upstream 500 would read as a 504).
+            if text.contains("timed out") {
+                SourceError::Timeout { url, store, seconds }
+            } else if text.contains("status code: 416")
+                || text.contains("Range Not Satisfiable")
+                || text.contains("InvalidRange")
+            {
+                SourceError::Truncated { url, store, needed: range.end, size: "unknown".into() }
+            } else {
+                SourceError::Upstream { url, store, detail: text }
+            }
+        }
+    }
+}
+
+/// An error with its sources, `: `-joined (object_store hides the cause behind them).
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }

@@ -12,6 +12,7 @@ use object_store::ObjectStoreExt;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::SourceError;
+use super::error::classify;
 use super::local::{self, LocalError};
 use super::meter::{StoreMeters, count_failure};
 use super::registry::{Base, ObjectStoreEntry, SourceRegistry};
@@ -203,50 +204,6 @@ fn local_error(
         }
         LocalError::Io(e) => SourceError::Upstream { url, store, detail: e.to_string() },
     }
-}
-
-pub(super) fn classify(
-    store: &str,
-    url: &str,
-    range: &Range<u64>,
-    check: &SourceCheck<'_>,
-    seconds: u64,
-    e: object_store::Error,
-) -> SourceError {
-    let (url, store) = (url.to_owned(), store.to_owned());
-    match e {
-        object_store::Error::NotFound { .. } => SourceError::NotFound { url, store },
-        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
-            SourceError::Forbidden { url, store, detail: e.to_string() }
-        }
-        object_store::Error::Precondition { .. } => SourceError::Modified { url, store, recorded: check.to_string() },
-        other => {
-            let text = error_chain(&other);
-            // Not "timeout": after a retry object_store's message says "retry_timeout: ..." whatever
-            // the failure was (an upstream 500 would read as a 504).
-            if text.contains("timed out") {
-                SourceError::Timeout { url, store, seconds }
-            } else if text.contains("status code: 416")
-                || text.contains("Range Not Satisfiable")
-                || text.contains("InvalidRange")
-            {
-                SourceError::Truncated { url, store, needed: range.end, size: "unknown".into() }
-            } else {
-                SourceError::Upstream { url, store, detail: text }
-            }
-        }
-    }
-}
-
-pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// Passes exactly `remaining` bytes through, or fails: fewer bytes (a short read) or more (an

@@ -54,7 +54,7 @@ impl Remote {
         let result = tokio::time::timeout(self.first_byte, self.client.get_opts(&self.path, options))
             .await
             .map_err(|_| SourceError::Timeout { url: self.url.clone(), store: self.store.clone(), seconds })?
-            .map_err(|e| super::fetch::classify(&self.store, &self.url, &range, check, seconds, e))?;
+            .map_err(|e| super::error::classify(&self.store, &self.url, &range, check, seconds, e))?;
         if result.range != range {
             return Err(SourceError::Truncated {
                 url: self.url.clone(),
@@ -143,7 +143,7 @@ impl Reading {
                     "the body ended early".to_owned()
                 }
                 Some(Err(e)) => {
-                    self.upstream = super::fetch::error_chain(&e);
+                    self.upstream = super::error::error_chain(&e);
                     cause(&self.upstream)
                 }
             };

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use moka::future::Cache;
 
 use super::error::{Error, Result};
-use super::quicklook::RenderedQuicklook;
+use super::view::RenderedQuicklook;
 use super::view::VersionView;
 use crate::catalog::StoreHead;
 use crate::config::CacheConfig;

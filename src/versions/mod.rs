@@ -16,7 +16,7 @@ pub mod view;
 
 pub use error::Error;
 pub use ingest::Format;
-pub use quicklook::RenderedQuicklook;
 pub use read::{Chunk, Reader, VirtualChunk};
 pub use register::{Registered, Registrar, Registration, Settings};
+pub use view::RenderedQuicklook;
 pub use view::VersionView;

@@ -11,35 +11,10 @@ use futures::TryStreamExt;
 
 use super::error::{Error, Result};
 use super::read::{Chunk, Reader};
-use super::view::VersionView;
+use super::view::{RenderedQuicklook, VersionView};
 use crate::zarr::hierarchy::Node;
 use crate::zarr::metadata::NodeKind;
 use crate::zarr::quicklook::{self, Quicklook, QuicklookError};
-
-/// A quick look as served: the PNG and its scale, the chunk it was drawn from and that chunk's
-/// ETag.
-#[derive(Debug, Clone)]
-pub struct RenderedQuicklook {
-    /// The PNG image.
-    pub png: Bytes,
-    /// The smallest value drawn (`None` when every value is fill or NaN).
-    pub min: Option<f64>,
-    /// The largest value drawn.
-    pub max: Option<f64>,
-    /// The plane's shape before sampling (rows, columns).
-    pub plane: [u64; 2],
-    /// The chunk drawn, as its key names it (`c/0/0/0`, `0.0.0`...).
-    pub chunk: String,
-    /// The strong ETag of that chunk as stored (`missing` for a missing chunk).
-    pub chunk_etag: String,
-}
-
-impl RenderedQuicklook {
-    /// What it weighs in the cache, in bytes.
-    pub(super) fn weight(&self) -> u32 {
-        u32::try_from(self.png.len() + self.chunk.len() + self.chunk_etag.len() + 128).unwrap_or(u32::MAX)
-    }
-}
 
 impl Reader {
     /// The quick look of the first chunk of array `node` in `view`'s version, drawn once and

@@ -104,3 +104,28 @@ fn gzip(data: &[u8]) -> Option<Bytes> {
 pub fn etag(kind: char, content: &[u8]) -> String {
     format!("\"{kind}{:032x}\"", xxhash_rust::xxh3::xxh3_128(content))
 }
+
+/// A quick look as served: the PNG and its scale, the chunk it was drawn from and that chunk's
+/// ETag.
+#[derive(Debug, Clone)]
+pub struct RenderedQuicklook {
+    /// The PNG image.
+    pub png: Bytes,
+    /// The smallest value drawn (`None` when every value is fill or NaN).
+    pub min: Option<f64>,
+    /// The largest value drawn.
+    pub max: Option<f64>,
+    /// The plane's shape before sampling (rows, columns).
+    pub plane: [u64; 2],
+    /// The chunk drawn, as its key names it (`c/0/0/0`, `0.0.0`...).
+    pub chunk: String,
+    /// The strong ETag of that chunk as stored (`missing` for a missing chunk).
+    pub chunk_etag: String,
+}
+
+impl RenderedQuicklook {
+    /// What it weighs in the cache, in bytes.
+    pub(super) fn weight(&self) -> u32 {
+        u32::try_from(self.png.len() + self.chunk.len() + self.chunk_etag.len() + 128).unwrap_or(u32::MAX)
+    }
+}

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::{Map, Value};
 
+use super::json_text::{parse_json_text, to_json_text};
 use super::manifest::RawManifest;
-use super::metadata::{parse_json_text, to_json_text};
 pub use super::source::SourceFacts;
 use super::spill::Scratch;
 
@@ -53,7 +53,7 @@ impl Document {
 
 /// One node: its `zarr.json` (without `manifest`) and, for arrays, its references. The metadata
 /// is kept as compact JSON text until validation parses it, one node at a time (see
-/// [`super::metadata::ValidNode`]).
+/// `metadata::ValidNode`).
 #[derive(Debug, Default)]
 pub struct DocNode {
     /// The node's metadata, as compact JSON text.

@@ -10,6 +10,7 @@ use zarrs::metadata::v3::{ArrayMetadataV3, GroupMetadataV3};
 use zarrs::storage::store::MemoryStore;
 
 use super::grid::{ChunkGrid, DEFAULT_TILE_CHUNKS};
+pub use super::json_text::{parse_json_text, to_json_text};
 use super::key::ChunkKeyEncoding;
 
 /// What kind of node a metadata document describes.
@@ -215,19 +216,6 @@ impl ValidNode {
     /// Its metadata, parsed.
     pub fn metadata(&self) -> Map<String, Value> {
         parse_json_text(&self.json)
-    }
-}
-
-/// A map as compact JSON text (which cannot fail: its keys are strings).
-pub fn to_json_text(metadata: &Map<String, Value>) -> Box<str> {
-    serde_json::to_string(metadata).unwrap_or_default().into_boxed_str()
-}
-
-/// Text written by [`to_json_text`], parsed back (always an object).
-pub fn parse_json_text(text: &str) -> Map<String, Value> {
-    match serde_json::from_str(text) {
-        Ok(Value::Object(metadata)) => metadata,
-        _ => Map::new(),
     }
 }
 

@@ -10,6 +10,7 @@ pub mod fill;
 pub mod grid;
 pub mod hierarchy;
 pub mod json_stream;
+pub mod json_text;
 pub mod kerchunk;
 pub mod key;
 pub mod limits;
