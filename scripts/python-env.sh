@@ -21,6 +21,10 @@ python=${PYTHON:-python3}
 hash=$(sha256sum "$requirements" | cut -c1-12)
 venv=${ZARRGATE_VENV:-${HOME}/.cache/zarrgate/${PYTHON_ENV_NAME:-venv}-$hash}
 marker="$venv/.zarrgate-installed"
+mkdir -p "$(dirname "$venv")"
+# Two runs at once (two checkouts testing side by side) take turns: the second finds the marker.
+exec 9>"$venv.lock"
+flock 9
 
 # The marker records which requirements were installed, so a reused $ZARRGATE_VENV
 # is brought up to date when the file changes.
@@ -34,7 +38,6 @@ import sys
 sys.exit(0 if sys.version_info >= (3, 11) else 1)
 EOF
 
-mkdir -p "$(dirname "$venv")"
 if [[ ! -x $venv/bin/python ]]; then
     echo "python-env: creating $venv" >&2
     "$python" -m venv "$venv" >&2

@@ -71,6 +71,15 @@ metrics! {
     http_requests_total: IntCounterVec = ["route", "method", "status"],
     /// HTTP request latency to the response head, by route template, method and status.
     http_request_duration_seconds: HistogramVec = ["route", "method", "status"],
+    /// HTTP connections being served now.
+    http_connections_open: IntGauge = [],
+    /// HTTP connections closed, by reason: `client` (the client closed it, or it ended after a
+    /// response), `header_read_timeout`, `idle_timeout`, `send_timeout` (the watchdog closed a
+    /// client too slow), `header_too_large` (answered 431), `protocol_error` (a request hyper
+    /// could not parse, or a socket error), `refused` (beyond `http.max_connections`: answered
+    /// 503) and `dropped` (beyond it while as many refusals were already under way: closed
+    /// without a word).
+    http_connections_closed_total: IntCounterVec = ["reason"],
     /// Requests to source object stores, by object store and outcome (ok or an error kind).
     upstream_requests_total: IntCounterVec = ["object_store", "outcome"],
     /// Upstream bodies that broke off and were resumed where they stopped (a ranged GET

@@ -49,11 +49,6 @@ async fn get_json(server: &TestServer, path: &str) -> (StatusCode, Value) {
     (r.status(), r.json().await.unwrap())
 }
 
-/// The value of the metric line starting with `series` (0 when absent).
-fn metric(metrics: &str, series: &str) -> f64 {
-    metrics.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0.0)
-}
-
 both_backends! {
 
 async fn a_browser_sees_the_tree_and_an_arrays_details(server) {
@@ -126,15 +121,15 @@ async fn a_quick_look_is_drawn_once_and_then_served_from_memory(server) {
     assert_eq!(again.bytes().await.unwrap(), png, "the same image");
     assert_eq!(scale["max"].as_f64(), Some(23.0));
     let after = server.get("/metrics", &[]).await.text().await.unwrap();
-    assert_eq!(metric(&after, r#"zarrgate_cache_misses_total{cache="quicklooks"}"#), 1.0, "{after}");
-    assert_eq!(metric(&after, r#"zarrgate_cache_hits_total{cache="quicklooks"}"#), 2.0, "{after}");
-    assert_eq!(metric(&after, upstream) - metric(&before, upstream), 1.0, "the chunk is read from its source once");
+    assert_eq!(common::metric_in(&after, r#"zarrgate_cache_misses_total{cache="quicklooks"}"#), 1.0, "{after}");
+    assert_eq!(common::metric_in(&after, r#"zarrgate_cache_hits_total{cache="quicklooks"}"#), 2.0, "{after}");
+    assert_eq!(common::metric_in(&after, upstream) - common::metric_in(&before, upstream), 1.0, "the chunk is read from its source once");
 
     // a new version is drawn again, from its own chunk
     register(&server, "demo").await;
     server.get("/demo/obs/air/?quicklook=png", &[]).await.bytes().await.unwrap();
     let last = server.get("/metrics", &[]).await.text().await.unwrap();
-    assert_eq!(metric(&last, r#"zarrgate_cache_misses_total{cache="quicklooks"}"#), 2.0, "{last}");
+    assert_eq!(common::metric_in(&last, r#"zarrgate_cache_misses_total{cache="quicklooks"}"#), 2.0, "{last}");
 }
 
 async fn the_versions_are_listed_by_the_api_and_on_the_page(server) {

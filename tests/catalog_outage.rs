@@ -20,11 +20,6 @@ fn doc(values: [f32; 2]) -> Value {
     json!({"nodes": {"x": f32_array(&[2], &[2], json!({"manifest": {"0": {"data": data}}}))}})
 }
 
-async fn metric(server: &TestServer, name: &str) -> f64 {
-    let text = server.get("/metrics", &[]).await.text().await.unwrap();
-    text.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).map_or(0.0, |v| v.parse().unwrap())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cached_stores_are_served_while_postgres_is_unreachable() {
     if std::env::var("ZARRGATE_TEST_POSTGRES").as_deref() == Ok("skip") {
@@ -52,7 +47,7 @@ async fn cached_stores_are_served_while_postgres_is_unreachable() {
     }
     let metadata = server.bytes("/cached/x/zarr.json").await;
     let follows = Instant::now();
-    while metric(&server, "zarrgate_catalog_change_feed_up").await != 1.0 {
+    while server.metric("zarrgate_catalog_change_feed_up").await != 1.0 {
         assert!(follows.elapsed() < Duration::from_secs(10), "the change feed never followed");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -90,10 +85,10 @@ async fn cached_stores_are_served_while_postgres_is_unreachable() {
         assert_eq!(statuses, expected, "{how:?}: never 404, never 500, cached stores served");
         // Not one request waited for the pool's acquire timeout on its own: the breaker answered.
         assert!(slowest < Duration::from_millis(4500), "{how:?}: an answer took {slowest:?}");
-        assert!(metric(&server, "zarrgate_catalog_refused_total").await >= 10.0);
-        assert!(metric(&server, "zarrgate_catalog_stale_reads_total").await >= 10.0);
-        assert_eq!(metric(&server, "zarrgate_catalog_up").await, 0.0);
-        assert_eq!(metric(&server, "zarrgate_catalog_change_feed_up").await, 0.0);
+        assert!(server.metric("zarrgate_catalog_refused_total").await >= 10.0);
+        assert!(server.metric("zarrgate_catalog_stale_reads_total").await >= 10.0);
+        assert_eq!(server.metric("zarrgate_catalog_up").await, 0.0);
+        assert_eq!(server.metric("zarrgate_catalog_change_feed_up").await, 0.0);
         let ready = server.get("/readyz", &[]).await;
         assert_eq!(ready.status(), 200);
         let ready: Value = ready.json().await.unwrap();
@@ -114,9 +109,9 @@ async fn cached_stores_are_served_while_postgres_is_unreachable() {
         }
         let ready: Value = server.get("/readyz", &[]).await.json().await.unwrap();
         assert_eq!(ready["status"], "ready", "{ready}");
-        assert_eq!(metric(&server, "zarrgate_catalog_up").await, 1.0);
+        assert_eq!(server.metric("zarrgate_catalog_up").await, 1.0);
         assert_eq!(server.get("/nosuch/x/c/0", &[]).await.status(), 404, "a store that does not exist, once known");
-        while metric(&server, "zarrgate_catalog_change_feed_up").await != 1.0 {
+        while server.metric("zarrgate_catalog_change_feed_up").await != 1.0 {
             assert!(restored.elapsed() < Duration::from_secs(20), "{how:?}: the change feed never came back");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -166,6 +166,12 @@ both_backends! {
         let (status, body) = server.put("/api/v1/object-stores/creds", &json!({"url": "https://me:hunter2@data.example.org/"})).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
         assert!(body["detail"].as_str().unwrap().contains("must not carry credentials") && !body.to_string().contains("hunter2"), "{body}");
+        // A local directory has no timeouts to set: an option there is refused, not ignored.
+        let local = url::Url::from_directory_path(&server.data).unwrap();
+        let (status, body) = server.put("/api/v1/object-stores/slow", &json!({"url": local.as_str(), "options": {"first_byte_timeout": "2s"}})).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert!(body["detail"].as_str().unwrap().contains("file:// object stores take no options"), "{body}");
+        assert_eq!(server.get("/api/v1/object-stores/slow", &[]).await.status(), StatusCode::NOT_FOUND);
 
         // An object store in use cannot be removed.
         server.local_store().await;

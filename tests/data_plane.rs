@@ -265,12 +265,6 @@ async fn ops_endpoints() {
     assert!(r.text().await.unwrap().contains(r#"<a href="x/">"#));
 }
 
-/// The value of one series of the Prometheus text from `/metrics` (0 when absent).
-async fn metric(server: &TestServer, series: &str) -> f64 {
-    let text = server.get("/metrics", &[]).await.text().await.unwrap();
-    text.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok()).unwrap_or(0.0)
-}
-
 /// Many readers asking at once for a chunk whose block is not cached make one catalog query,
 /// and every one of them gets the chunk.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -278,14 +272,14 @@ async fn concurrent_misses_load_a_block_once() {
     let server = TestServer::start(common::Backend::Sqlite).await;
     register(&server).await;
     let queries = r#"zarrgate_catalog_query_duration_seconds_count{operation="block"}"#;
-    assert_eq!(metric(&server, queries).await, 0.0, "registering caches no block");
+    assert_eq!(server.metric(queries).await, 0.0, "registering caches no block");
     let reads = (0..32).map(|_| server.bytes("/demo/x/c/2"));
     for body in futures::future::join_all(reads).await {
         assert_eq!(body, f32_bytes([8.0, 9.0, 10.0, 11.0]));
     }
-    assert_eq!(metric(&server, queries).await, 1.0, "32 concurrent misses, one query");
-    assert_eq!(metric(&server, r#"zarrgate_cache_misses_total{cache="blocks"}"#).await, 1.0);
-    assert_eq!(metric(&server, r#"zarrgate_cache_hits_total{cache="blocks"}"#).await, 31.0);
+    assert_eq!(server.metric(queries).await, 1.0, "32 concurrent misses, one query");
+    assert_eq!(server.metric(r#"zarrgate_cache_misses_total{cache="blocks"}"#).await, 1.0);
+    assert_eq!(server.metric(r#"zarrgate_cache_hits_total{cache="blocks"}"#).await, 31.0);
 }
 
 /// With read tokens configured, every data-plane read needs one (or an admin token): without,

@@ -118,6 +118,12 @@ async fn slowloris_connections_are_closed_and_others_are_served() {
     }
     assert_eq!(closed, SLOW, "slow connections closed by the server");
     assert_eq!(server.get("/healthz", &[]).await.status(), 200);
+    assert_eq!(closed_for(&server, "header_read_timeout").await, SLOW as f64, "counted by reason");
+}
+
+/// `zarrgate_http_connections_closed_total` for one reason.
+async fn closed_for(server: &TestServer, reason: &str) -> f64 {
+    server.metric(&format!("zarrgate_http_connections_closed_total{{reason=\"{reason}\"}}")).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,6 +145,11 @@ async fn idle_connections_are_closed_after_the_idle_timeout() {
     // A connection that never sends a request is closed as a slow head.
     let mut silent = TcpStream::connect(addr(&server)).await.unwrap();
     assert!(closed_by_server(&mut silent, Duration::from_secs(15)).await, "a silent connection was never closed");
+    assert!(
+        closed_for(&server, "idle_timeout").await >= 1.0,
+        "counted (the test client's own idle connection may be too)"
+    );
+    assert_eq!(closed_for(&server, "header_read_timeout").await, 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -166,15 +177,17 @@ async fn connections_beyond_the_limit_are_answered_503_until_one_leaves() {
     assert_eq!(refused, 3);
     drop(held.pop());
     let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
-    let mut status = StatusCode::SERVICE_UNAVAILABLE;
+    let (mut status, mut refused_again) = (StatusCode::SERVICE_UNAVAILABLE, 0.0);
     for _ in 0..50 {
         status = client.get(format!("{}/healthz", server.url)).send().await.unwrap().status();
         if status == StatusCode::OK {
             break;
         }
+        refused_again += 1.0;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(status, StatusCode::OK, "served again once a connection left");
+    assert_eq!(closed_for(&server, "refused").await, 3.0 + refused_again, "every refusal counted");
 }
 
 /// Readers that ask for a 32 MiB chunk of a local file and never read: each holds at most the
@@ -234,6 +247,7 @@ async fn readers_that_never_read_hold_bounded_memory() {
         closed += usize::from(ended.is_ok() && received < len);
     }
     assert_eq!(closed, STALLED, "stalled readers disconnected before their answer was whole");
+    assert_eq!(closed_for(&server, "send_timeout").await, STALLED as f64, "closed by the watchdog, counted");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -256,6 +270,15 @@ async fn a_head_larger_than_max_header_bytes_is_refused() {
     let r = server.get("/healthz", &[("if-none-match", &tags.join(", "))]).await;
     assert_eq!(r.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
     assert_eq!(server.get("/healthz", &[]).await.status(), StatusCode::OK);
+    // hyper closes the connection as it answers 431, and the count follows a moment later.
+    for _ in 0..50 {
+        if closed_for(&server, "header_too_large").await == 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(closed_for(&server, "header_too_large").await, 1.0);
+    assert!(server.metric("zarrgate_http_connections_open").await >= 1.0, "this very request's connection");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -72,10 +72,6 @@ fn hrefs(body: &str) -> Vec<&str> {
     body.split("<D:href>").skip(1).filter_map(|s| s.split("</D:href>").next()).collect()
 }
 
-fn metric(metrics: &str, series: &str) -> f64 {
-    metrics.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0.0)
-}
-
 both_backends! {
 
     // A 404 for a key that no v2 view could name does not build the version's v2 view (with
@@ -87,11 +83,11 @@ both_backends! {
             assert_eq!(server.get(&format!("/demo/{nothing}"), &[]).await.status(), StatusCode::NOT_FOUND, "{nothing}");
         }
         let metrics = server.get("/metrics", &[]).await.text().await.unwrap();
-        assert_eq!(metric(&metrics, built), 0.0, "{metrics}");
+        assert_eq!(common::metric_in(&metrics, built), 0.0, "{metrics}");
         assert_eq!(server.get("/demo/x/1", &[]).await.status(), StatusCode::OK);
         assert_eq!(server.get("/demo/g/.zgroup", &[]).await.status(), StatusCode::OK);
         let metrics = server.get("/metrics", &[]).await.text().await.unwrap();
-        assert_eq!(metric(&metrics, built), 1.0, "{metrics}");
+        assert_eq!(common::metric_in(&metrics, built), 1.0, "{metrics}");
     }
     async fn v2_chunk_keys_read_the_v3_chunks(server) {
         register(&server, "demo").await;

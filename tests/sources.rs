@@ -139,33 +139,14 @@ fn assert_refused(got: &Got, what: &str) {
     }
 }
 
-/// The value of a Prometheus sample of `name` with (at least) `labels`; 0 when absent.
-async fn metric(server: &TestServer, name: &str, labels: &[(&str, &str)]) -> f64 {
-    let r = server.get("/metrics", &[]).await;
-    assert_eq!(r.status(), StatusCode::OK);
-    let text = r.text().await.unwrap();
-    let wanted: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
-    let mut total = 0.0;
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some((series, value)) = line.rsplit_once(' ') else { continue };
-        let (metric_name, label_text) =
-            series.split_once('{').map_or((series, ""), |(n, l)| (n, l.trim_end_matches('}')));
-        let present: Vec<&str> = label_text.split(',').collect();
-        if metric_name == name && wanted.iter().all(|w| present.contains(&w.as_str())) {
-            total += value.parse::<f64>().unwrap_or_else(|_| panic!("bad sample {line:?}"));
-        }
-    }
-    total
-}
-
 /// Upstream requests to `store` with `outcome` (`ok` or an error kind).
 async fn upstream_outcome(server: &TestServer, store: &str, outcome: &str) -> f64 {
-    metric(server, "zarrgate_upstream_requests_total", &[("object_store", store), ("outcome", outcome)]).await
+    server.metric_sum("zarrgate_upstream_requests_total", &[("object_store", store), ("outcome", outcome)]).await
 }
 
 /// Upstream requests of every object store and outcome.
 async fn upstream_requests(server: &TestServer) -> f64 {
-    metric(server, "zarrgate_upstream_requests_total", &[]).await
+    server.metric_sum("zarrgate_upstream_requests_total", &[]).await
 }
 
 // ------------------------------------------------------------------------------------------
@@ -208,12 +189,12 @@ both_backends! {
         assert_eq!(server.bytes("/local/x/c/2").await, nested[512..768]);
 
         // A Range goes through to the source: only the requested bytes are read.
-        let read_before = metric(&server, "zarrgate_upstream_bytes_total", &[("object_store", "local")]).await;
+        let read_before = server.metric_sum("zarrgate_upstream_bytes_total", &[("object_store", "local")]).await;
         let r = server.get("/local/x/c/1", &[("Range", "bytes=10-19")]).await;
         assert_eq!(r.status(), StatusCode::PARTIAL_CONTENT);
         assert_eq!(r.headers()["content-range"], "bytes 10-19/256");
         assert_eq!(r.bytes().await.unwrap(), a[3010..3020]);
-        let read = metric(&server, "zarrgate_upstream_bytes_total", &[("object_store", "local")]).await - read_before;
+        let read = server.metric_sum("zarrgate_upstream_bytes_total", &[("object_store", "local")]).await - read_before;
         assert_eq!(read, 10.0, "a 10-byte range reads 10 bytes of the source");
         let r = server.get("/local/x/c/1", &[("Range", "bytes=-16")]).await;
         assert_eq!(r.status(), StatusCode::PARTIAL_CONTENT);
@@ -882,7 +863,7 @@ both_backends! {
         // Bytes equal; ranges are passed on.
         assert_eq!(server.bytes("/plain/x/c/0").await, a[100..356]);
         assert_eq!(server.bytes("/plain/x/c/2").await, pattern(1024, 10)[..256]);
-        let read_before = metric(&server, "zarrgate_upstream_bytes_total", &[("object_store", "s3")]).await;
+        let read_before = server.metric_sum("zarrgate_upstream_bytes_total", &[("object_store", "s3")]).await;
         let r = server.get("/plain/x/c/1", &[("Range", "bytes=10-19")]).await;
         assert_eq!(r.status(), StatusCode::PARTIAL_CONTENT);
         assert_eq!(r.headers()["content-range"], "bytes 10-19/256");
@@ -890,7 +871,7 @@ both_backends! {
         let r = server.get("/plain/x/c/1", &[("Range", "bytes=-16")]).await;
         assert_eq!(r.status(), StatusCode::PARTIAL_CONTENT);
         assert_eq!(r.bytes().await.unwrap(), a[3240..3256]);
-        let read = metric(&server, "zarrgate_upstream_bytes_total", &[("object_store", "s3")]).await - read_before;
+        let read = server.metric_sum("zarrgate_upstream_bytes_total", &[("object_store", "s3")]).await - read_before;
         assert_eq!(read, 26.0, "two ranges of 10 and 16 bytes read 26 bytes from S3");
         // The recorded ETag still matches: served.
         assert_eq!(server.bytes("/pinned/x/c/0").await, b[512..768]);

@@ -72,16 +72,6 @@ fn assert_problem(got: &RawAnswer, status: u16, kind: &str, words: &[&str]) {
     }
 }
 
-/// The value of the Prometheus samples of `name` with (at least) `labels`, summed.
-async fn metric(server: &TestServer, name: &str, labels: &[(&str, &str)]) -> f64 {
-    let text = server.get("/metrics", &[]).await.text().await.unwrap();
-    let wanted: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
-    text.lines()
-        .filter(|l| l.starts_with(name) && wanted.iter().all(|w| l.contains(w.as_str())))
-        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
-        .sum()
-}
-
 /// A body cut short (reset, or fewer bytes than its Content-Length) and an upstream that failed
 /// once are read again, and the client gets every byte: the resumed read asks for the rest
 /// only, `If-Match` the ETag, and a source without ETag is resumed too (checked by its size).
@@ -114,7 +104,7 @@ async fn cut_bodies_are_resumed_where_they_stopped() {
     let seen = upstream.seen("reset-once-noetag");
     assert_eq!(seen.len(), 2, "{seen:?}");
     assert_eq!(seen[1].range.as_deref(), Some(&*format!("bytes={}-{}", OFFSET + CHUNK / 2, OFFSET + CHUNK - 1)));
-    assert!(metric(&server, "zarrgate_upstream_retries_total", &[("object_store", "faults")]).await >= 1.0);
+    assert!(server.metric_sum("zarrgate_upstream_retries_total", &[("object_store", "faults")]).await >= 1.0);
 
     // A Range of the chunk, cut short upstream the first time, is whole too.
     store(&server, &upstream, "ranged", &["reset-once"], true).await;
@@ -168,7 +158,7 @@ async fn buffered_chunks_fail_with_a_clean_5xx() {
 
     for (outcome, n) in [("interrupted", 2.0), ("modified", 1.0), ("timeout", 1.0), ("ok", 0.0)] {
         let labels = [("object_store", "faults"), ("outcome", outcome)];
-        assert_eq!(metric(&server, "zarrgate_upstream_requests_total", &labels).await, n, "{outcome}");
+        assert_eq!(server.metric_sum("zarrgate_upstream_requests_total", &labels).await, n, "{outcome}");
     }
 }
 
@@ -197,7 +187,7 @@ async fn streamed_chunks_resume_or_break_off() {
     let r = server.get("/large/x/c/1", &[]).await;
     assert!(r.bytes().await.is_err(), "reqwest read a body that broke off as complete");
     let aborted =
-        metric(&server, "zarrgate_upstream_requests_total", &[("object_store", "faults"), ("outcome", "aborted")]);
+        server.metric_sum("zarrgate_upstream_requests_total", &[("object_store", "faults"), ("outcome", "aborted")]);
     assert_eq!(aborted.await, 2.0);
 }
 

@@ -31,6 +31,7 @@ pub async fn serve(
     let limits = Arc::new(connection::Limits::from(&state.config.http));
     let connections = Arc::new(Semaphore::new(connection_slots(&state.config.http)));
     let refusals = Arc::new(Semaphore::new(refusal::AT_ONCE));
+    let meters = Arc::new(connection::Meters::new(&state.metrics));
     let router = super::router(state);
     // Every connection task holds a receiver: the sender learns it is closed when the last ends.
     let (stop, stopping) = watch::channel(());
@@ -53,7 +54,8 @@ pub async fn serve(
         }
         match connections.clone().try_acquire_owned() {
             Ok(slot) => {
-                let served = connection::serve(stream, router.clone(), limits.clone(), stopping.clone());
+                let served =
+                    connection::serve(stream, router.clone(), limits.clone(), stopping.clone(), meters.clone());
                 tokio::spawn(async move {
                     served.await;
                     drop(slot);
@@ -61,13 +63,17 @@ pub async fn serve(
             }
             Err(_) => match refusals.clone().try_acquire_owned() {
                 Ok(permit) => {
+                    meters.closed(connection::Closed::Refused);
                     tokio::spawn(async move {
                         refusal::refuse(stream).await;
                         drop(permit);
                     });
                 }
                 // As many refusals under way as allowed: this one is closed without a word.
-                Err(_) => drop(stream),
+                Err(_) => {
+                    meters.closed(connection::Closed::Dropped);
+                    drop(stream);
+                }
             },
         }
     }

@@ -100,8 +100,12 @@ impl ObjectStoreEntry {
         plain_http(&parsed, &mut opts)?;
         let (base, client): (Base, Option<Arc<dyn ObjectStore>>) = match parsed.scheme() {
             "file" => {
-                if !opts.is_empty() {
-                    return Err(SourceConfigError::Option("file:// object stores take no options".into()));
+                if !opts.is_empty() || first_byte_timeout.is_some() {
+                    return Err(SourceConfigError::Option(
+                        "file:// object stores take no options (first_byte_timeout and the client options apply to \
+                         remote stores only)"
+                            .into(),
+                    ));
                 }
                 let dir =
                     parsed.to_file_path().map_err(|()| SourceConfigError::Url(format!("{url} is not a local path")))?;

@@ -112,7 +112,41 @@ pub struct TestServer {
     db: Option<PgTestDb>,
 }
 
+/// The value of one series of Prometheus text: `name`, or `name{labels}` with the labels in the
+/// sorted order Prometheus writes them; 0 when absent.
+pub fn metric_in(text: &str, series: &str) -> f64 {
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0.0)
+}
+
 impl TestServer {
+    /// The Prometheus text of `/metrics`.
+    pub async fn metrics(&self) -> String {
+        let r = self.get("/metrics", &[]).await;
+        assert_eq!(r.status(), reqwest::StatusCode::OK);
+        r.text().await.unwrap()
+    }
+
+    /// The value of one series of `/metrics` (see [`metric_in`]); 0 when absent.
+    pub async fn metric(&self, series: &str) -> f64 {
+        metric_in(&self.metrics().await, series)
+    }
+
+    /// The samples of `name` with (at least) `labels`, summed; 0 when there are none.
+    pub async fn metric_sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let text = self.metrics().await;
+        let wanted: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+        let mut total = 0.0;
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((series, value)) = line.rsplit_once(' ') else { continue };
+            let (metric_name, label_text) =
+                series.split_once('{').map_or((series, ""), |(n, l)| (n, l.trim_end_matches('}')));
+            let present: Vec<&str> = label_text.split(',').collect();
+            if metric_name == name && wanted.iter().all(|w| present.contains(&w.as_str())) {
+                total += value.parse::<f64>().unwrap_or_else(|_| panic!("bad sample {line:?}"));
+            }
+        }
+        total
+    }
     /// A server on `backend` with the default configuration.
     pub async fn start(backend: Backend) -> Self {
         Self::start_with(backend, |_| {}).await

@@ -24,6 +24,7 @@ use tower::ServiceExt;
 use tower_http::timeout::TimeoutBody;
 
 use crate::config::HttpConfig;
+use crate::metrics::Metrics;
 
 /// The `[http]` settings a connection is served under.
 pub(super) struct Limits {
@@ -50,9 +51,118 @@ impl From<&HttpConfig> for Limits {
     }
 }
 
+/// Why a connection closed: the `reason` label of `zarrgate_http_connections_closed_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Closed {
+    Client,
+    HeaderReadTimeout,
+    IdleTimeout,
+    SendTimeout,
+    HeaderTooLarge,
+    ProtocolError,
+    ResponseAborted,
+    Refused,
+    Dropped,
+}
+
+impl Closed {
+    const ALL: [Closed; 9] = [
+        Closed::Client,
+        Closed::HeaderReadTimeout,
+        Closed::IdleTimeout,
+        Closed::SendTimeout,
+        Closed::HeaderTooLarge,
+        Closed::ProtocolError,
+        Closed::ResponseAborted,
+        Closed::Refused,
+        Closed::Dropped,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Closed::Client => "client",
+            Closed::HeaderReadTimeout => "header_read_timeout",
+            Closed::IdleTimeout => "idle_timeout",
+            Closed::SendTimeout => "send_timeout",
+            Closed::HeaderTooLarge => "header_too_large",
+            Closed::ProtocolError => "protocol_error",
+            Closed::ResponseAborted => "response_aborted",
+            Closed::Refused => "refused",
+            Closed::Dropped => "dropped",
+        }
+    }
+
+    /// What the log says when the watchdog closes a connection for this reason.
+    fn explain(self) -> &'static str {
+        match self {
+            Closed::HeaderReadTimeout => "header read timeout: a request head arrived too slowly",
+            Closed::IdleTimeout => "idle timeout",
+            Closed::SendTimeout => "send timeout: the client reads nothing",
+            _ => self.label(),
+        }
+    }
+
+    /// Why hyper ended a connection with an error.
+    fn of(e: &hyper::Error) -> Self {
+        if e.is_parse_too_large() {
+            Closed::HeaderTooLarge
+        } else if e.is_parse() || e.is_parse_status() {
+            Closed::ProtocolError
+        } else if e.is_user() {
+            Closed::ResponseAborted
+        } else {
+            Closed::Client
+        }
+    }
+}
+
+/// The connection metrics, their label values resolved once.
+pub(super) struct Meters {
+    open: prometheus::IntGauge,
+    closed: [prometheus::IntCounter; Closed::ALL.len()],
+}
+
+impl Meters {
+    pub(super) fn new(metrics: &Metrics) -> Self {
+        Self {
+            open: metrics.http_connections_open.clone(),
+            closed: Closed::ALL.map(|c| metrics.http_connections_closed_total.with_label_values(&[c.label()])),
+        }
+    }
+
+    pub(super) fn closed(&self, why: Closed) {
+        // `ALL` lists the reasons in declaration order.
+        if let Some(counter) = self.closed.get(why as usize) {
+            counter.inc();
+        }
+    }
+}
+
 /// Serves one connection until it ends, its client is too slow, or shutdown has let its last
-/// request finish.
-pub(super) async fn serve(stream: TcpStream, router: Router, limits: Arc<Limits>, mut stopping: watch::Receiver<()>) {
+/// request finish; counts it open meanwhile, and closed by reason after.
+pub(super) async fn serve(
+    stream: TcpStream,
+    router: Router,
+    limits: Arc<Limits>,
+    stopping: watch::Receiver<()>,
+    meters: Arc<Meters>,
+) {
+    meters.open.inc();
+    serve_until_closed(stream, router, &limits, stopping, &meters).await;
+}
+
+async fn serve_until_closed(
+    stream: TcpStream,
+    router: Router,
+    limits: &Limits,
+    mut stopping: watch::Receiver<()>,
+    meters: &Meters,
+) {
+    // Counted while the socket is still open: whoever sees the connection closed sees it counted.
+    let closing = |why: Closed| {
+        meters.open.dec();
+        meters.closed(why);
+    };
     let activity = Arc::new(Activity::new());
     let io = TokioIo::new(Watched { io: stream, activity: activity.clone(), blocked: false });
     let service = {
@@ -72,15 +182,18 @@ pub(super) async fn serve(stream: TcpStream, router: Router, limits: Arc<Limits>
     loop {
         tokio::select! {
             ended = connection.as_mut() => {
-                if let Err(e) = ended {
-                    tracing::debug!(error = %e, "connection ended with an error");
-                }
-                return;
+                return closing(match ended {
+                    Ok(()) => Closed::Client,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                        Closed::of(&e)
+                    }
+                });
             }
-            () = tokio::time::sleep(activity.until_next_check(&limits)) => {
-                if let Some(why) = activity.expired(&limits) {
-                    tracing::debug!(why, "closing a connection whose client is too slow");
-                    return;
+            () = tokio::time::sleep(activity.until_next_check(limits)) => {
+                if let Some(why) = activity.expired(limits) {
+                    tracing::debug!(why = why.explain(), "closing a connection whose client is too slow");
+                    return closing(why);
                 }
             }
             _ = stopping.changed(), if !draining => {
@@ -127,9 +240,9 @@ impl Activity {
     }
 
     /// The earliest moment the connection is due to be closed, and why, as things stand.
-    fn due(&self, limits: &Limits) -> Option<(u64, &'static str)> {
+    fn due(&self, limits: &Limits) -> Option<(u64, Closed)> {
         let after = |since: u64, d: Duration| since.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        let mut due: Option<(u64, &'static str)> = None;
+        let mut due: Option<(u64, Closed)> = None;
         let mut consider = |at: u64, why| {
             if due.is_none_or(|(d, _)| at < d) {
                 due = Some((at, why));
@@ -137,12 +250,12 @@ impl Activity {
         };
         match self.blocked_since.load(Ordering::Relaxed) {
             0 => {}
-            since => consider(after(since, limits.send), "send timeout: the client reads nothing"),
+            since => consider(after(since, limits.send), Closed::SendTimeout),
         }
         if self.answering.load(Ordering::Relaxed) == 0 {
             match self.head_since.load(Ordering::Relaxed) {
-                0 => consider(after(self.idle_since.load(Ordering::Relaxed), limits.idle), "idle timeout"),
-                since => consider(after(since, limits.header_read), "header read timeout"),
+                0 => consider(after(self.idle_since.load(Ordering::Relaxed), limits.idle), Closed::IdleTimeout),
+                since => consider(after(since, limits.header_read), Closed::HeaderReadTimeout),
             }
         }
         due
@@ -159,7 +272,7 @@ impl Activity {
         }
     }
 
-    fn expired(&self, limits: &Limits) -> Option<&'static str> {
+    fn expired(&self, limits: &Limits) -> Option<Closed> {
         self.due(limits).filter(|(at, _)| *at <= self.now()).map(|(_, why)| why)
     }
 }
