@@ -20,8 +20,10 @@
 #             `nginx -t` on it. Needs nginx: apt-get install -y nginx-light.
 # docker      copies the build context as .dockerignore selects it, replays the Dockerfile's
 #             builder stage with its own COPY and RUN commands (same `cargo build --release
-#             --locked --bin zarrgate`, the repository's target/ reused for dependencies, about
-#             2 minutes when they are built, 9 on a fresh clone), then runs the result as the
+#             --locked --bin zarrgate`; its target/ is ~/.cache/zarrgate/docker-target
+#             ($ZARRGATE_DOCKER_TARGET_DIR), kept between runs as a BuildKit cache mount would
+#             be, so dependencies are built once per machine: about 2 minutes when they are
+#             built, 10-15 the first time), then runs the result as the
 #             runtime stage would: ENTRYPOINT + CMD, refused without a token on 0.0.0.0, the
 #             HEALTHCHECK script against it (and failing once it stops), /healthz and /readyz,
 #             the SQLite default in WORKDIR/data, and the Kubernetes and compose configurations.

@@ -44,6 +44,10 @@ sys.path.insert(0, str(REPO / "deploy" / "cdn"))
 import dockerfile as dockerfile_mod  # noqa: E402
 
 WORK = REPO / "target" / "check-deploy"
+# The replayed builder stage's target/ (as a BuildKit cache mount would be): outside the checkout,
+# so that a fresh clone (CI) on a machine that built before compiles only zarrgate.
+DOCKER_TARGET = Path(os.environ.get("ZARRGATE_DOCKER_TARGET_DIR")
+                     or Path.home() / ".cache" / "zarrgate" / "docker-target")
 K8S = REPO / "deploy" / "kubernetes"
 # Kubernetes releases the manifests must be valid for: the oldest still common, the newest
 # kubernetes-validate knows.
@@ -544,12 +548,11 @@ class Running:
 
 def forget_crate_fingerprints() -> None:
     """The replay builds the zarrgate crate (a placeholder, then the real one) from a copy
-    of the sources, in the repository's target/. cargo records source paths relative to the
-    package, so its fingerprint would make the repository's own `cargo build --release` take
-    whatever the replay left in target/release/zarrgate (the placeholder, after a failed
-    replay) as up to date. Removing the crate's fingerprints (not its dependencies') makes
-    that next build recompile the crate."""
-    for fp in (REPO / "target" / "release" / ".fingerprint").glob("zarrgate-*"):
+    of the sources, in DOCKER_TARGET. cargo records source paths relative to the package, so
+    its fingerprint would make the next replay (from another clone, with older modification
+    times) take whatever this one left in release/zarrgate as up to date. Removing the crate's
+    fingerprints (not its dependencies') makes every replay recompile the crate."""
+    for fp in (DOCKER_TARGET / "release" / ".fingerprint").glob("zarrgate-*"):
         if re.fullmatch(r"zarrgate-[0-9a-f]{16}", fp.name) and fp.is_dir():
             shutil.rmtree(fp)
 
@@ -658,10 +661,11 @@ def cmd_docker(args) -> int:
     # a fresh stage every time, like `docker build`; rmtree unlinks the target/ symlink and
     # never follows it
     shutil.rmtree(rootfs, ignore_errors=True)
-    say(f"  replaying stage builder in {rel(rootfs)} (target/ is the repository's)")
+    DOCKER_TARGET.mkdir(parents=True, exist_ok=True)
+    say(f"  replaying stage builder in {rel(rootfs)} (target/ is {DOCKER_TARGET})")
     started = time.monotonic()
     try:
-        dockerfile_mod.replay(builder, context, rootfs, {"target": REPO / "target"},
+        dockerfile_mod.replay(builder, context, rootfs, {"target": DOCKER_TARGET},
                               log=say)
     except dockerfile_mod.DockerfileError as e:
         problems.check(False, f"builder stage: {e}")
