@@ -51,7 +51,7 @@ impl SourceRegistry {
             let meters = self.metrics.as_ref().map(|m| meters(m, &entry));
             let remote = self.remote(&entry, url)?;
             let wait = (self.settings.timeout, self.settings.max_concurrent);
-            let bytes = blocks.read(&entry, remote, range, etag, wait, meters).await?;
+            let bytes = blocks.read(&entry.slots, remote, range, etag, wait, meters).await?;
             if let Some(meters) = meters {
                 meters.served.inc_by(len);
             }

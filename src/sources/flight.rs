@@ -28,7 +28,6 @@ use prometheus::IntCounter;
 use super::SourceError;
 use super::meter::StoreMeters;
 use super::readahead::ReadAheadSettings;
-use super::registry::ObjectStoreEntry;
 use super::resume::{self, Remote};
 use crate::zarr::source::SourceCheck;
 
@@ -112,10 +111,12 @@ impl Blocks {
     }
 
     /// Reads `range` of the object `remote` names, whose recorded ETag is `etag`: the bytes,
-    /// exactly, or the error of the upstream request that was to bring them.
+    /// exactly, or the error of the upstream request that was to bring them. Upstream requests
+    /// take one of `slots` each, waiting up to `wait.0` (then `source-busy`, naming the limit
+    /// `wait.1`).
     pub(super) async fn read(
         &self,
-        entry: &ObjectStoreEntry,
+        slots: &Arc<tokio::sync::Semaphore>,
         remote: Remote,
         range: Range<u64>,
         etag: &str,
@@ -159,7 +160,7 @@ impl Blocks {
                 gap,
                 done: self.done.clone(),
                 flying: self.flying.clone(),
-                slots: entry.slots.clone(),
+                slots: slots.clone(),
                 busy: busy.clone(),
                 wait: wait.0,
                 meters: meters.cloned(),

@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.server
 import json
 import re
-import threading
 import uuid
 
 import numpy as np
@@ -18,6 +17,7 @@ import requests
 import zarr
 
 import zarrgate_client
+from upstream import serve
 
 CHUNK = 1024
 CHUNKS = 64
@@ -49,12 +49,8 @@ class _Upstream(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def upstream():
     _Upstream.gets = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-    server.server_close()
+    with serve(http.server.ThreadingHTTPServer, _Upstream) as url:
+        yield url
 
 
 def test_a_sequential_array_is_read_in_a_few_upstream_requests(server, store_name, upstream):
