@@ -52,6 +52,8 @@ struct Block {
 
 type Pending = Shared<BoxFuture<'static, Result<Arc<Block>, SourceError>>>;
 type Sender = tokio::sync::oneshot::Sender<Result<Arc<Block>, SourceError>>;
+/// The blocks of a run to fetch, and the senders of their waiters.
+type Planned = (Vec<BlockKey>, Vec<Option<Sender>>);
 
 /// One object store's blocks: fetched, and being fetched.
 pub(super) struct Blocks {
@@ -201,7 +203,7 @@ impl Blocks {
         first: u64,
         cached: Vec<Option<Arc<Block>>>,
         remote: &Remote,
-    ) -> (Vec<Part>, bool, Vec<(Vec<BlockKey>, Vec<Option<Sender>>)>) {
+    ) -> (Vec<Part>, bool, Vec<Planned>) {
         let present = |flying: &HashMap<BlockKey, Pending>, index: u64| {
             let k = key(index);
             flying.contains_key(&k) || self.done.contains_key(&k)
