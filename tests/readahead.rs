@@ -2,7 +2,8 @@
 //! (tests/common/faults.rs): a sequential scan costs a few upstream GETs, a miss storm one per
 //! block, an upstream error reaches every waiter as a 5xx and is not kept, and a source
 //! rewritten during a read-ahead is `source-modified`, never a mix of two versions, until the
-//! store is registered again with the new version. Every 200 carries the source's bytes.
+//! store is registered again with the new version; a block cut short is resumed where it
+//! stopped. Every 200 carries the source's bytes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -215,4 +216,20 @@ async fn bad_readahead_options_are_refused_by_name() {
     assert!(status.is_success(), "{body}");
     let shown: Value = server.get("/api/v1/object-stores/shown", &[]).await.json().await.unwrap();
     assert_eq!(shown["options"], options, "{shown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_cut_short_is_resumed_where_it_stopped() {
+    let server = TestServer::start(Backend::Sqlite).await;
+    let upstream = FaultServer::start(values(CHUNKS * ELEMENTS)).await;
+    object_store(&server, &upstream, json!({})).await;
+    store(&server, &upstream, "cut", "reset-once", CHUNK, "\"v1\"").await;
+    assert_eq!(server.bytes("/cut/x/c/0").await, chunk(&upstream.file, 0, CHUNK));
+    // Chunk 3 is in the same block: no request of its own.
+    assert_eq!(server.bytes("/cut/x/c/3").await, chunk(&upstream.file, 3, CHUNK));
+    let seen = upstream.seen("reset-once");
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(seen[0].range.as_deref(), Some("bytes=0-65535"), "{seen:?}");
+    assert_eq!(seen[1].range.as_deref(), Some("bytes=32768-65535"), "{seen:?}");
+    assert_eq!(seen[1].if_match.as_deref(), Some("\"v1\""), "{seen:?}");
 }
