@@ -13,7 +13,7 @@ use subtle::ConstantTimeEq;
 use crate::catalog::{self, Catalog, Change, ObjectStoreRecord};
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::sources::{ObjectStoreEntry, Origin, SourceRegistry, SourceSettings};
+use crate::sources::{ObjectStoreEntry, Origin, ReadAheadSettings, SourceRegistry, SourceSettings};
 use crate::versions::cache::Caches;
 use crate::versions::{Reader, Registrar, Settings};
 
@@ -67,7 +67,14 @@ impl App {
             max_concurrent: config.sources.max_concurrent_per_store.max(1),
             buffer_bytes: config.sources.buffer_chunk_bytes,
             api_ambient_credentials: config.sources.api_ambient_credentials,
+            readahead: ReadAheadSettings {
+                enabled: config.sources.readahead,
+                window: config.sources.readahead_window_bytes,
+                gap: config.sources.readahead_gap_bytes,
+                cache: config.sources.readahead_cache_bytes,
+            },
         };
+        settings.readahead.check("sources.readahead_", "_bytes")?;
         let metrics = Metrics::new().context("registering metrics")?;
         metrics.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
         let catalog_guard = Arc::new(catalog::Guarded::new(catalog, metrics.clone()));

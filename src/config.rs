@@ -169,6 +169,15 @@ pub struct SourcesConfig {
     /// s3/gs/az stores registered over the API without credentials use the server's ambient
     /// identity (instance metadata, workload identity) instead of reading anonymously.
     pub api_ambient_credentials: bool,
+    /// Remote object stores share, widen and read ahead of upstream requests (each store's
+    /// `readahead` option overrides it).
+    pub readahead: bool,
+    /// The most bytes read past a read once reads of an object come in order (`readahead_window`).
+    pub readahead_window_bytes: u64,
+    /// Reads are widened to aligned blocks of this many bytes (`readahead_gap`).
+    pub readahead_gap_bytes: u64,
+    /// Bytes each remote object store holds for reads to come (`readahead_cache`).
+    pub readahead_cache_bytes: u64,
 }
 
 /// An object store declared in the configuration file.
@@ -250,6 +259,10 @@ impl Default for SourcesConfig {
             max_concurrent_per_store: 256,
             buffer_chunk_bytes: 4 << 20,
             api_ambient_credentials: false,
+            readahead: true,
+            readahead_window_bytes: 4 << 20,
+            readahead_gap_bytes: 64 << 10,
+            readahead_cache_bytes: 64 << 20,
         }
     }
 }

@@ -89,6 +89,18 @@ metrics! {
     upstream_bytes_total: IntCounterVec = ["object_store"],
     /// Latency of source object store requests to the first byte.
     upstream_request_duration_seconds: HistogramVec = ["object_store"],
+    /// Bytes of source objects served to readers, by object store (against
+    /// zarrgate_upstream_bytes_total, the bytes fetched: coalescing and read-ahead fetch more).
+    upstream_served_bytes_total: IntCounterVec = ["object_store"],
+    /// Reads that joined an upstream request already in flight for the same bytes
+    /// (single-flight) instead of making their own, by object store.
+    upstream_joins_total: IntCounterVec = ["object_store"],
+    /// Reads answered wholly from bytes already fetched (read ahead, or brought by a nearby
+    /// read) with no upstream request, by object store.
+    readahead_hits_total: IntCounterVec = ["object_store"],
+    /// Bytes fetched ahead of or around reads and evicted from the read-ahead cache unread, by
+    /// object store.
+    readahead_wasted_bytes_total: IntCounterVec = ["object_store"],
     /// Cache lookups that found the value, by cache.
     cache_hits_total: IntCounterVec = ["cache"],
     /// Cache lookups that had to load the value, by cache.

@@ -51,7 +51,13 @@ async fn store(server: &TestServer, upstream: &FaultServer, name: &str, modes: &
     assert_eq!(status, 201, "{body}");
 }
 
-async fn object_store(server: &TestServer, name: &str, upstream: &FaultServer, options: Value) {
+/// Registers `upstream` as object store `name` with `options`, read-ahead off unless they say
+/// otherwise: these tests count the ranges one read asks for (tests/readahead.rs has reads that
+/// share and widen them).
+async fn object_store(server: &TestServer, name: &str, upstream: &FaultServer, mut options: Value) {
+    if options.get("readahead").is_none() {
+        options["readahead"] = json!("off");
+    }
     let (status, body) =
         server.put(&format!("/api/v1/object-stores/{name}"), &json!({"url": upstream.base, "options": options})).await;
     assert_eq!(status, 201, "{body}");

@@ -37,7 +37,26 @@ impl SourceRegistry {
     /// Reads `range` of `url`, refusing an object that no longer passes `check`: conditional on
     /// a strong recorded ETag, and the answer's ETag or size compared with the recorded one.
     /// Requests, bytes and time are counted by object store.
+    /// Reads of remote object stores with read-ahead on, up to `sources.buffer_chunk_bytes`, of
+    /// sources with a recorded ETag, share, widen and read ahead of upstream requests
+    /// (flight.rs).
     pub async fn fetch(&self, url: &str, range: Range<u64>, check: &SourceCheck<'_>) -> Result<Fetched, SourceError> {
+        let len = range.end.saturating_sub(range.start);
+        if let SourceCheck::ETag(etag) = check
+            && len > 0
+            && len <= self.settings.buffer_bytes
+            && let Some(entry) = self.resolve(url)
+            && let Some(blocks) = &entry.blocks
+        {
+            let meters = self.metrics.as_ref().map(|m| meters(m, &entry));
+            let remote = self.remote(&entry, url)?;
+            let wait = (self.settings.timeout, self.settings.max_concurrent);
+            let bytes = blocks.read(&entry.slots, remote, range, etag, wait, meters).await?;
+            if let Some(meters) = meters {
+                meters.served.inc_by(len);
+            }
+            return Ok(Fetched { body: futures::stream::once(async move { Ok(bytes) }).boxed(), len });
+        }
         let started = std::time::Instant::now();
         let fetched = self.fetch_unmetered(url, range, check).await;
         let (mut fetched, entry) = match fetched {
@@ -72,6 +91,7 @@ impl SourceRegistry {
             };
             if let Some(meters) = meters {
                 meters.bytes.inc_by(bytes.len() as u64);
+                meters.served.inc_by(bytes.len() as u64);
                 meters.ok.inc();
             }
             fetched.body = futures::stream::once(async move { Ok(bytes) }).boxed();
@@ -106,25 +126,26 @@ impl SourceRegistry {
                 let rest = local::rest(file, first_end, range.end);
                 futures::stream::once(async move { Ok(first) }).chain(rest).boxed()
             }
-            (_, Some(client)) => {
-                let path =
-                    entry.object_path(url).ok_or_else(|| upstream(&entry, url, "not a valid object path".into()))?;
-                let retried = self.metrics.as_ref().map(|m| meters(m, &entry).retries.clone());
-                let remote = Remote {
-                    client: client.clone(),
-                    path,
-                    url: url.to_owned(),
-                    store: entry.name.clone(),
-                    first_byte: entry.first_byte_timeout.unwrap_or(self.settings.timeout),
-                    retries: self.settings.retries,
-                    retried,
-                };
-                remote.read(range.clone(), check).await?
-            }
-            (_, None) => return Err(upstream(&entry, url, "object store has no client".into())),
+            _ => self.remote(&entry, url)?.read(range.clone(), check).await?.0,
         };
         let body = Exact { inner: body, remaining: len, url: url.to_owned(), _slot: Some(slot) };
         Ok((Fetched { body: Box::pin(body), len }, entry))
+    }
+
+    /// Where reads of `url` in remote object store `entry` go.
+    fn remote(&self, entry: &ObjectStoreEntry, url: &str) -> Result<Remote, SourceError> {
+        let client = entry.client.clone().ok_or_else(|| upstream(entry, url, "object store has no client".into()))?;
+        let path = entry.object_path(url).ok_or_else(|| upstream(entry, url, "not a valid object path".into()))?;
+        Ok(Remote {
+            client,
+            path,
+            url: url.to_owned(),
+            store: entry.name.clone(),
+            first_byte: entry.first_byte_timeout.unwrap_or(self.settings.timeout),
+            retries: self.settings.retries,
+            retried: self.metrics.as_ref().map(|m| meters(m, entry).retries.clone()),
+            clip: false,
+        })
     }
 
     /// One of `entry`'s request slots, waiting up to the request timeout for it.
@@ -253,6 +274,7 @@ impl Stream for Metered {
         match &item {
             Poll::Ready(Some(Ok(b))) => {
                 self.meters.bytes.inc_by(b.len() as u64);
+                self.meters.served.inc_by(b.len() as u64);
                 let before = self.remaining;
                 self.remaining = before.saturating_sub(b.len() as u64);
                 if before > 0 && self.remaining == 0 {

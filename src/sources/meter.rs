@@ -1,7 +1,7 @@
 //! Upstream metering: requests by outcome, bytes and time to the response head, by object store,
 //! with each store's label handles bound once (not looked up on every read).
 
-use prometheus::{Histogram, IntCounter};
+use prometheus::{Histogram, IntCounter, IntCounterVec};
 
 use super::SourceError;
 use crate::metrics::Metrics;
@@ -19,6 +19,16 @@ pub(super) struct StoreMeters {
     pub retries: IntCounter,
     /// Time to the response head.
     pub duration: Histogram,
+    /// Bytes served to readers (against `bytes`, those fetched).
+    pub served: IntCounter,
+    /// Reads that joined an upstream request in flight for the same bytes.
+    pub joins: IntCounter,
+    /// Reads answered from blocks already fetched, with no upstream request.
+    pub hits: IntCounter,
+    /// Bytes fetched (ahead of or around reads) and evicted unread.
+    pub wasted: IntCounter,
+    /// Requests by outcome, for failures counted by kind.
+    requests: IntCounterVec,
 }
 
 impl StoreMeters {
@@ -30,7 +40,17 @@ impl StoreMeters {
             bytes: metrics.upstream_bytes_total.with_label_values(&[store]),
             retries: metrics.upstream_retries_total.with_label_values(&[store]),
             duration: metrics.upstream_request_duration_seconds.with_label_values(&[store]),
+            served: metrics.upstream_served_bytes_total.with_label_values(&[store]),
+            joins: metrics.upstream_joins_total.with_label_values(&[store]),
+            hits: metrics.readahead_hits_total.with_label_values(&[store]),
+            wasted: metrics.readahead_wasted_bytes_total.with_label_values(&[store]),
+            requests: metrics.upstream_requests_total.clone(),
         }
+    }
+
+    /// Counts a request that failed before its first byte, by its kind.
+    pub fn failed(&self, e: &SourceError) {
+        self.requests.with_label_values(&[e.store(), e.kind()]).inc();
     }
 }
 

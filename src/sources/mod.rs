@@ -4,13 +4,16 @@
 mod connector;
 mod error;
 mod fetch;
+mod flight;
 mod local;
 mod meter;
 mod options;
+mod readahead;
 mod registry;
 mod resume;
 
 pub use error::{SourceConfigError, SourceError};
 pub use fetch::Fetched;
 pub use options::redact_options;
+pub use readahead::ReadAheadSettings;
 pub use registry::{ObjectStoreEntry, Origin, SourceRegistry, SourceSettings};

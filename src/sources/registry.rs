@@ -17,8 +17,10 @@ use url::Url;
 
 use super::connector::ConfinedConnector;
 use super::error::SourceConfigError;
+use super::flight::Blocks;
 use super::meter::StoreMeters;
 use super::options::{Kind, Signing, api_policy, plain_http, string_options};
+use super::readahead::{self, ReadAheadSettings};
 use crate::metrics::Metrics;
 
 /// Timeouts and retries for every client, set for a proxy: seconds, not minutes.
@@ -39,6 +41,9 @@ pub struct SourceSettings {
     /// server's ambient identity (instance metadata, workload identity); otherwise they read
     /// anonymously.
     pub api_ambient_credentials: bool,
+    /// Read-ahead, coalescing and single-flight of remote object stores, unless their options
+    /// say otherwise.
+    pub readahead: ReadAheadSettings,
 }
 
 /// Who declared an object store.
@@ -82,6 +87,8 @@ pub struct ObjectStoreEntry {
     /// Its `first_byte_timeout` option: time to the response head of each request (else
     /// `sources.timeout_seconds`).
     pub(super) first_byte_timeout: Option<Duration>,
+    /// Its blocks fetched and being fetched (none when read-ahead is off, and for `file://`).
+    pub(super) blocks: Option<Blocks>,
 }
 
 impl ObjectStoreEntry {
@@ -97,9 +104,17 @@ impl ObjectStoreEntry {
         let parsed = Url::parse(&prefix).map_err(|e| SourceConfigError::Url(format!("{url} is not a URL: {e}")))?;
         let mut opts = string_options(options)?;
         let first_byte_timeout = first_byte_timeout(&mut opts)?;
+        let local_readahead =
+            opts.iter().find(|(k, _)| readahead::OPTIONS.contains(&k.as_str())).map(|(k, _)| k.clone());
+        let readahead = settings.readahead.with_options(&mut opts)?;
         plain_http(&parsed, &mut opts)?;
         let (base, client): (Base, Option<Arc<dyn ObjectStore>>) = match parsed.scheme() {
             "file" => {
+                if let Some(key) = local_readahead {
+                    return Err(SourceConfigError::Option(format!(
+                        "{key}: file:// object stores are read from disk as asked, without read-ahead"
+                    )));
+                }
                 if !opts.is_empty() || first_byte_timeout.is_some() {
                     return Err(SourceConfigError::Option(
                         "file:// object stores take no options (first_byte_timeout and the client options apply to \
@@ -153,6 +168,7 @@ impl ObjectStoreEntry {
                 )));
             }
         };
+        let blocks = (readahead.enabled && client.is_some()).then(|| Blocks::new(readahead));
         Ok(Self {
             name: name.to_owned(),
             prefix,
@@ -163,6 +179,7 @@ impl ObjectStoreEntry {
             meters: std::sync::OnceLock::new(),
             slots: Arc::new(tokio::sync::Semaphore::new(settings.max_concurrent.max(1))),
             first_byte_timeout,
+            blocks,
         })
     }
 
@@ -384,6 +401,7 @@ mod tests {
             max_concurrent: 4,
             buffer_bytes: 1 << 20,
             api_ambient_credentials: false,
+            readahead: ReadAheadSettings::default(),
         }
     }
 

@@ -21,6 +21,7 @@ use super::SourceError;
 use crate::zarr::source::SourceCheck;
 
 /// Where a read goes: one object of one object store.
+#[derive(Clone)]
 pub(super) struct Remote {
     pub client: Arc<dyn ObjectStore>,
     pub path: Path,
@@ -32,6 +33,8 @@ pub(super) struct Remote {
     pub retries: usize,
     /// Counts resumed reads (none in unit tests).
     pub retried: Option<IntCounter>,
+    /// The range may run past the object's end (a read-ahead): the answer then ends there.
+    pub clip: bool,
 }
 
 impl Remote {
@@ -55,7 +58,8 @@ impl Remote {
             .await
             .map_err(|_| SourceError::Timeout { url: self.url.clone(), store: self.store.clone(), seconds })?
             .map_err(|e| super::error::classify(&self.store, &self.url, &range, check, seconds, e))?;
-        if result.range != range {
+        let expected = if self.clip { range.start..range.end.min(result.meta.size) } else { range.clone() };
+        if result.range != expected {
             return Err(SourceError::Truncated {
                 url: self.url.clone(),
                 store: self.store.clone(),
@@ -85,13 +89,15 @@ impl Remote {
     }
 
     /// Reads `range` checked against `check`, resuming a body that breaks off. Exactly
-    /// `range`'s bytes come out, or an error (an `io::Error` wrapping a [`SourceError`]).
+    /// `range`'s bytes come out (those before the object's end if `clip`), or an error (an
+    /// `io::Error` wrapping a [`SourceError`]); the range returned is the one coming.
     pub async fn read(
         self,
         range: Range<u64>,
         check: &SourceCheck<'_>,
-    ) -> Result<BoxStream<'static, io::Result<Bytes>>, SourceError> {
+    ) -> Result<(BoxStream<'static, io::Result<Bytes>>, Range<u64>), SourceError> {
         let (body, meta) = self.open(range.clone(), check, false).await?;
+        let range = if self.clip { range.start..range.end.min(meta.size) } else { range };
         // Resumed reads must come from the object the first answer came from.
         let same = match meta.e_tag {
             Some(etag) => SourceCheck::ETag(etag.into()),
@@ -106,7 +112,7 @@ impl Remote {
             resumed: 0,
             upstream: String::new(),
         };
-        Ok(futures::stream::unfold(state, Reading::next).boxed())
+        Ok((futures::stream::unfold(state, Reading::next).boxed(), range))
     }
 }
 

@@ -16,8 +16,11 @@
 //! | `slow-head` | nothing for 3 s, then `ok` |
 //! | `slow-body` | the head, then the body in 8 pieces 300 ms apart |
 //! | `etag-changes` | `reset` as `"v1"` the first time; then the object is `"v2"` (other bytes): `If-Match: "v1"` gets 412 |
+//! | `switch` | `ok` until [`FaultServer::rewrite`]; then as `etag-changes` after its first time |
+//! | `late-<mode>` | nothing for 300 ms, then as `<mode>` |
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -39,6 +42,7 @@ pub struct FaultServer {
     /// The object served.
     pub file: Arc<Vec<u8>>,
     seen: Arc<Mutex<Vec<Seen>>>,
+    rewritten: Arc<AtomicBool>,
 }
 
 impl FaultServer {
@@ -47,13 +51,19 @@ impl FaultServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}/", listener.local_addr().unwrap());
         let (file, seen) = (Arc::new(file), Arc::new(Mutex::new(Vec::new())));
-        let (f, s) = (file.clone(), seen.clone());
+        let rewritten = Arc::new(AtomicBool::new(false));
+        let (f, s, r) = (file.clone(), seen.clone(), rewritten.clone());
         tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
-                tokio::spawn(answer(socket, f.clone(), s.clone()));
+                tokio::spawn(answer(socket, f.clone(), s.clone(), r.clone()));
             }
         });
-        Self { base, file, seen }
+        Self { base, file, seen, rewritten }
+    }
+
+    /// Rewrites the object of `switch` (and `late-switch`): from now on it is `"v2"`.
+    pub fn rewrite(&self) {
+        self.rewritten.store(true, Ordering::SeqCst);
     }
 
     /// The URL of the object under `mode`.
@@ -79,7 +89,7 @@ fn header<'a>(request: &'a str, name: &str) -> Option<&'a str> {
         .find_map(|l| l.split_once(':').filter(|(k, _)| k.trim().eq_ignore_ascii_case(name)).map(|(_, v)| v.trim()))
 }
 
-async fn answer(mut socket: TcpStream, file: Arc<Vec<u8>>, seen: Arc<Mutex<Vec<Seen>>>) {
+async fn answer(mut socket: TcpStream, file: Arc<Vec<u8>>, seen: Arc<Mutex<Vec<Seen>>>, rewritten: Arc<AtomicBool>) {
     let mut request = Vec::new();
     let mut buf = [0u8; 4096];
     while !request.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -90,7 +100,14 @@ async fn answer(mut socket: TcpStream, file: Arc<Vec<u8>>, seen: Arc<Mutex<Vec<S
     }
     let text = String::from_utf8_lossy(&request).into_owned();
     let path = text.split_whitespace().nth(1).unwrap_or("/").to_owned();
-    let mode = path.trim_start_matches('/').split('/').next().unwrap_or_default().to_owned();
+    let mut mode = path.trim_start_matches('/').split('/').next().unwrap_or_default().to_owned();
+    if let Some(rest) = mode.strip_prefix("late-") {
+        mode = rest.to_owned();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    if mode == "switch" {
+        mode = if rewritten.load(Ordering::SeqCst) { "etag-changes" } else { "ok" }.to_owned();
+    }
     let range = header(&text, "range").map(str::to_owned);
     let if_match = header(&text, "if-match").map(str::to_owned);
     let earlier = {
@@ -107,6 +124,14 @@ async fn answer(mut socket: TcpStream, file: Arc<Vec<u8>>, seen: Arc<Mutex<Vec<S
             Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()? + 1))
         })
         .unwrap_or((0, size));
+    // A range past the end ends at the end (RFC 9110 14.1.2); one starting past it is refused.
+    let b = b.min(size);
+    if a >= b {
+        let head = format!(
+            "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */{size}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        return send(&mut socket, &head, &[]).await;
+    }
     let partial = |etag: Option<&str>| {
         let etag = etag.map(|e| format!("ETag: {e}\r\n")).unwrap_or_default();
         format!(
@@ -143,7 +168,7 @@ async fn answer(mut socket: TcpStream, file: Arc<Vec<u8>>, seen: Arc<Mutex<Vec<S
             }
             let _ = socket.shutdown().await;
         }
-        ("etag-changes", 0) => reset(socket, &partial(v1), &file[a..half]).await,
+        ("etag-changes", 0) if !path.contains("switch") => reset(socket, &partial(v1), &file[a..half]).await,
         ("etag-changes", _) if if_match.as_deref() == Some("\"v1\"") => {
             send(&mut socket, &status("412 Precondition Failed"), &[]).await;
         }

@@ -11,7 +11,6 @@ import json
 import socket
 import socketserver
 import struct
-import threading
 import uuid
 
 import numpy as np
@@ -21,6 +20,7 @@ import xarray as xr
 import zarr
 
 import zarrgate_client
+from upstream import serve
 
 VALUES = np.arange(8, dtype="<f4") * 1.5 + 1.0
 
@@ -56,12 +56,8 @@ class _Upstream(socketserver.BaseRequestHandler):
 
 @pytest.fixture
 def upstream():
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Upstream)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-    server.server_close()
+    with serve(socketserver.ThreadingTCPServer, _Upstream) as url:
+        yield url
 
 
 def test_a_chunk_cut_short_upstream_raises(server, store_name, upstream):
