@@ -82,6 +82,10 @@ metrics! {
     http_connections_closed_total: IntCounterVec = ["reason"],
     /// Requests to source object stores, by object store and outcome (ok or an error kind).
     upstream_requests_total: IntCounterVec = ["object_store", "outcome"],
+    /// HTTP requests sent to remote object stores, by object store: every attempt, object_store's
+    /// own retries of a failed request (up to `sources.retries`) included, so this exceeds
+    /// `upstream_requests_total` by those retries.
+    upstream_http_requests_total: IntCounterVec = ["object_store"],
     /// Upstream bodies that broke off and were resumed where they stopped (a ranged GET
     /// conditional on the first answer's ETag), by object store.
     upstream_retries_total: IntCounterVec = ["object_store"],

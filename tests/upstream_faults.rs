@@ -111,6 +111,11 @@ async fn cut_bodies_are_resumed_where_they_stopped() {
     assert_eq!(seen.len(), 2, "{seen:?}");
     assert_eq!(seen[1].range.as_deref(), Some(&*format!("bytes={}-{}", OFFSET + CHUNK / 2, OFFSET + CHUNK - 1)));
     assert!(server.metric_sum("zarrgate_upstream_retries_total", &[("object_store", "faults")]).await >= 1.0);
+    // Every request sent is counted, object_store's own retry of the 503 included.
+    assert_eq!(upstream.seen("flaky-503").len(), 2);
+    let sent: usize = modes.iter().map(|m| upstream.seen(m).len()).sum();
+    let counted = server.metric_sum("zarrgate_upstream_http_requests_total", &[("object_store", "faults")]).await;
+    assert_eq!(counted, sent as f64, "HTTP requests sent to the upstream");
 
     // A Range of the chunk, cut short upstream the first time, is whole too.
     store(&server, &upstream, "ranged", &["reset-once"], true).await;

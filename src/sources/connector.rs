@@ -8,11 +8,16 @@
 //! is refused, and the read fails with a 502 whose log line names the refused location.
 
 use std::str::FromStr;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use object_store::client::{HttpClient, HttpConnector};
+use object_store::client::{HttpClient, HttpConnector, HttpError, HttpRequest, HttpResponse, HttpService};
 use object_store::{ClientConfigKey, ClientOptions};
+use prometheus::IntCounter;
 use url::Url;
+
+/// The counter of an object store's HTTP requests, bound once the store's metrics are.
+pub(super) type Sent = Arc<OnceLock<IntCounter>>;
 
 /// Builds clients whose redirects stay inside `scope`.
 #[derive(Debug, Clone)]
@@ -20,17 +25,24 @@ pub(super) struct ConfinedConnector {
     /// For `http(s)://` object stores, the URL prefix redirects must stay under; for buckets,
     /// `None`: the origin of the request is the bound.
     prefix: Option<Url>,
+    /// Counts every request sent, object_store's own retries included.
+    sent: Sent,
 }
 
 impl ConfinedConnector {
     /// Redirects limited to the origin of each request.
     pub(super) fn same_origin() -> Self {
-        Self { prefix: None }
+        Self { prefix: None, sent: Sent::default() }
     }
 
     /// Redirects limited to URLs under `prefix`.
     pub(super) fn under(prefix: Url) -> Self {
-        Self { prefix: Some(prefix) }
+        Self { prefix: Some(prefix), sent: Sent::default() }
+    }
+
+    /// Requests counted in `sent`.
+    pub(super) fn counting(self, sent: &Sent) -> Self {
+        Self { sent: sent.clone(), ..self }
     }
 
     fn allows(&self, from: &Url, to: &Url) -> bool {
@@ -111,7 +123,25 @@ impl HttpConnector for ConfinedConnector {
             builder = builder.proxy(proxy);
         }
         let client = builder.build().map_err(|e| generic(e.to_string()))?;
-        Ok(HttpClient::new(client))
+        Ok(HttpClient::new(Counted { client, sent: self.sent.clone() }))
+    }
+}
+
+/// The client, counting what it sends: object_store retries inside one call (`sources.retries`),
+/// and only this layer sees each attempt.
+#[derive(Debug)]
+struct Counted {
+    client: reqwest::Client,
+    sent: Sent,
+}
+
+#[async_trait::async_trait]
+impl HttpService for Counted {
+    async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
+        if let Some(sent) = self.sent.get() {
+            sent.inc();
+        }
+        self.client.call(req).await
     }
 }
 

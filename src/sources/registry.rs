@@ -15,7 +15,7 @@ use object_store::{BackoffConfig, ClientConfigKey, ClientOptions, ObjectStore, R
 use serde_json::{Map, Value};
 use url::Url;
 
-use super::connector::ConfinedConnector;
+use super::connector::{ConfinedConnector, Sent};
 use super::error::SourceConfigError;
 use super::flight::Blocks;
 use super::meter::StoreMeters;
@@ -82,6 +82,8 @@ pub struct ObjectStoreEntry {
     pub(super) client: Option<Arc<dyn ObjectStore>>,
     /// Its upstream counters, bound on first use.
     pub(super) meters: std::sync::OnceLock<StoreMeters>,
+    /// Its HTTP requests, each attempt counted (bound with `meters`).
+    pub(super) sent: Sent,
     /// Slots of requests in flight to it (`sources.max_concurrent_per_store`).
     pub(super) slots: Arc<tokio::sync::Semaphore>,
     /// Its `first_byte_timeout` option: time to the response head of each request (else
@@ -108,6 +110,7 @@ impl ObjectStoreEntry {
             opts.iter().find(|(k, _)| readahead::OPTIONS.contains(&k.as_str())).map(|(k, _)| k.clone());
         let readahead = settings.readahead.with_options(&mut opts)?;
         plain_http(&parsed, &mut opts)?;
+        let sent = Sent::default();
         let (base, client): (Base, Option<Arc<dyn ObjectStore>>) = match parsed.scheme() {
             "file" => {
                 if let Some(key) = local_readahead {
@@ -130,14 +133,17 @@ impl ObjectStoreEntry {
                     .ok_or_else(|| SourceConfigError::Url(format!("{} is not an existing directory", dir.display())))?;
                 (Base::Local { root }, None)
             }
-            "s3" => (Base::Bucket, Some(build_bucket::<AmazonS3Builder>(&prefix, &parsed, &opts, origin, settings)?)),
+            "s3" => {
+                (Base::Bucket, Some(build_bucket::<AmazonS3Builder>(&prefix, &parsed, &opts, origin, settings, &sent)?))
+            }
             "gs" => (
                 Base::Bucket,
-                Some(build_bucket::<GoogleCloudStorageBuilder>(&prefix, &parsed, &opts, origin, settings)?),
+                Some(build_bucket::<GoogleCloudStorageBuilder>(&prefix, &parsed, &opts, origin, settings, &sent)?),
             ),
-            "az" => {
-                (Base::Bucket, Some(build_bucket::<MicrosoftAzureBuilder>(&prefix, &parsed, &opts, origin, settings)?))
-            }
+            "az" => (
+                Base::Bucket,
+                Some(build_bucket::<MicrosoftAzureBuilder>(&prefix, &parsed, &opts, origin, settings, &sent)?),
+            ),
             "http" | "https" => {
                 // Without the trailing slash: object_store appends each path segment after a `/`,
                 // so `http://h/files/` would fetch `http://h/files//a.nc` (another key on S3 or GCS).
@@ -159,7 +165,7 @@ impl ObjectStoreEntry {
                     .with_url(base.as_str())
                     .with_retry(retry(settings))
                     .with_client_options(client)
-                    .with_http_connector(ConfinedConnector::under(parsed.clone()));
+                    .with_http_connector(ConfinedConnector::under(parsed.clone()).counting(&sent));
                 (Base::Http, Some(Arc::new(b.build().map_err(|e| build_error(&prefix, e))?)))
             }
             other => {
@@ -177,6 +183,7 @@ impl ObjectStoreEntry {
             base,
             client,
             meters: std::sync::OnceLock::new(),
+            sent,
             slots: Arc::new(tokio::sync::Semaphore::new(settings.max_concurrent.max(1))),
             first_byte_timeout,
             blocks,
@@ -284,7 +291,7 @@ trait BucketBuilder: Sized {
     const KIND: Kind;
     fn fresh(origin: Origin) -> Self;
     fn url(self, url: String) -> Self;
-    fn settings(self, s: &SourceSettings) -> Self;
+    fn settings(self, s: &SourceSettings, sent: &Sent) -> Self;
     fn config(self, key: Self::Key, value: &str) -> Self;
     fn finish(self) -> object_store::Result<Arc<dyn ObjectStore>>;
 }
@@ -301,10 +308,10 @@ macro_rules! bucket_builder {
             fn url(self, url: String) -> Self {
                 self.with_url(url)
             }
-            fn settings(self, s: &SourceSettings) -> Self {
+            fn settings(self, s: &SourceSettings, sent: &Sent) -> Self {
                 self.with_retry(retry(s))
                     .with_client_options(client_options(s))
-                    .with_http_connector(ConfinedConnector::same_origin())
+                    .with_http_connector(ConfinedConnector::same_origin().counting(sent))
             }
             fn config(self, key: $key, value: &str) -> Self {
                 self.with_config(key, value)
@@ -326,8 +333,9 @@ fn build_bucket<B: BucketBuilder>(
     opts: &[(String, String)],
     origin: Origin,
     s: &SourceSettings,
+    sent: &Sent,
 ) -> Result<Arc<dyn ObjectStore>, SourceConfigError> {
-    let mut b = B::fresh(origin).url(bucket_url(parsed)).settings(s);
+    let mut b = B::fresh(origin).url(bucket_url(parsed)).settings(s, sent);
     let mut keys = Vec::with_capacity(opts.len());
     for (k, v) in opts {
         let key = B::Key::from_str(k).map_err(|_| unknown_option(k, B::KIND.name()))?;
@@ -366,6 +374,11 @@ impl SourceRegistry {
 
     /// Replaces every entry.
     pub fn replace(&self, mut entries: Vec<Arc<ObjectStoreEntry>>) {
+        if let Some(metrics) = &self.metrics {
+            for entry in &entries {
+                entry.sent.get_or_init(|| metrics.upstream_http_requests_total.with_label_values(&[&entry.name]));
+            }
+        }
         entries.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()).then_with(|| a.name.cmp(&b.name)));
         if let Ok(mut guard) = self.entries.write() {
             *guard = Arc::new(entries);
