@@ -35,6 +35,12 @@ pub(super) const SOURCES_CONFLICT: &str = " on conflict (version_id, url) do upd
                                            last_modified = excluded.last_modified, size = excluded.size";
 /// A registration that creates a store ends its deletion mark, in the transaction that makes it
 /// current: a reader sees the mark or the store, never neither.
+pub(super) const ORIGIN: &str = "select origin from versions where id = $1";
+pub(super) const ORIGINS: &str = "select s.name, v.origin from stores s join versions v on v.id = s.current_version \
+                                  where v.origin is not null order by s.name";
+/// The origin of a store's current version, read inside the transaction that would replace it.
+pub(super) const CURRENT_ORIGIN: &str =
+    "select v.origin from stores s join versions v on v.id = s.current_version where s.name = $1";
 pub(super) const UNMARK_DELETED: &str = "delete from deleted_stores where name = $1";
 pub(super) const DELETE_STORE: &str = "delete from stores where name = $1";
 pub(super) const DELETE_OBJECT_STORE: &str = "delete from object_stores where name = $1";
