@@ -9,8 +9,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection, Transaction};
 
 use super::rows::{
-    self, BLOCK, COPY_SOURCES, CURRENT_ORIGIN, DELETE_OBJECT_STORE, DELETE_STORE, Dialect, EncodedBlock, NODES,
-    NodeColumns, ORIGIN, ORIGINS, SOURCES, SOURCES_CONFLICT, SourceColumns, Statements, TILES, UNMARK_DELETED,
+    self, BLOCK, COPY_SOURCES, DELETE_OBJECT_STORE, DELETE_STORE, Dialect, EncodedBlock, NODES, NodeColumns, ORIGIN,
+    ORIGINS, SOURCES, SOURCES_CONFLICT, SourceColumns, Statements, TILES, UNMARK_DELETED,
 };
 use super::{
     Catalog, CatalogError, DerivedVersion, ListedVersion, ObjectStoreRecord, Retention, StoreHead, StoreRecord,
@@ -231,16 +231,11 @@ impl Catalog for SqliteCatalog {
             == 1;
         if created {
             sqlx::query(UNMARK_DELETED).bind(name).execute(&mut *tx).await?;
-        } else if options.unless_same_origin && options.origin.is_some() {
-            let current: Option<Option<String>> =
-                sqlx::query_scalar(CURRENT_ORIGIN).bind(name).fetch_optional(&mut *tx).await?;
-            if current.flatten() == options.origin {
-                let row = sqlx::query(self.sql.current_version.clone()).bind(name).fetch_optional(&mut *tx).await?;
-                tx.rollback().await?;
-                if let Some(head) = row.as_ref().map(rows::version_head).transpose()? {
-                    return Ok(Written { head, created: false, unchanged: true });
-                }
-                return Err(CatalogError::Conflict(format!("store {name:?}, which was deleted meanwhile")));
+        } else if options.unless_same_origin {
+            // Dropping the transaction rolls it back.
+            let row = sqlx::query(self.sql.current_origin.clone()).bind(name).fetch_optional(&mut *tx).await?;
+            if let Some(written) = rows::unchanged(row.as_ref(), &options)? {
+                return Ok(written);
             }
         }
         let head = insert_version(&mut tx, name, &store.summary, options, now).await?;
