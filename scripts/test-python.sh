@@ -7,7 +7,8 @@
 #
 # The venv comes from scripts/python-env.sh (created on first use, then reused); zarr-python 2
 # and its xarray, which cannot share it, from scripts/python-env-zarr2.sh (test_reach.py runs
-# them as $ZARRGATE_ZARR2_PYTHON), and zarrita.js (Node) from scripts/js-env.sh (test_zarrita.py
+# them as $ZARRGATE_ZARR2_PYTHON), the Icechunk 1.x and 2.x writers from
+# scripts/python-env-icechunk.sh (test_icechunk.py runs them as $ZARRGATE_ICECHUNK{1,2}_PYTHON), and zarrita.js (Node) from scripts/js-env.sh (test_zarrita.py
 # finds it at $ZARRGATE_JS_ENV). The binary is
 # built with `cargo build --bin zarrgate` unless ZARRGATE_BIN names one already built.
 # PostgreSQL: ZARRGATE_TEST_POSTGRES_URL (admin connection, default
@@ -23,6 +24,12 @@ venv=$(scripts/python-env.sh | tail -n 1)
 venv2=$(scripts/python-env-zarr2.sh | tail -n 1)
 [[ -x $venv2/bin/python ]] || { echo "test-python: no zarr-2 venv at '$venv2'" >&2; exit 1; }
 export ZARRGATE_ZARR2_PYTHON="$venv2/bin/python"
+# The Icechunk 1.x and 2.x writers (test_icechunk.py), each in a venv of its own.
+for major in 1 2; do
+    ic=$(scripts/python-env-icechunk.sh "$major" | tail -n 1)
+    [[ -x $ic/bin/python ]] || { echo "test-python: no icechunk-$major venv at '$ic'" >&2; exit 1; }
+    export "ZARRGATE_ICECHUNK${major}_PYTHON=$ic/bin/python"
+done
 ZARRGATE_JS_ENV=$(scripts/js-env.sh | tail -n 1)
 export ZARRGATE_JS_ENV
 

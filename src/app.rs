@@ -30,7 +30,7 @@ pub struct App {
     /// The read service: versions, views, blocks, chunks.
     pub reader: Arc<Reader>,
     /// The write service: register, patch, delete.
-    pub registrar: Registrar,
+    pub registrar: Arc<Registrar>,
     /// The metrics.
     pub metrics: Metrics,
     token_digests: Vec<[u8; 32]>,
@@ -92,7 +92,10 @@ impl App {
             fill_missing_by_default: config.http.missing_chunks == "fill",
             limits: config.limits.clone(),
         };
-        let registrar = Registrar::new(catalog.clone(), sources.clone(), reader.clone(), metrics.clone(), registration);
+        let registrar =
+            Arc::new(Registrar::new(catalog.clone(), sources.clone(), reader.clone(), metrics.clone(), registration));
+        // Icechunk branch stores that follow their branch (`follow_seconds`), checked every 2 s.
+        tokio::spawn(crate::versions::sync::follow(Arc::downgrade(&registrar), Duration::from_secs(2)));
         let app = App {
             token_digests: digests(&config.admin_tokens),
             read_digests: digests(&config.read_tokens),

@@ -119,7 +119,7 @@ fn now_ms() -> i64 {
 both_catalogs! {
     async fn a_version_reads_back_as_written(catalog) {
         let store = demo();
-        let written = catalog.write_version("demo", &store, VersionOptions { fill_missing: true }).await.unwrap();
+        let written = catalog.write_version("demo", &store, VersionOptions { fill_missing: true, ..VersionOptions::default() }).await.unwrap();
         assert!(written.created);
         let head = written.head;
         assert_eq!((head.store.as_str(), head.fill_missing), ("demo", true));
@@ -186,7 +186,7 @@ both_catalogs! {
         for _ in 0..3 {
             written.push(catalog.write_version("v", &demo(), VersionOptions::default()).await.unwrap().head);
         }
-        catalog.write_version("other", &demo(), VersionOptions { fill_missing: true }).await.unwrap();
+        catalog.write_version("other", &demo(), VersionOptions { fill_missing: true, ..VersionOptions::default() }).await.unwrap();
         let listed = catalog.versions("v", 10).await.unwrap();
         let expected: Vec<ListedVersion> = written
             .iter()

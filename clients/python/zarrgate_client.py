@@ -42,7 +42,9 @@ __all__ = [
     "ZarrgateError",
     "manifeststore_to_native",
     "register",
+    "register_icechunk",
     "register_object_store",
+    "sync_icechunk",
 ]
 
 DEFAULT_TIMEOUT = 60.0
@@ -320,12 +322,37 @@ def register_object_store(base_url: str, name: str, url: str, options: dict | No
     return _put(f"{base_url.rstrip('/')}/api/v1/object-stores/{name}", body, token, timeout)
 
 
+def register_icechunk(base_url: str, store: str, repository: str, *, branch: str | None = None,
+                      tag: str | None = None, snapshot: str | None = None,
+                      follow_seconds: int | None = None, token: str | None = None,
+                      timeout: float = DEFAULT_TIMEOUT) -> dict:
+    """Serve an Icechunk repository (its URL under a registered object store) as store
+    ``store``: the head of ``branch`` (default ``main``), a ``tag`` or a ``snapshot`` id. A
+    branch store moves on :func:`sync_icechunk`, or every ``follow_seconds``."""
+    body: dict = {"repository": repository}
+    for key, value in (("branch", branch), ("tag", tag), ("snapshot", snapshot),
+                       ("follow_seconds", follow_seconds)):
+        if value is not None:
+            body[key] = value
+    return _put(f"{base_url.rstrip('/')}/api/v1/stores/{store}?format=icechunk", body, token, timeout)
+
+
+def sync_icechunk(base_url: str, store: str, token: str | None = None,
+                  timeout: float = DEFAULT_TIMEOUT) -> dict:
+    """Re-read an Icechunk branch store's branch; ``moved`` says whether a new version was made."""
+    return _send("POST", f"{base_url.rstrip('/')}/api/v1/stores/{store}/sync", None, token, timeout)
+
+
 def _put(url: str, body: dict, token: str | None, timeout: float) -> dict:
+    return _send("PUT", url, body, token, timeout)
+
+
+def _send(method: str, url: str, body: dict | None, token: str | None, timeout: float) -> dict:
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    data = json.dumps(body, allow_nan=False, separators=(",", ":")).encode()
-    resp = requests.put(url, data=data, headers=headers, timeout=timeout)
+    data = None if body is None else json.dumps(body, allow_nan=False, separators=(",", ":")).encode()
+    resp = requests.request(method, url, data=data, headers=headers, timeout=timeout)
     if not 200 <= resp.status_code < 300:
         try:
             problem = resp.json()

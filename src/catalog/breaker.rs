@@ -137,6 +137,12 @@ impl Catalog for Guarded {
     ) -> Result<Written, CatalogError> {
         self.guard(self.inner.write_version(name, store, options)).await
     }
+    async fn origin(&self, version: i64) -> Result<Option<String>, CatalogError> {
+        self.guard(self.inner.origin(version)).await
+    }
+    async fn origins(&self) -> Result<Vec<(String, String)>, CatalogError> {
+        self.guard(self.inner.origins()).await
+    }
     async fn write_derived(
         &self,
         name: &str,

@@ -90,10 +90,16 @@ pub enum StoreHead {
 }
 
 /// How a new version is to be served.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VersionOptions {
     /// Answer missing chunks with a fill-value chunk instead of 404.
     pub fill_missing: bool,
+    /// Where the version comes from when not from a document sent (an Icechunk store's
+    /// repository, reference and snapshot), as JSON text.
+    pub origin: Option<String>,
+    /// Write nothing when the current version has this same origin: replicas syncing the same
+    /// branch at once make one version, not one each.
+    pub unless_same_origin: bool,
 }
 
 /// What retention keeps of a store's versions (the current one always stays).
@@ -202,6 +208,9 @@ pub struct Written {
     pub head: VersionHead,
     /// True when the store did not exist before.
     pub created: bool,
+    /// True when nothing was written: the current version already had the origin asked for
+    /// ([`VersionOptions::unless_same_origin`]); `head` is that version.
+    pub unchanged: bool,
 }
 
 /// The catalog: the narrow interface the rest of the server needs.
@@ -234,6 +243,10 @@ pub trait Catalog: Send + Sync + 'static {
         store: &ValidatedStore,
         options: VersionOptions,
     ) -> Result<Written, CatalogError>;
+    /// The origin recorded with version `version`, if any.
+    async fn origin(&self, version: i64) -> Result<Option<String>, CatalogError>;
+    /// Every store whose current version has an origin, with it, in name order.
+    async fn origins(&self) -> Result<Vec<(String, String)>, CatalogError>;
     /// Writes a version derived from `version.base` (which must still be current), sharing the
     /// base's blocks but for the tiles dropped.
     async fn write_derived(

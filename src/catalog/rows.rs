@@ -13,6 +13,7 @@ use sqlx::{AssertSqlSafe, Decode, Postgres, Row, SqlSafeStr, SqlStr, Sqlite, Typ
 
 use super::{
     CatalogError, DerivedVersion, ListedVersion, ObjectStoreRecord, StoreHead, StoreRecord, StoredNode, VersionHead,
+    VersionOptions, Written,
 };
 use crate::zarr::document::SourceFacts;
 use crate::zarr::metadata::NodeKind;
@@ -35,6 +36,9 @@ pub(super) const SOURCES_CONFLICT: &str = " on conflict (version_id, url) do upd
                                            last_modified = excluded.last_modified, size = excluded.size";
 /// A registration that creates a store ends its deletion mark, in the transaction that makes it
 /// current: a reader sees the mark or the store, never neither.
+pub(super) const ORIGIN: &str = "select origin from versions where id = $1";
+pub(super) const ORIGINS: &str = "select s.name, v.origin from stores s join versions v on v.id = s.current_version \
+                                  where v.origin is not null order by s.name";
 pub(super) const UNMARK_DELETED: &str = "delete from deleted_stores where name = $1";
 pub(super) const DELETE_STORE: &str = "delete from stores where name = $1";
 pub(super) const DELETE_OBJECT_STORE: &str = "delete from object_stores where name = $1";
@@ -53,6 +57,8 @@ pub(super) struct Statements {
     /// The columns of a [`VersionHead`] read from `versions v`.
     pub head_columns: String,
     pub current_version: SqlStr,
+    /// The current version's head and origin, read inside the transaction that would replace it.
+    pub current_origin: SqlStr,
     pub version: SqlStr,
     pub head: SqlStr,
     pub store: SqlStr,
@@ -75,6 +81,9 @@ impl Statements {
         Self {
             current_version: sql(format!(
                 "select {head} from stores s join versions v on v.id = s.current_version where s.name = $1"
+            )),
+            current_origin: sql(format!(
+                "select {head}, v.origin from stores s join versions v on v.id = s.current_version where s.name = $1"
             )),
             version: sql(format!("select {head} from versions v where v.id = $1 and v.store = $2")),
             // One statement, so one snapshot: a registration ends the deletion mark and a deletion
@@ -140,6 +149,20 @@ pub(super) fn version_head(row: &impl CatalogRow) -> Result<VersionHead, sqlx::E
         created_at_ms: row.field("created_at_ms")?,
         fill_missing: row.field("fill_missing")?,
     })
+}
+
+/// What a write with [`VersionOptions::unless_same_origin`] answers instead of writing, given the
+/// row of [`Statements::current_origin`]: the current version, when it has the origin asked for.
+pub(super) fn unchanged(
+    row: Option<&impl CatalogRow>,
+    options: &VersionOptions,
+) -> Result<Option<Written>, CatalogError> {
+    let Some(row) = row else { return Ok(None) };
+    let origin: Option<String> = row.field("origin")?;
+    if options.origin.is_none() || origin != options.origin {
+        return Ok(None);
+    }
+    Ok(Some(Written { head: version_head(row)?, created: false, unchanged: true }))
 }
 
 /// A row of [`Statements::versions`].

@@ -9,8 +9,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection, Transaction};
 
 use super::rows::{
-    self, BLOCK, COPY_SOURCES, DELETE_OBJECT_STORE, DELETE_STORE, Dialect, EncodedBlock, NODES, NodeColumns, SOURCES,
-    SOURCES_CONFLICT, SourceColumns, Statements, TILES, UNMARK_DELETED,
+    self, BLOCK, COPY_SOURCES, DELETE_OBJECT_STORE, DELETE_STORE, Dialect, EncodedBlock, NODES, NodeColumns, ORIGIN,
+    ORIGINS, SOURCES, SOURCES_CONFLICT, SourceColumns, Statements, TILES, UNMARK_DELETED,
 };
 use super::{
     Catalog, CatalogError, DerivedVersion, ListedVersion, ObjectStoreRecord, Retention, StoreHead, StoreRecord,
@@ -64,13 +64,14 @@ async fn insert_version(
 ) -> Result<VersionHead, CatalogError> {
     let summary = serde_json::to_string(summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
     let row = sqlx::query(
-        "insert into versions (store, created_at, summary, fill_missing) values ($1, $2, $3, $4) \
+        "insert into versions (store, created_at, summary, fill_missing, origin) values ($1, $2, $3, $4, $5) \
          returning store, id, created_at as created_at_ms, fill_missing",
     )
     .bind(name)
     .bind(now)
     .bind(summary)
     .bind(options.fill_missing)
+    .bind(options.origin)
     .fetch_one(&mut **tx)
     .await?;
     Ok(rows::version_head(&row)?)
@@ -230,6 +231,12 @@ impl Catalog for SqliteCatalog {
             == 1;
         if created {
             sqlx::query(UNMARK_DELETED).bind(name).execute(&mut *tx).await?;
+        } else if options.unless_same_origin {
+            // Dropping the transaction rolls it back.
+            let row = sqlx::query(self.sql.current_origin.clone()).bind(name).fetch_optional(&mut *tx).await?;
+            if let Some(written) = rows::unchanged(row.as_ref(), &options)? {
+                return Ok(written);
+            }
         }
         let head = insert_version(&mut tx, name, &store.summary, options, now).await?;
         insert_nodes(&mut tx, head.id, &store.nodes).await?;
@@ -239,7 +246,16 @@ impl Catalog for SqliteCatalog {
         insert_sources(&mut tx, head.id, &SourceColumns::of_store(store)).await?;
         make_current(&mut tx, name, head.id, now).await?;
         tx.commit().await?;
-        Ok(Written { head, created })
+        Ok(Written { head, created, unchanged: false })
+    }
+
+    async fn origin(&self, version: i64) -> Result<Option<String>, CatalogError> {
+        let found: Option<Option<String>> = sqlx::query_scalar(ORIGIN).bind(version).fetch_optional(&self.pool).await?;
+        Ok(found.flatten())
+    }
+
+    async fn origins(&self) -> Result<Vec<(String, String)>, CatalogError> {
+        Ok(sqlx::query_as(ORIGINS).fetch_all(&self.pool).await?)
     }
 
     async fn write_derived(
@@ -278,7 +294,7 @@ impl Catalog for SqliteCatalog {
         insert_sources(&mut tx, head.id, &SourceColumns::of_derived(version)).await?;
         make_current(&mut tx, name, head.id, now).await?;
         tx.commit().await?;
-        Ok(Written { head, created: false })
+        Ok(Written { head, created: false, unchanged: false })
     }
 
     async fn prune(&self, name: &str, retention: Retention) -> Result<Vec<i64>, CatalogError> {

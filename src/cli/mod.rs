@@ -73,6 +73,34 @@ pub enum StoresCommand {
         #[arg(long)]
         no_verify: bool,
     },
+    /// Serve an Icechunk repository (its URL under a registered object store): the head of a
+    /// branch (default main), a tag or a snapshot.
+    Icechunk {
+        /// The store.
+        name: String,
+        /// The repository's root URL (file://, s3://, gs://, az://, https://).
+        repository: String,
+        /// A branch (the store moves on sync).
+        #[arg(long, conflicts_with_all = ["tag", "snapshot"])]
+        branch: Option<String>,
+        /// A tag (the store never moves).
+        #[arg(long, conflicts_with = "snapshot")]
+        tag: Option<String>,
+        /// A snapshot id (the store never moves).
+        #[arg(long)]
+        snapshot: Option<String>,
+        /// A branch store re-reads its branch this often (seconds).
+        #[arg(long)]
+        follow_seconds: Option<u64>,
+        /// How missing chunks are answered: 404 or fill.
+        #[arg(long, value_enum)]
+        missing_chunks: Option<MissingChunks>,
+    },
+    /// Re-read an Icechunk branch store's branch: a new version only when it moved.
+    Sync {
+        /// The store.
+        name: String,
+    },
     /// Update a store with a partial native document (new or replaced nodes, chunks, deletions).
     Patch {
         /// The store.
@@ -294,6 +322,39 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
             let (status, s) = send_file(api, Method::PUT, &name, &file, &query, tar).await?;
             let what = if status == StatusCode::CREATED { "new store" } else { "replaced" };
             print(json, &s, || show::summary(&format!("registered {name} ({what})"), &s, api.server()));
+        }
+        StoresCommand::Icechunk { name, repository, branch, tag, snapshot, follow_seconds, missing_chunks } => {
+            let mut body = json!({ "repository": repository });
+            for (key, value) in [("branch", branch), ("tag", tag), ("snapshot", snapshot)] {
+                if let Some(value) = value {
+                    body[key] = json!(value);
+                }
+            }
+            if let Some(seconds) = follow_seconds {
+                body["follow_seconds"] = json!(seconds);
+            }
+            let mut query = vec![("format", "icechunk".to_owned())];
+            if let Some(missing) = missing_chunks {
+                query.push(("missing_chunks", name_of(missing)));
+            }
+            let path = with_query(&store_path(&name), &query);
+            let request = api
+                .request(Method::PUT, &path)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.to_string());
+            let s = api.json(request).await?;
+            print(json, &s, || show::summary(&format!("registered {name} from Icechunk"), &s, api.server()));
+        }
+        StoresCommand::Sync { name } => {
+            let path = format!("{}/sync", store_path(&name));
+            let v = api.json(api.request(Method::POST, &path)).await?;
+            print(json, &v, || {
+                let snapshot = v["snapshot_id"].as_str().unwrap_or_default();
+                match v["moved"].as_bool() {
+                    Some(true) => format!("{name}: moved to snapshot {snapshot}, version {}\n", v["version"]),
+                    _ => format!("{name}: unchanged (snapshot {snapshot}, version {})\n", v["version"]),
+                }
+            });
         }
         StoresCommand::Patch { name, file, no_verify } => {
             let query = if no_verify { vec![("verify", "false".to_owned())] } else { Vec::new() };

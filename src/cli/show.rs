@@ -39,6 +39,15 @@ pub fn summary(what: &str, s: &Value, server: &str) -> String {
         if text(s, "missing_chunks") == "fill" { "the fill value" } else { "404" },
     ));
     out.push_str(&format!("  created {}, updated {}\n", text(s, "created_at"), text(s, "updated_at")));
+    if let Some(ice) = s["icechunk"].as_object() {
+        let reference = ["branch", "tag", "snapshot"]
+            .iter()
+            .find_map(|k| ice.get(*k).and_then(Value::as_str).map(|v| format!("{k} {v}")))
+            .unwrap_or_default();
+        let snapshot = ice.get("snapshot_id").and_then(Value::as_str).unwrap_or_default();
+        let repository = ice.get("repository").and_then(Value::as_str).unwrap_or_default();
+        out.push_str(&format!("  icechunk: {repository}, {reference}, snapshot {snapshot}\n"));
+    }
     for warning in s["warnings"].as_array().into_iter().flatten() {
         out.push_str(&format!("  warning: {}\n", warning.as_str().unwrap_or_default()));
     }

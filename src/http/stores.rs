@@ -17,7 +17,8 @@ use super::summary::{no_store, record_json, registered_json, versions_json};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::versions::facts::{self, SourceStatus};
-use crate::versions::{Format, Registration};
+use crate::versions::icechunk;
+use crate::versions::{Format, Registered, Registration};
 
 /// The store routes, relative to `/api/v1`.
 pub fn router() -> Router<AppState> {
@@ -26,6 +27,7 @@ pub fn router() -> Router<AppState> {
         .route("/stores/{store}", get(describe).put(register).patch(patch).delete(remove))
         .route("/stores/{store}/manifest", get(super::export::export))
         .route("/stores/{store}/verify", post(verify))
+        .route("/stores/{store}/sync", post(sync))
         .route("/stores/{store}/versions", get(versions))
 }
 
@@ -62,22 +64,73 @@ async fn register(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|t| t.starts_with("application/x-tar"));
+    let fill_missing = missing_chunks(params.missing_chunks.as_deref())?;
+    let verify = params.verify.unwrap_or(true);
+    if params.format.as_deref() == Some("icechunk") {
+        return register_icechunk(&app, &name, body, Registration { format: None, fill_missing, verify }).await;
+    }
     let format = match params.format.as_deref() {
         Some(name) => Some(Format::parse(name).ok_or_else(|| {
-            ApiError::BadRequest(format!("format {name:?} is not supported: use native, kerchunk or kerchunk-parquet"))
+            ApiError::BadRequest(format!(
+                "format {name:?} is not supported: use native, kerchunk, kerchunk-parquet or icechunk"
+            ))
         })?),
         None if tar => Some(Format::KerchunkParquet),
         None => None,
     };
-    let how = Registration {
-        format,
-        fill_missing: missing_chunks(params.missing_chunks.as_deref())?,
-        verify: params.verify.unwrap_or(true),
-    };
+    let how = Registration { format, fill_missing, verify };
     let registered = app.registrar.register(&name, byte_stream(body), how).await?;
+    Ok(registered_response(&name, &registered, None))
+}
+
+/// 201 for a new store, 200 for a new version of one, with its summary (and Icechunk origin).
+fn registered_response(name: &str, registered: &Registered, origin: Option<Value>) -> Response {
     let status = if registered.created { StatusCode::CREATED } else { StatusCode::OK };
     let location = format!("/api/v1/stores/{name}");
-    Ok((status, [(header::LOCATION, location)], Json(registered_json(&registered))).into_response())
+    let mut answer = registered_json(registered);
+    if let (Some(origin), Some(answer)) = (origin, answer.as_object_mut()) {
+        answer.insert("icechunk".into(), origin);
+    }
+    (status, [(header::LOCATION, location)], Json(answer)).into_response()
+}
+
+/// The largest `?format=icechunk` body: a repository URL and a reference.
+const ICECHUNK_BODY_BYTES: usize = 64 << 10;
+
+/// `PUT /api/v1/stores/{store}?format=icechunk`: `{"repository": URL, "branch"|"tag"|"snapshot": ...}`.
+async fn register_icechunk(app: &AppState, name: &str, body: Body, how: Registration) -> Result<Response, ApiError> {
+    let bytes = axum::body::to_bytes(body, ICECHUNK_BODY_BYTES).await.map_err(|_| {
+        ApiError::BadRequest(format!(
+            "an Icechunk registration is a small JSON object (at most {ICECHUNK_BODY_BYTES} bytes): \
+             {{\"repository\": URL, \"branch\"|\"tag\"|\"snapshot\": ...}}"
+        ))
+    })?;
+    let request: icechunk::Request = serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::BadRequest(format!(
+            "the body is not an Icechunk registration ({{\"repository\": URL, \"branch\"|\"tag\"|\"snapshot\": ..., \
+             \"follow_seconds\": N}}): {e}; nothing was changed"
+        ))
+    })?;
+    let target = request.target()?;
+    let registered = app.registrar.register_icechunk(name, &target, how).await?;
+    let origin = app.registrar.origin(name).await?.map(|(_, o)| o.to_json());
+    Ok(registered_response(name, &registered, origin))
+}
+
+/// `POST /api/v1/stores/{store}/sync`: an Icechunk branch store re-reads its branch; a new
+/// version only when the branch moved to another snapshot.
+async fn sync(State(app): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    names::check("store", &name)?;
+    let synced = app.registrar.sync(&name).await?;
+    Ok(Json(json!({
+        "store": name,
+        "moved": synced.moved,
+        "version": synced.version,
+        "versioned_url": format!("/{name}@{}", synced.version),
+        "snapshot_id": synced.snapshot_id,
+        "previous_snapshot_id": synced.previous_snapshot_id,
+        "icechunk": synced.origin.to_json(),
+    })))
 }
 
 /// `PATCH /api/v1/stores/{store}`: a partial native document merged into the current version.
@@ -157,7 +210,13 @@ async fn verify(State(app): State<AppState>, Path(name): Path<String>) -> Result
 
 async fn describe(State(app): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
     let record = app.catalog.store(&name).await?.ok_or_else(|| no_store(&name))?;
-    Ok(Json(record_json(&record)))
+    let mut answer = record_json(&record);
+    if let (Some(text), Some(answer)) = (app.catalog.origin(record.head.id).await?, answer.as_object_mut())
+        && let Ok(origin) = serde_json::from_str::<icechunk::Origin>(&text)
+    {
+        answer.insert("icechunk".into(), origin.to_json());
+    }
+    Ok(Json(answer))
 }
 
 #[derive(Debug, Deserialize)]

@@ -15,7 +15,14 @@ use crate::zarr::source::SourceFacts;
 /// checks them against the facts the document declares, and records them. A source that is
 /// missing, or that differs from what the document declares, is a problem.
 pub async fn record(sources: &SourceRegistry, concurrency: usize, doc: &mut Document) {
-    let urls: Vec<String> = doc.urls.all().iter().filter(|u| sources.resolve(u).is_some()).cloned().collect();
+    let urls: Vec<String> = doc
+        .urls
+        .all()
+        .iter()
+        .enumerate()
+        .filter(|(i, u)| !doc.immutable.contains(&(*i as u32)) && sources.resolve(u).is_some())
+        .map(|(_, u)| u.clone())
+        .collect();
     if urls.is_empty() {
         return;
     }
@@ -30,7 +37,11 @@ pub async fn record(sources: &SourceRegistry, concurrency: usize, doc: &mut Docu
         let declared = doc.sources.get(&url).cloned().unwrap_or_default();
         match result {
             Ok(now) => {
-                let etag_differs = declared.etag.as_ref().is_some_and(|e| now.etag.as_ref() != Some(e));
+                // An entity tag with or without its quotes is the same tag (Icechunk keeps what its
+                // writer was given).
+                let unquoted = |e: &str| e.trim_start_matches("W/").trim_matches('"').to_owned();
+                let etag_differs =
+                    declared.etag.as_deref().is_some_and(|e| now.etag.as_deref().map(unquoted) != Some(unquoted(e)));
                 let size_differs = declared.size.is_some_and(|s| Some(s) != now.size);
                 if etag_differs || size_differs {
                     doc.problems.push(format!(

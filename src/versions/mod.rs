@@ -6,12 +6,14 @@
 pub mod cache;
 pub mod error;
 pub mod facts;
+pub mod icechunk;
 pub mod ingest;
 mod patch;
 pub mod quicklook;
 pub mod read;
 pub mod register;
 mod retention;
+pub mod sync;
 pub mod view;
 
 pub use error::Error;

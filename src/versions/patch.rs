@@ -44,7 +44,8 @@ impl Registrar {
         let record =
             self.catalog.store(name).await?.ok_or_else(|| Error::NotFound(format!("no store is named {name:?}")))?;
         let head = record.head.clone();
-        let options = VersionOptions { fill_missing: how.fill_missing.unwrap_or(head.fill_missing) };
+        let options =
+            VersionOptions { fill_missing: how.fill_missing.unwrap_or(head.fill_missing), ..VersionOptions::default() };
         let view = self.reader.view(&head).await?;
         let scratch = self.settings.ingest.scratch();
         let (mut doc, _) =
@@ -176,7 +177,13 @@ impl Registrar {
         self.metrics.registrations_total.with_label_values(&["patched"]).inc();
         tracing::info!(store = %name, version = written.head.id, base = head.id, blocks_written = derived.blocks.len(),
             "store patched");
-        Ok(Registered { head: written.head, created: false, store_created_at_ms: record.store_created_at_ms, summary })
+        Ok(Registered {
+            head: written.head,
+            created: false,
+            unchanged: false,
+            store_created_at_ms: record.store_created_at_ms,
+            summary,
+        })
     }
 }
 

@@ -13,6 +13,7 @@ use crate::catalog::{Catalog, VersionHead, VersionOptions};
 use crate::config::{IngestConfig, LimitsConfig, RetentionConfig};
 use crate::metrics::Metrics;
 use crate::sources::SourceRegistry;
+use crate::zarr::document::Document;
 use crate::zarr::validate::{Rejected, Summary, validate_tiled};
 
 /// What registrations are allowed, from the configuration.
@@ -66,6 +67,24 @@ pub struct Registration {
     pub verify: bool,
 }
 
+/// How a read document is to be stored.
+pub(super) struct Storing {
+    /// Its format's name, for messages.
+    pub format: &'static str,
+    /// Ask every source for its facts now.
+    pub record_facts: bool,
+    /// The sources' facts were asked for (now or by the caller).
+    pub verified: bool,
+    /// Missing chunks are answered with fill chunks.
+    pub fill_missing: bool,
+    /// Time spent reading the document.
+    pub read_seconds: f64,
+    /// Where the version comes from (JSON text), when not from a document sent.
+    pub origin: Option<String>,
+    /// Write nothing when the current version has the same origin.
+    pub unless_same_origin: bool,
+}
+
 /// A version written.
 #[derive(Debug, Clone)]
 pub struct Registered {
@@ -73,6 +92,9 @@ pub struct Registered {
     pub head: VersionHead,
     /// True when the store did not exist before.
     pub created: bool,
+    /// True when nothing was written: the current version already served what was asked (a
+    /// sync of a branch that had not moved); `head` is that version.
+    pub unchanged: bool,
     /// When the store was first registered, unix milliseconds.
     pub store_created_at_ms: i64,
     /// Its counts.
@@ -127,26 +149,47 @@ impl Registrar {
     /// Registers `body` as the new current version of store `name`, atomically: the store is
     /// left exactly as it was when anything is wrong with the document.
     pub async fn register(&self, name: &str, body: Body, how: Registration) -> Result<Registered> {
-        // A replacement keeps the store's setting unless told otherwise: a routine
-        // re-registration must not turn the fill-value chunks a CDN relies on back into 404s.
-        let fill_missing = match how.fill_missing {
+        let fill_missing = self.fill_missing(name, how.fill_missing).await?;
+        let _turn = self.turn().await?;
+        let scratch = self.settings.ingest.scratch();
+        let reading = Instant::now();
+        let (doc, format) = ingest::read_document(body, self.settings.max_body_bytes, how.format, &scratch).await?;
+        let read_seconds = reading.elapsed().as_secs_f64();
+        let stored = Storing {
+            format: format.name(),
+            record_facts: how.verify,
+            verified: how.verify,
+            fill_missing,
+            read_seconds,
+            origin: None,
+            unless_same_origin: false,
+        };
+        self.store_document(name, doc, stored).await
+    }
+
+    /// The missing-chunks setting of a new version of `name`: as asked, else the current
+    /// version's. A routine re-registration must not turn the fill-value chunks a CDN relies on
+    /// back into 404s.
+    pub(super) async fn fill_missing(&self, name: &str, asked: Option<bool>) -> Result<bool> {
+        Ok(match asked {
             Some(fill) => fill,
             None => match self.catalog.current_version(name).await? {
                 Some(current) => current.fill_missing,
                 None => self.settings.fill_missing_by_default,
             },
-        };
-        let _turn = self.turn().await?;
-        let scratch = self.settings.ingest.scratch();
-        let reading = Instant::now();
-        let (mut doc, format) = ingest::read_document(body, self.settings.max_body_bytes, how.format, &scratch).await?;
-        let read_seconds = reading.elapsed().as_secs_f64();
-        if how.verify {
+        })
+    }
+
+    /// Records the facts of `doc`'s sources (as `how` says), validates it and writes it as the
+    /// new current version of `name`.
+    pub(super) async fn store_document(&self, name: &str, mut doc: Document, how: Storing) -> Result<Registered> {
+        if how.record_facts {
             facts::record(&self.sources, self.settings.verify_concurrency, &mut doc).await;
         }
-        facts::resolve_whole_objects(&self.sources, &mut doc, how.verify).await;
+        facts::resolve_whole_objects(&self.sources, &mut doc, how.verified).await;
         let entries = self.sources.entries();
         let tile_chunks = u64::from(self.settings.block_chunks);
+        let fill_missing = how.fill_missing;
         let limits = self.settings.limits.for_version(fill_missing);
         let validating = Instant::now();
         let validated = tokio::task::spawn_blocking(move || {
@@ -160,7 +203,7 @@ impl Registrar {
                 self.metrics.registrations_total.with_label_values(&["rejected"]).inc();
                 let title = format!(
                     "the {} manifest for store {name:?} has {} problem(s); nothing was changed",
-                    format.name(),
+                    how.format,
                     problems.len()
                 );
                 tracing::info!(store = %name, problems = problems.len(), first = %problems[0], "registration rejected");
@@ -169,19 +212,25 @@ impl Registrar {
         };
         let validate_seconds = validating.elapsed().as_secs_f64();
         let started = Instant::now();
-        let written = self.catalog.write_version(name, &store, VersionOptions { fill_missing }).await?;
+        let options = VersionOptions { fill_missing, origin: how.origin, unless_same_origin: how.unless_same_origin };
+        let written = self.catalog.write_version(name, &store, options).await?;
         time_catalog(&self.metrics, "write_version", started);
-        self.settle(name).await;
-        let outcome = if written.created { "created" } else { "replaced" };
-        self.metrics.registrations_total.with_label_values(&[outcome]).inc();
-        tracing::info!(store = %name, version = written.head.id, outcome,
-            chunks = store.summary.chunks.virtual_ + store.summary.chunks.inline,
-            seconds = started.elapsed().as_secs_f64(), read_seconds, validate_seconds, blocks = store.block_count(),
-            spilled_to_disk = store.spilled(), "store registered");
+        if written.unchanged {
+            tracing::info!(store = %name, version = written.head.id, "already current: nothing written");
+        } else {
+            self.settle(name).await;
+            let outcome = if written.created { "created" } else { "replaced" };
+            self.metrics.registrations_total.with_label_values(&[outcome]).inc();
+            tracing::info!(store = %name, version = written.head.id, outcome, format = how.format,
+                chunks = store.summary.chunks.virtual_ + store.summary.chunks.inline,
+                seconds = started.elapsed().as_secs_f64(), read_seconds = how.read_seconds, validate_seconds,
+                blocks = store.block_count(), spilled_to_disk = store.spilled(), "store registered");
+        }
         Ok(Registered {
             store_created_at_ms: written.head.created_at_ms,
             head: written.head,
             created: written.created,
+            unchanged: written.unchanged,
             summary: store.summary,
         })
     }

@@ -28,6 +28,9 @@ pub struct Document {
     pub delete: Vec<String>,
     /// URLs (by number) of kerchunk `[url]` references: the whole object, its length not yet known.
     pub whole_objects: BTreeSet<u32>,
+    /// URLs (by number) of objects written once and never rewritten (an Icechunk repository's
+    /// chunk objects): their facts are not asked for at registration.
+    pub immutable: BTreeSet<u32>,
     /// Lengths of those objects, once asked of their object stores.
     pub object_sizes: BTreeMap<u32, u64>,
     /// Where the references are kept while the document is read and validated.

@@ -50,15 +50,20 @@ def installed_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return target
 
 
-def test_the_readme_blocks_run(server: Server, tmp_path: Path, installed_client: Path):
+def python_block(name: str, server: Server, tmp_path: Path, installed_client: Path) -> tuple[str, Path, dict]:
+    """The Python block ``name`` pointed at ``server``, a directory outside the repository to
+    run it in, and its environment (the installed client, no ZARRGATE_ variables)."""
     workdir = tmp_path / "elsewhere"
     workdir.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ZARRGATE_") and k != "PYTHONPATH"}
     env.update(PYTHONPATH=str(installed_client), TMPDIR=str(tmp_path))
-
-    language, code = block("walkthrough")
+    language, code = block(name)
     assert language == "python"
-    code = replace(code, 'server = "http://127.0.0.1:8080"', f'server = "{server.url}"')
+    return replace(code, 'server = "http://127.0.0.1:8080"', f'server = "{server.url}"'), workdir, env
+
+
+def test_the_readme_blocks_run(server: Server, tmp_path: Path, installed_client: Path):
+    code, workdir, env = python_block("walkthrough", server, tmp_path, installed_client)
     run = subprocess.run([sys.executable, "-c", code], cwd=workdir, env=env, capture_output=True,
                          text=True, timeout=180)
     assert run.returncode == 0, run.stderr
@@ -96,3 +101,16 @@ def test_the_readme_blocks_run(server: Server, tmp_path: Path, installed_client:
     summary, zarr_json = answers
     assert summary["name"] == "air-curl" and summary["arrays"] == 4, summary
     assert zarr_json["node_type"] == "group" and "air" in zarr_json["consolidated_metadata"]["metadata"]
+
+
+def test_the_icechunk_readme_block_runs(server: Server, tmp_path: Path, installed_client: Path):
+    """The Icechunk walkthrough, in the Icechunk 2.x environment it names."""
+    from test_icechunk import writer_python
+
+    code, workdir, env = python_block("icechunk", server, tmp_path, installed_client)
+    run = subprocess.run([writer_python(2), "-c", code], cwd=workdir, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "'branch': 'main'" in run.stdout and "'format_version': 2" in run.stdout, run.stdout
+    assert "air      (time, lat) float32" in run.stdout, run.stdout
+    assert run.stdout.rstrip().endswith("True"), run.stdout
