@@ -108,6 +108,13 @@ class Bench:
         with open(os.path.join(self.dir, f"{kind}-{size}.meta.json")) as f:
             return json.load(f)
 
+    def private_copy(self, path, name):
+        """A copy of another binary (a baseline) in the work directory, as for the one under test."""
+        copy = os.path.join(self.work, name)
+        shutil.copy2(path, copy)
+        subprocess.run([copy, "--version"], check=True, capture_output=True)
+        return copy
+
     def cleanup(self):
         shutil.rmtree(self.work, ignore_errors=True)
 
@@ -395,8 +402,9 @@ class Postgres:
 class Server:
     """One zarrgate process."""
 
-    def __init__(self, bench, database_url, env=None, name="zarrgate"):
+    def __init__(self, bench, database_url, env=None, name="zarrgate", binary=None):
         self.bench = bench
+        self.binary = binary or bench.binary
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = os.path.join(bench.work, f"{name}-{self.port}.log")
@@ -417,7 +425,7 @@ class Server:
     def start(self):
         logf = open(self.log_path, "a")
         self.proc = subprocess.Popen(
-            [self.bench.binary, "serve", "--listen", f"127.0.0.1:{self.port}", "--database-url", self.database_url],
+            [self.binary, "serve", "--listen", f"127.0.0.1:{self.port}", "--database-url", self.database_url],
             env=self.env, stdout=logf, stderr=logf)
         deadline = time.time() + 60
         while time.time() < deadline:

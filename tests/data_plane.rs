@@ -247,6 +247,11 @@ async fn ops_endpoints() {
     let r = server.get("/somewhere", &[]).await;
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     assert!(r.headers().contains_key("x-request-id"));
+    // Every request its own id; a client's own id comes back as it sent it.
+    let id = |r: &reqwest::Response| r.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let (a, b) = (id(&server.get("/demo/x/c/0", &[]).await), id(&server.get("/demo/x/c/0", &[]).await));
+    assert!(a != b && !a.is_empty(), "{a} {b}");
+    assert_eq!(id(&server.get("/demo/x/c/0", &[("x-request-id", "trace-7")]).await), "trace-7");
     // Methods a client makes up share one label: they cannot grow /metrics without bound.
     for made_up in ["BREW", "MKCOL", "X-1"] {
         let method = reqwest::Method::from_bytes(made_up.as_bytes()).unwrap();

@@ -65,7 +65,8 @@ pub(super) async fn chunk(
         Chunk::Bytes { bytes, etag } => {
             Ok(bytes_response(bytes, &tag_value(&etag), "application/octet-stream", headers, served))
         }
-        Chunk::Virtual(chunk) => virtual_chunk(app, &chunk, headers, served).await,
+        // Boxed: reading a source is a large future, and inline chunks must not carry it.
+        Chunk::Virtual(chunk) => Box::pin(virtual_chunk(app, &chunk, headers, served)).await,
     }
 }
 
@@ -85,9 +86,9 @@ async fn virtual_chunk(
     };
     // Nothing to read for HEAD, nor for an empty reference (object stores refuse empty ranges).
     let mut response = if served.head_only || range.is_empty() {
-        Response::new(Body::empty())
+        sized(Body::empty())
     } else {
-        Response::new(Body::from_stream(app.reader.fetch(chunk, range.clone()).await?.body))
+        sized(Body::from_stream(app.reader.fetch(chunk, range.clone()).await?.body))
     };
     *response.status_mut() = status;
     let h = response.headers_mut();
@@ -117,7 +118,7 @@ pub(super) fn bytes_response(
     let content_length = range.end - range.start;
     let body =
         if served.head_only { Body::empty() } else { Body::from(body.slice(range.start as usize..range.end as usize)) };
-    let mut response = Response::new(body);
+    let mut response = sized(body);
     *response.status_mut() = status;
     let h = response.headers_mut();
     set_common(h, tag, content_type, served);
@@ -125,6 +126,14 @@ pub(super) fn bytes_response(
     if status == StatusCode::PARTIAL_CONTENT {
         h.insert(header::CONTENT_RANGE, content_range(&range, len));
     }
+    response
+}
+
+/// A response with room for the headers a data-plane answer carries (those set here, the CORS
+/// ones, the version and the request id), so that its header map is allocated once.
+fn sized(body: Body) -> Response {
+    let mut response = Response::new(body);
+    *response.headers_mut() = HeaderMap::with_capacity(16);
     response
 }
 

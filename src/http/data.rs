@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -62,20 +62,19 @@ async fn read(
     State(plane): State<Arc<Plane>>,
     Path((store, key)): Path<(String, String)>,
     RawQuery(query): RawQuery,
-    method: Method,
-    headers: HeaderMap,
+    request: Request,
 ) -> Response {
     let target = Target { key: &key, directory: key.ends_with('/') };
-    respond(&plane, &store, target, query.as_deref(), method, headers).await
+    respond(&plane, &store, target, query.as_deref(), request.method(), request.headers()).await
 }
 
 async fn read_root(
     State(plane): State<Arc<Plane>>,
     Path(store): Path<String>,
     RawQuery(query): RawQuery,
-    method: Method,
-    headers: HeaderMap,
+    request: Request,
 ) -> Response {
+    let (method, headers) = (request.method(), request.headers());
     respond(&plane, &store, Target { key: "", directory: true }, query.as_deref(), method, headers).await
 }
 
@@ -100,36 +99,32 @@ async fn stores_page(
     browser::root(&plane.app, query.as_deref(), &headers, &served).await.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn read_store(
-    State(plane): State<Arc<Plane>>,
-    Path(store): Path<String>,
-    method: Method,
-    headers: HeaderMap,
-) -> Response {
+async fn read_store(State(plane): State<Arc<Plane>>, Path(store): Path<String>, request: Request) -> Response {
+    let (method, headers) = (request.method(), request.headers());
     respond(&plane, &store, Target { key: "", directory: false }, None, method, headers).await
 }
 
-async fn other(plane: State<Arc<Plane>>, path: Path<(String, String)>, method: Method, headers: HeaderMap) -> Response {
-    if method.as_str() != listing::PROPFIND {
+async fn other(plane: State<Arc<Plane>>, path: Path<(String, String)>, request: Request) -> Response {
+    if request.method().as_str() != listing::PROPFIND {
         method_not_allowed()
     } else {
-        allow(read(plane, path, RawQuery(None), method, headers).await)
+        allow(read(plane, path, RawQuery(None), request).await)
     }
 }
 
-async fn other_root(plane: State<Arc<Plane>>, path: Path<String>, method: Method, headers: HeaderMap) -> Response {
-    if method.as_str() != listing::PROPFIND {
+async fn other_root(plane: State<Arc<Plane>>, path: Path<String>, request: Request) -> Response {
+    if request.method().as_str() != listing::PROPFIND {
         method_not_allowed()
     } else {
-        allow(read_root(plane, path, RawQuery(None), method, headers).await)
+        allow(read_root(plane, path, RawQuery(None), request).await)
     }
 }
 
-async fn other_store(plane: State<Arc<Plane>>, path: Path<String>, method: Method, headers: HeaderMap) -> Response {
-    if method.as_str() != listing::PROPFIND {
+async fn other_store(plane: State<Arc<Plane>>, path: Path<String>, request: Request) -> Response {
+    if request.method().as_str() != listing::PROPFIND {
         method_not_allowed()
     } else {
-        allow(read_store(plane, path, method, headers).await)
+        allow(read_store(plane, path, request).await)
     }
 }
 
@@ -150,8 +145,8 @@ async fn respond(
     store: &str,
     target: Target<'_>,
     query: Option<&str>,
-    method: Method,
-    headers: HeaderMap,
+    method: &Method,
+    headers: &HeaderMap,
 ) -> Response {
     let (name, pinned) = match store.split_once('@') {
         None => (store, None),
@@ -172,7 +167,7 @@ async fn respond(
     let mut attempt = 0;
     let answer = loop {
         attempt += 1;
-        let answer = serve_key(plane, store, (name, pinned), target, query, &method, &headers).await;
+        let answer = serve_key(plane, store, (name, pinned), target, query, method, headers).await;
         let gone = matches!(&answer, Err(ApiError::Gone(_)) | Ok((Err(ApiError::Gone(_)), _)));
         if gone && pinned.is_none() && attempt == 1 {
             plane.app.reader.forget_store(name).await;
@@ -227,21 +222,24 @@ async fn serve_key(
         head_only: method == Method::HEAD,
     };
     if method.as_str() == listing::PROPFIND {
-        return Ok((listing::propfind(&plane.app, &plane.v2, &view, segment, target, headers, &served).await, served));
+        let listed = Box::pin(listing::propfind(&plane.app, &plane.v2, &view, segment, target, headers, &served)).await;
+        return Ok((listed, served));
     }
     if target.directory
-        && let Some(shown) = browse(plane, &view, segment, target.key, query, headers, &served).await
+        && let Some(shown) = Box::pin(browse(plane, &view, segment, target.key, query, headers, &served)).await
     {
         return Ok((shown, served));
     }
     if target.directory {
-        return Ok((listing::list(&plane.app, &plane.v2, &view, segment, target.key, headers, &served).await, served));
+        let listed = Box::pin(listing::list(&plane.app, &plane.v2, &view, segment, target.key, headers, &served)).await;
+        return Ok((listed, served));
     }
     let key = target.key;
     let response = match view.hierarchy.resolve(key) {
         Resolved::Metadata(node) => Ok(metadata(&view.docs[node.index as usize], headers, &served)),
         Resolved::Chunk { node, location, .. } => chunk(app, &view, node, location, key, headers, &served).await,
-        Resolved::NotFound(why) => match v2::serve(&plane.app, &plane.v2, &view, key, headers, &served).await {
+        Resolved::NotFound(why) => match Box::pin(v2::serve(&plane.app, &plane.v2, &view, key, headers, &served)).await
+        {
             Some(answer) => answer,
             None => listing::redirect(&view, segment, key).ok_or(ApiError::NotFound(why)),
         },

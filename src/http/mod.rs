@@ -9,6 +9,7 @@ mod export;
 mod listing;
 pub mod names;
 mod object_stores;
+mod observe;
 mod openapi;
 mod ops;
 pub mod range;
@@ -19,21 +20,17 @@ mod v2;
 
 pub use server::serve;
 
-use std::time::Instant;
+use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{MatchedPath, OriginalUri, Request, State};
+use axum::extract::OriginalUri;
 use axum::handler::HandlerWithoutStateExt;
-use axum::http::{HeaderName, HeaderValue, Method, Uri, header};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::http::{Method, Uri, header};
+use axum::middleware;
 use tower_http::cors::{AllowOrigin, CorsLayer};
-use tracing::Instrument;
 
 use crate::app::AppState;
 use crate::error::ApiError;
-
-const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Every route of the server.
 pub fn router(state: AppState) -> Router {
@@ -57,11 +54,11 @@ pub fn router(state: AppState) -> Router {
         .merge(ops::router())
         .merge(data)
         .fallback(fallback)
-        .layer(middleware::from_fn_with_state(state.clone(), observe))
-        .with_state(state);
+        .layer(middleware::from_fn_with_state(Arc::new(observe::Observer::new(&state.metrics)), observe::observe));
     // A method router adds `Allow` to its 405 outside every layer of the router, `observe`
-    // included: the problem body that lists the allowed methods is written out here.
-    Router::new().fallback_service(routes).layer(middleware::map_response(crate::error::last_as_problem))
+    // included: the server writes the problem body that lists the allowed methods
+    // (`error::last_as_problem`, in `server/connection.rs`).
+    routes.with_state(state)
 }
 
 fn cors() -> CorsLayer {
@@ -97,49 +94,4 @@ async fn no_api_route(method: Method, OriginalUri(uri): OriginalUri) -> ApiError
         "the control plane has no route {method} {}: its routes are listed in /api/v1/openapi.json",
         uri.path()
     ))
-}
-
-/// Request id, a span for the logs, an access log line and the HTTP metrics.
-async fn observe(State(app): State<AppState>, request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |m| m.as_str()).to_owned();
-    let method = request.method().clone();
-    // A label value per method the server knows; any name a client makes up is one label, or
-    // every made-up name would add series to /metrics for good.
-    let method_label = match method {
-        Method::GET | Method::HEAD | Method::PUT | Method::PATCH | Method::POST | Method::DELETE | Method::OPTIONS => {
-            method.as_str()
-        }
-        _ => "other",
-    };
-    let id = request
-        .headers()
-        .get(&REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
-        .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
-    let span = tracing::info_span!("request", id = %id, method = %method, route = %route);
-    let path = request.uri().path().to_owned();
-    let mut response = crate::error::as_problem(next.run(request).instrument(span.clone()).await).await;
-    let status = response.status();
-    let elapsed = started.elapsed();
-    let m = &app.metrics;
-    m.http_requests_total.with_label_values(&[route.as_str(), method_label, status.as_str()]).inc();
-    m.http_request_duration_seconds
-        .with_label_values(&[route.as_str(), method_label, status.as_str()])
-        .observe(elapsed.as_secs_f64());
-    span.in_scope(|| {
-        let ms = elapsed.as_secs_f64() * 1e3;
-        if status.is_server_error() {
-            tracing::warn!(status = status.as_u16(), %path, ms, "request failed");
-        } else if route.starts_with("/api/") {
-            tracing::info!(status = status.as_u16(), %path, ms, "request");
-        } else {
-            tracing::debug!(status = status.as_u16(), %path, ms, "request");
-        }
-    });
-    if let Ok(v) = HeaderValue::from_str(&id) {
-        response.headers_mut().insert(REQUEST_ID, v);
-    }
-    response.into_response()
 }

@@ -62,7 +62,9 @@ where
             self.hits.inc();
             return Ok(value);
         }
-        let entry = self.cache.entry(key).or_try_insert_with(load).await.map_err(|e: Arc<Error>| (*e).clone())?;
+        // Boxed: a miss is rare, and its future would make every hit's larger.
+        let entry =
+            Box::pin(self.cache.entry(key).or_try_insert_with(load)).await.map_err(|e: Arc<Error>| (*e).clone())?;
         if entry.is_fresh() { &self.misses } else { &self.hits }.inc();
         Ok(entry.into_value())
     }

@@ -139,7 +139,7 @@ impl Reader {
             Ok(head) => head,
             // Degraded: the catalog is unreachable, and what this replica last read of the store
             // is recent enough (`cache.unavailable_ttl_seconds`) to serve meanwhile.
-            Err(e) if e.is_unreachable() => match self.caches.last_head(segment).await {
+            Err(e) if e.is_unreachable() => match Box::pin(self.caches.last_head(segment)).await {
                 Some(head) => {
                     self.metrics.catalog_stale_reads_total.inc();
                     head
@@ -151,7 +151,7 @@ impl Reader {
         if head == StoreHead::Unknown {
             // Not kept: a store registered right after this read must not answer 404 (read by
             // clients as fill values) for as long as the entry would live.
-            self.caches.heads.forget(&segment.to_owned()).await;
+            Box::pin(self.caches.heads.forget(&segment.to_owned())).await;
         }
         Ok(head)
     }
@@ -232,10 +232,12 @@ impl Reader {
     pub async fn chunk(&self, view: &VersionView, node: &Node, at: ChunkLocation) -> Result<Chunk> {
         let block = self.block(&view.head, node, at.tile).await?;
         match block.get(at.slot) {
-            ChunkRef::Missing if view.head.fill_missing => Ok(match self.fill_chunk(&view.head, node).await? {
-                Some(bytes) => Chunk::Bytes { etag: etag('f', &bytes), bytes },
-                None => Chunk::Missing,
-            }),
+            ChunkRef::Missing if view.head.fill_missing => {
+                Ok(match Box::pin(self.fill_chunk(&view.head, node)).await? {
+                    Some(bytes) => Chunk::Bytes { etag: etag('f', &bytes), bytes },
+                    None => Chunk::Missing,
+                })
+            }
             ChunkRef::Missing => Ok(Chunk::Missing),
             ChunkRef::Inline(bytes) => Ok(Chunk::Bytes { etag: etag('i', &bytes), bytes }),
             ChunkRef::Virtual { .. } => VirtualChunk::new(block.clone(), at.slot)

@@ -172,7 +172,12 @@ async fn serve_until_closed(
             let request = request.map(|body| Body::new(TimeoutBody::new(request_body, body)));
             let call = router.clone().oneshot(super::collapse_slashes(request));
             async move {
-                let response = call.await?;
+                let mut response = call.await?;
+                // Here, outside the router: a method router adds `Allow` to its 405 after every
+                // layer. Boxed: an error is rare, and this future is moved on every request.
+                if response.status().is_client_error() || response.status().is_server_error() {
+                    response = Box::pin(crate::error::last_as_problem(response)).await;
+                }
                 Ok::<_, Infallible>(response.map(|body| Tracked { body, _answering: answering }))
             }
         })
