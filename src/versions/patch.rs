@@ -44,6 +44,12 @@ impl Registrar {
         let record =
             self.catalog.store(name).await?.ok_or_else(|| Error::NotFound(format!("no store is named {name:?}")))?;
         let head = record.head.clone();
+        if self.catalog.origin(head.id).await?.is_some() {
+            return Err(Error::Conflict(format!(
+                "store {name:?} serves an Icechunk repository, which its versions follow: commit the change to \
+                 the repository, then POST /api/v1/stores/{name}/sync (a PATCH here would be lost at the next sync)"
+            )));
+        }
         let options =
             VersionOptions { fill_missing: how.fill_missing.unwrap_or(head.fill_missing), ..VersionOptions::default() };
         let view = self.reader.view(&head).await?;

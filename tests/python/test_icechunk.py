@@ -196,6 +196,12 @@ def test_a_branch_store_moves_only_on_sync_and_a_tag_store_never(server, repo, s
     assert old.content == before["keys"]["native/sparse/c/1/1"]
     again = sync(server, store_name)
     assert again["moved"] is False and again["version"] == moved["version"]
+    # A PATCH would fork the store from its repository: refused, and nothing changes.
+    patched = requests.patch(f"{server.url}/api/v1/stores/{store_name}",
+                             json={"nodes": {"extra": {"zarr_format": 3, "node_type": "group"}}}, timeout=30)
+    assert patched.status_code == 409, patched.text
+    assert "Icechunk repository" in patched.json()["detail"] and "/sync" in patched.json()["detail"]
+    assert sync(server, store_name)["version"] == moved["version"]
 
     tag = sync(server, tagged)
     assert tag["moved"] is False and tag["snapshot_id"] == v1["snapshot_id"]
