@@ -56,11 +56,7 @@ fn chunk(file: &[u8], i: u64, stride: u64) -> &[u8] {
 
 /// The sum of the samples of metric `name` for object store `faults`.
 async fn metric(server: &TestServer, name: &str) -> f64 {
-    let text = server.get("/metrics", &[]).await.text().await.unwrap();
-    text.lines()
-        .filter(|l| l.starts_with(name) && l.contains("object_store=\"faults\""))
-        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
-        .sum()
+    server.metric_sum(name, &[("object_store", "faults")]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
