@@ -181,6 +181,40 @@ both_backends! {
         assert!(server.get("/demo/zarr.json", &[("accept-encoding", "gzip;q=0")]).await.headers().get("content-encoding").is_none());
     }
 
+    async fn large_documents_are_compressed_once_for_every_reader(server) {
+        // A root document well above the 8 KiB at which documents are compressed off the async
+        // workers, after the view is built: readers asking for gzip at once, racing that task,
+        // all get the same compressed body, which decodes to the document.
+        let nodes: serde_json::Map<String, Value> = std::iter::once(("".to_owned(), json!({"zarr_format": 3, "node_type": "group"})))
+            .chain((0..300).map(|i| (format!("g{}/a{i:03}", i % 7), f32_array(&[4], &[4], json!({"attributes": {"index": i}})))))
+            .collect();
+        let (status, body) = server.put("/api/v1/stores/big", &json!({"nodes": nodes})).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let readers = (0..8).map(|_| server.get("/big/zarr.json", &[("accept-encoding", "gzip")]));
+        let answers = futures::future::join_all(readers).await;
+        let plain = server.bytes("/big/zarr.json").await;
+        assert!(plain.len() > 64 << 10, "{} bytes", plain.len());
+        let root: Value = serde_json::from_slice(&plain).unwrap();
+        assert_eq!(root["consolidated_metadata"]["metadata"]["g6/a272"]["attributes"]["index"], 272);
+        let mut tags = std::collections::BTreeSet::new();
+        for r in answers {
+            assert_eq!(r.status(), StatusCode::OK);
+            assert_eq!(r.headers()["content-encoding"], "gzip");
+            tags.insert(r.headers()["etag"].to_str().unwrap().to_owned());
+            let compressed = r.bytes().await.unwrap();
+            assert!(compressed.len() < plain.len() / 4, "{} bytes compressed", compressed.len());
+            let mut decoded = Vec::new();
+            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&compressed[..]), &mut decoded).unwrap();
+            assert_eq!(decoded, plain);
+        }
+        assert_eq!(tags.len(), 1, "one compressed representation: {tags:?}");
+        // An array's document is its entry in the root's listing, byte for byte.
+        let array = server.bytes("/big/g6/a272/zarr.json").await;
+        let listed = serde_json::to_vec(&root["consolidated_metadata"]["metadata"]["g6/a272"]).unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&array).unwrap(), serde_json::from_slice::<Value>(&listed).unwrap());
+        assert!(plain.windows(array.len()).any(|w| w == array.as_slice()), "the array's document appears as is in the root's");
+    }
+
     async fn cors_and_double_slashes(server) {
         register(&server).await;
         let r = server.get("/demo/x/c/0", &[("origin", "https://viewer.example")]).await;

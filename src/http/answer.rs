@@ -32,10 +32,12 @@ pub(super) struct Target<'a> {
 }
 
 /// A rendered metadata document (`zarr.json`, or a v2 document), gzip-compressed when asked.
-pub(super) fn metadata(doc: &RenderedDoc, headers: &HeaderMap, served: &Served) -> Response {
-    // Compressed only for a client that asks (the gzip body of a small document is made then).
-    let (body, etag, encoding) = match accepts_gzip(headers).then(|| doc.gzip()).flatten() {
-        Some(gz) => (gz.clone(), &doc.gzip_etag, Some("gzip")),
+pub(super) async fn metadata(doc: &RenderedDoc, headers: &HeaderMap, served: &Served) -> Response {
+    // Compressed only for a client that asks (the gzip body is made then if it is not yet: a
+    // large one on a blocking thread).
+    let gzip = if accepts_gzip(headers) { doc.gzip_off_workers().await } else { None };
+    let (body, etag, encoding) = match gzip {
+        Some(gz) => (gz, &doc.gzip_etag, Some("gzip")),
         None => (doc.identity.clone(), &doc.etag, None),
     };
     let mut response = bytes_response(body, etag, "application/json", headers, served);

@@ -236,7 +236,7 @@ async fn serve_key(
     }
     let key = target.key;
     let response = match view.hierarchy.resolve(key) {
-        Resolved::Metadata(node) => Ok(metadata(&view.docs[node.index as usize], headers, &served)),
+        Resolved::Metadata(node) => Ok(metadata(&view.docs[node.index as usize], headers, &served).await),
         Resolved::Chunk { node, location, .. } => chunk(app, &view, node, location, key, headers, &served).await,
         Resolved::NotFound(why) => match Box::pin(v2::serve(&plane.app, &plane.v2, &view, key, headers, &served)).await
         {

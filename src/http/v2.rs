@@ -99,7 +99,10 @@ pub(super) async fn serve(
         Err(e) => return Some(Err(e)),
     };
     match rendered.view.resolve(&view.hierarchy, key) {
-        V2Resolved::Doc(key) => rendered.docs.get(key).map(|doc| Ok(metadata(doc, headers, served))),
+        V2Resolved::Doc(key) => match rendered.docs.get(key) {
+            Some(doc) => Some(Ok(metadata(doc, headers, served).await)),
+            None => None,
+        },
         V2Resolved::Chunk { node, location, .. } => Some(chunk(app, view, node, location, key, headers, served).await),
         V2Resolved::NotFound(why) => Some(Err(ApiError::NotFound(why))),
         V2Resolved::Other => None,

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use serde_json::{Map, Value};
 
 use super::cache::Caches;
 use super::error::{Error, Result};
@@ -179,14 +178,16 @@ impl Reader {
                     .map(|n| NodePath::new(&n.path).map(|p| (p, n.metadata, n.tile_shape)))
                     .collect::<std::result::Result<Vec<_>, _>>()
                     .map_err(|e| Error::Internal(format!("version {}: {e}", head.id)))?;
-                let parse = |text: String| {
-                    serde_json::from_str::<Map<String, Value>>(&text).map_err(|e| format!("stored metadata: {e}"))
-                };
-                let hierarchy = Hierarchy::build_with(stored, parse, nested_budget)
+                let hierarchy = Hierarchy::build_from_text(stored, nested_budget)
                     .map_err(|e| Error::Internal(format!("version {}: {e}", head.id)))?;
                 Ok(Arc::new(VersionView::new(head, hierarchy)))
             })
             .await?;
+            if let Ok(view) = &view {
+                // Large documents are compressed after the first answer, not before it.
+                let view = Arc::clone(view);
+                drop(tokio::task::spawn_blocking(move || view.compress_large()));
+            }
             if let Ok(view) = &view
                 && u64::from(view.weight()) > self.caches.views.capacity()
             {

@@ -2,7 +2,7 @@
 //! gzip, with strong ETags), and the header values every answer about the version carries,
 //! pre-rendered because they are part of the per-request budget.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use http::HeaderValue;
@@ -10,18 +10,22 @@ use http::HeaderValue;
 use crate::catalog::VersionHead;
 use crate::zarr::Hierarchy;
 
-/// Documents at least this large are compressed when the view is built (off the async
-/// workers); smaller ones when first asked for gzip (tens of microseconds), so that a view of
-/// 100,000 arrays is not 100,000 compressions before its first answer.
-const EAGER_GZIP_BYTES: usize = 8 << 10;
+/// Documents at least this large are compressed off the async workers: by a task started once
+/// the view is built ([`VersionView::compress_large`]), or by a reader asking for gzip first
+/// ([`RenderedDoc::gzip_off_workers`]). Smaller ones are compressed when first asked for gzip
+/// (tens of microseconds), so that a view of 100,000 arrays is not 100,000 compressions before
+/// its first answer. Large ones are not compressed while the view is built: the root of a store
+/// of 100,000 arrays is 36 MiB, and its compression (with the groups' documents, as much
+/// again) took a third of the time of the first answer, which most clients take uncompressed.
+pub const EAGER_GZIP_BYTES: usize = 8 << 10;
 
 /// One node's `zarr.json`, ready to serve.
 #[derive(Debug)]
 pub struct RenderedDoc {
     /// Uncompressed body.
     pub identity: Bytes,
-    /// Gzip-compressed body, when smaller; computed once.
-    gzip: OnceLock<Option<Bytes>>,
+    /// Gzip-compressed body, when smaller; computed once (shared with the task computing it).
+    gzip: Arc<OnceLock<Option<Bytes>>>,
     /// Strong ETag of the identity body.
     pub etag: HeaderValue,
     /// Strong ETag of the gzip body.
@@ -31,24 +35,35 @@ pub struct RenderedDoc {
 impl RenderedDoc {
     /// `identity` ready to serve under version `version`. ETags include the version: the same
     /// document registered again is a new response (its `Zarrgate-Version` differs), so a cache
-    /// revalidating it must not keep the old version's headers. Documents of at least
-    /// [`EAGER_GZIP_BYTES`] are compressed now (call this off the async workers).
+    /// revalidating it must not keep the old version's headers. Nothing is compressed yet.
     pub fn new(identity: Bytes, version: i64) -> Self {
         let tag = etag('m', &identity);
         let tag = tag.trim_end_matches('"');
         let value = |suffix: &str| {
             HeaderValue::from_str(&format!("{tag}-v{version}{suffix}\"")).unwrap_or(HeaderValue::from_static("\"\""))
         };
-        let doc = Self { etag: value(""), gzip_etag: value("-gz"), identity, gzip: OnceLock::new() };
-        if doc.identity.len() >= EAGER_GZIP_BYTES {
-            doc.gzip();
-        }
-        doc
+        Self { etag: value(""), gzip_etag: value("-gz"), identity, gzip: Arc::default() }
     }
 
-    /// The gzip-compressed body, when it is smaller than the identity body.
+    /// The gzip-compressed body, when it is smaller than the identity body; compressed here if
+    /// no one has yet (blocking: on the async workers, only for documents under
+    /// [`EAGER_GZIP_BYTES`]).
     pub fn gzip(&self) -> Option<&Bytes> {
-        self.gzip.get_or_init(|| gzip(&self.identity).filter(|z| z.len() < self.identity.len())).as_ref()
+        self.gzip.get_or_init(|| compressed(&self.identity)).as_ref()
+    }
+
+    /// The gzip-compressed body (as [`RenderedDoc::gzip`]), compressed on a blocking thread when
+    /// it is large and not yet made. A reader asking while the view's own task compresses it
+    /// waits for that task's result, on the blocking thread.
+    pub async fn gzip_off_workers(&self) -> Option<Bytes> {
+        if let Some(done) = self.gzip.get() {
+            return done.clone();
+        }
+        if self.identity.len() < EAGER_GZIP_BYTES {
+            return self.gzip().cloned();
+        }
+        let (cell, identity) = (Arc::clone(&self.gzip), self.identity.clone());
+        tokio::task::spawn_blocking(move || cell.get_or_init(|| compressed(&identity)).clone()).await.ok().flatten()
     }
 
     /// What it weighs: its bodies, a lazily compressed one counted at half the identity's size.
@@ -86,11 +101,28 @@ impl VersionView {
         Self { version_header: HeaderValue::from(head.id), last_modified, head, hierarchy, docs }
     }
 
+    /// Compresses every document of at least [`EAGER_GZIP_BYTES`], largest first (the root's
+    /// is usually the largest and the most asked for). Blocking: run it on a blocking thread,
+    /// once the view is built and served.
+    pub fn compress_large(&self) {
+        let mut large: Vec<&RenderedDoc> =
+            self.docs.iter().filter(|d| d.identity.len() >= EAGER_GZIP_BYTES && d.gzip.get().is_none()).collect();
+        large.sort_by_key(|d| std::cmp::Reverse(d.identity.len()));
+        for doc in large {
+            doc.gzip();
+        }
+    }
+
     /// What the view weighs in the cache, in bytes (saturating).
     pub fn weight(&self) -> u32 {
         let docs: usize = self.docs.iter().map(RenderedDoc::weight).sum();
         u32::try_from(self.hierarchy.weight() + docs).unwrap_or(u32::MAX)
     }
+}
+
+/// `data` gzip-compressed, when that is smaller.
+fn compressed(data: &Bytes) -> Option<Bytes> {
+    gzip(data).filter(|z| z.len() < data.len())
 }
 
 fn gzip(data: &[u8]) -> Option<Bytes> {

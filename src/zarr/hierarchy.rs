@@ -86,16 +86,37 @@ impl Hierarchy {
     /// past that, readers find it in the root's). Time and memory are linear in the nodes and
     /// their metadata, plus that budget.
     pub fn build(stored: Vec<StoredNode>, max_nested_metadata_bytes: u64) -> Result<Self, String> {
-        Self::build_with(stored, Ok, max_nested_metadata_bytes)
+        Self::build_with(stored, |meta| Ok((meta, None)), max_nested_metadata_bytes, 0)
+    }
+
+    /// As [`Hierarchy::build`], with each node's metadata as the compact JSON text the catalog
+    /// holds (see [`Hierarchy::build_with`]).
+    pub fn build_from_text(
+        stored: Vec<(NodePath, String, Option<Vec<u64>>)>,
+        max_nested_metadata_bytes: u64,
+    ) -> Result<Self, String> {
+        // The entries are the nodes' texts: as long, give or take a group's empty listing (a
+        // hint, so that their one buffer is not grown by doubling and copying).
+        let hint = stored.iter().map(|(_, text, _)| text.len() + 96).sum();
+        // The catalog holds what `serde_json` wrote of the validated metadata (compact, each
+        // key once): an array's entry is that text as it is, not parsed and written again.
+        let parse = |text: String| match serde_json::from_str::<Map<String, Value>>(&text) {
+            Ok(meta) => Ok((meta, Some(text))),
+            Err(e) => Err(format!("stored metadata: {e}")),
+        };
+        Self::build_with(stored, parse, max_nested_metadata_bytes, hint)
     }
 
     /// As [`Hierarchy::build`], with each node's metadata in a form `T` (its JSON text, as the
-    /// catalog holds it) that `parse` reads one node at a time: only the groups' parsed metadata
-    /// is kept, so a hierarchy of 100,000 arrays never holds 100,000 parsed maps at once.
-    pub fn build_with<T>(
+    /// catalog holds it) that `parse` reads one node at a time, into the parsed map and, when
+    /// `T` is such text, the text itself (an array's entry then); and about `rendered_hint`
+    /// bytes of entries expected. Only the groups' parsed metadata is kept, so a hierarchy of
+    /// 100,000 arrays never holds 100,000 parsed maps at once.
+    fn build_with<T>(
         mut stored: Vec<(NodePath, T, Option<Vec<u64>>)>,
-        parse: impl Fn(T) -> Result<Map<String, Value>, String>,
+        parse: impl Fn(T) -> Result<(Map<String, Value>, Option<String>), String>,
         max_nested_metadata_bytes: u64,
+        rendered_hint: usize,
     ) -> Result<Self, String> {
         stored.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         stored.dedup_by(|a, b| a.0 == b.0);
@@ -109,22 +130,28 @@ impl Hierarchy {
             rest.push((meta, tile));
         }
         let mut listings = Listings::empty(true);
+        listings.reserve(rendered_hint);
         let mut kinds = Vec::with_capacity(paths.len());
         let mut groups = Vec::with_capacity(paths.len());
         for (path, (meta, tile)) in paths.iter().zip(rest) {
-            let mut meta = parse(meta).map_err(|e| format!("node {path}: {e}"))?;
+            let (mut meta, text) = parse(meta).map_err(|e| format!("node {path}: {e}"))?;
             let kind = node_kind(&meta, tile.as_deref()).map_err(|e| format!("node {path}: {e}"))?;
             let group = kind == NodeKind::Group;
-            if group {
-                // The server writes its own (validation drops any given); `retain` keeps the order.
-                meta.retain(|k, _| k != "consolidated_metadata");
+            match text {
+                Some(text) if !group => listings.push_array_text(path.as_str(), &text),
+                _ => {
+                    if group {
+                        // The server writes its own (validation drops any given); `retain`
+                        // keeps the order.
+                        meta.retain(|k, _| k != "consolidated_metadata");
+                    }
+                    listings.push(path.as_str(), &meta, group);
+                }
             }
-            listings.push(path.as_str(), &meta, group);
             kinds.push(kind);
             groups.push(group.then_some(meta));
         }
-        let rendered = render(&listings, &paths, &kinds, &groups, max_nested_metadata_bytes);
-        drop(listings);
+        let rendered = render(listings, &paths, &kinds, &groups, max_nested_metadata_bytes);
         let nodes: Vec<Node> = paths
             .into_iter()
             .zip(kinds)
@@ -216,7 +243,7 @@ fn chunk<'a>(node: &'a Node, key: &str) -> Resolved<'a> {
 /// consolidated metadata of every descendant, other groups with that of their subtree if all of
 /// theirs fit in `nested_budget` bytes, else without.
 fn render(
-    listings: &Listings<'_>,
+    listings: Listings<'_>,
     paths: &[NodePath],
     kinds: &[NodeKind],
     groups: &[Option<Map<String, Value>>],
@@ -228,21 +255,23 @@ fn render(
             nested = nested.saturating_add(listings.document_len(i));
         }
     }
-    paths
+    let documents: Vec<Option<Bytes>> = paths
         .iter()
         .zip(kinds)
         .zip(groups)
         .enumerate()
         .map(|(i, ((path, kind), group))| match (kind, group) {
-            (NodeKind::Array(_), _) | (_, None) => Bytes::copy_from_slice(listings.entry(i)),
+            (NodeKind::Array(_), _) | (_, None) => None,
             (NodeKind::Group, Some(_)) if path.is_root() || nested <= nested_budget => {
                 let mut out = Vec::with_capacity(usize::try_from(listings.document_len(i)).unwrap_or(0));
                 listings.write_document(i, &mut out);
-                Bytes::from(out)
+                Some(Bytes::from(out))
             }
-            (NodeKind::Group, Some(metadata)) => Bytes::from(plain_group_document(metadata)),
+            (NodeKind::Group, Some(metadata)) => Some(Bytes::from(plain_group_document(metadata))),
         })
-        .collect()
+        .collect();
+    // Arrays' documents are their entries, slices of the listings' one buffer.
+    listings.into_entries().into_iter().zip(documents).map(|(entry, document)| document.unwrap_or(entry)).collect()
 }
 
 #[cfg(test)]
