@@ -61,8 +61,7 @@ fn codec_names(metadata: &Map<String, Value>) -> Vec<&str> {
 
 /// The size of one element of `metadata`'s data type, when it is fixed.
 fn element_size(metadata: &Map<String, Value>) -> Option<u64> {
-    let seen = super::metadata::as_zarrs_sees_it(metadata).ok()?;
-    let data_type: MetadataV3 = serde_json::from_value(seen.get("data_type")?.clone()).ok()?;
+    let data_type: MetadataV3 = serde_json::from_value(super::metadata::zarrs_data_type(metadata)?).ok()?;
     let data_type = DataType::from_metadata(&data_type).ok()?;
     if data_type.is_optional() {
         return None;
@@ -72,13 +71,13 @@ fn element_size(metadata: &Map<String, Value>) -> Option<u64> {
 
 impl ChunkCheck {
     /// The checks of the chunks of an array with this (validated) metadata and chunk shape.
-    pub fn new(metadata: &Map<String, Value>, chunk_shape: &[u64]) -> Self {
+    pub fn new(metadata: Map<String, Value>, chunk_shape: &[u64]) -> Self {
         let elements = chunk_shape.iter().try_fold(1u64, |n, d| n.checked_mul(*d));
-        let names = codec_names(metadata);
+        let names = codec_names(&metadata);
         let added: Option<u64> =
             names.iter().map(|name| FIXED_SIZE_CODECS.iter().find(|(n, _)| n == name).map(|(_, added)| *added)).sum();
         let fixed = match (added, names.contains(&"bytes")) {
-            (Some(added), true) => element_size(metadata).and_then(|size| {
+            (Some(added), true) => element_size(&metadata).and_then(|size| {
                 let len = elements?.checked_mul(size)?.checked_add(added)?;
                 Some((len, format!("{} element(s) of {size} byte(s)", elements?)))
             }),
@@ -88,13 +87,7 @@ impl ChunkCheck {
             let how = if names.contains(&"crc32c") { format!("{how} and a 4-byte crc32c checksum") } else { how };
             (len, format!("{how} with codecs [{}]", names.join(", ")))
         });
-        Self {
-            metadata: metadata.clone(),
-            elements,
-            chunk_shape: chunk_shape.to_vec(),
-            fixed,
-            decoder: OnceCell::new(),
-        }
+        Self { metadata, elements, chunk_shape: chunk_shape.to_vec(), fixed, decoder: OnceCell::new() }
     }
 
     /// Checks the length of a chunk (virtual or inline) when the codecs fix it.
@@ -162,7 +155,7 @@ mod tests {
         let m = json!({"zarr_format": 3, "node_type": "array", "shape": [chunk * 2], "data_type": data_type,
                "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [chunk]}},
                "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": codecs});
-        ChunkCheck::new(m.as_object().unwrap(), &[chunk])
+        ChunkCheck::new(m.as_object().unwrap().clone(), &[chunk])
     }
 
     #[test]

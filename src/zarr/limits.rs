@@ -102,12 +102,17 @@ impl Limits {
         }
     }
 
-    /// The root's document, sized without being written (each node parsed in turn, not kept).
+    /// The root's document, sized without being written (each group parsed in turn, not kept;
+    /// arrays measured by their text).
     fn metadata_problem(&self, nodes: &[ValidNode]) -> Option<String> {
         let root = nodes.first().filter(|n| n.path.is_root())?;
         let mut listings = Listings::empty(false);
         for n in nodes {
-            listings.push(n.path.as_str(), &n.metadata(), n.kind == NodeKind::Group);
+            match n.kind {
+                // An array's entry is its text as it is (see `Hierarchy::build_from_text`).
+                NodeKind::Array(_) => listings.push_array_text(n.path.as_str(), &n.json),
+                NodeKind::Group => listings.push(n.path.as_str(), &n.metadata(), true),
+            }
         }
         let size = match root.kind {
             NodeKind::Group => listings.document_len(0),

@@ -76,6 +76,21 @@ fn validate_group(metadata: &Map<String, Value>) -> Result<(), Vec<String>> {
     if unknown.is_empty() { Ok(()) } else { Err(unknown) }
 }
 
+/// The data type of `metadata` as [`as_zarrs_sees_it`] writes it for zarrs, without copying the
+/// rest of the metadata (its attributes may be large); `None` when there is none, or a
+/// `null_terminated_bytes` type without a valid length.
+pub fn zarrs_data_type(metadata: &Map<String, Value>) -> Option<Value> {
+    let data_type = metadata.get("data_type")?;
+    if data_type.get("name").and_then(Value::as_str) != Some("null_terminated_bytes") {
+        return Some(data_type.clone());
+    }
+    let n = data_type
+        .pointer("/configuration/length_bytes")
+        .and_then(Value::as_u64)
+        .filter(|n| (1..=1 << 20).contains(n))?;
+    Some(Value::from(format!("r{}", n * 8)))
+}
+
 /// The metadata as zarrs reads it. zarr-python writes numpy's fixed-width bytes (`|S<n>`, netCDF
 /// `char` variables) as `null_terminated_bytes`, a data type zarrs does not have yet: zarrs sees
 /// raw bits of the same width instead (same bytes per element, so the same codecs apply), with

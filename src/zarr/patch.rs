@@ -162,7 +162,7 @@ pub fn plan(
             };
             let mut changes = Vec::with_capacity(manifest.len());
             let mut cleared_beyond = BTreeSet::new();
-            let chunks = ChunkCheck::new(&metadata, layout.grid.chunk_shape());
+            let chunks = ChunkCheck::new(metadata.clone(), layout.grid.chunk_shape());
             for (indices, r) in manifest.entries()? {
                 let indices = indices.as_slice();
                 let coords: &[u64] = if layout.grid.ndim() == 0 && indices == [0] { &[] } else { indices };

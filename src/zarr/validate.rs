@@ -170,7 +170,7 @@ pub fn validate_tiled(
                 if let Some(manifest) = node.manifest.take()
                     && let Ok(layout) = array_layout_tiled(&metadata, Tiling::New(tile_chunks))
                 {
-                    let chunks = ChunkCheck::new(&metadata, layout.grid.chunk_shape());
+                    let chunks = ChunkCheck::new(metadata.clone(), layout.grid.chunk_shape());
                     refused_arrays.push((path, layout, manifest, chunks));
                 }
             }
@@ -195,7 +195,7 @@ pub fn validate_tiled(
     for (path, manifest) in manifests {
         let Ok(node) = nodes.binary_search_by(|n| n.path.cmp(&path)) else { continue };
         let NodeKind::Array(layout) = &nodes[node].kind else { continue };
-        let chunks = ChunkCheck::new(&nodes[node].metadata(), layout.grid.chunk_shape());
+        let chunks = ChunkCheck::new(nodes[node].metadata(), layout.grid.chunk_shape());
         let array = ArrayInput { node, path: &path, layout, manifest: &manifest, chunks: &chunks };
         add_array(&array, &refs, &scratch, &mut problems, &mut summary, &mut out, &mut budget)?;
     }
