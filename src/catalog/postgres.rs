@@ -193,8 +193,7 @@ impl Catalog for PostgresCatalog {
     }
 
     async fn nodes(&self, version: i64) -> Result<Vec<StoredNode>, CatalogError> {
-        let found = sqlx::query(NODES).bind(version).fetch_all(&self.pool).await?;
-        found.iter().map(rows::node).collect()
+        rows::collect_yielding(sqlx::query(NODES).bind(version).fetch(&self.pool), rows::node).await
     }
 
     async fn block(&self, version: i64, node: &str, tile: u64) -> Result<Option<Vec<u8>>, CatalogError> {
