@@ -5,6 +5,8 @@
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
 use http::HeaderValue;
 
 use crate::catalog::VersionHead;
@@ -26,6 +28,9 @@ pub struct RenderedDoc {
     pub identity: Bytes,
     /// Gzip-compressed body, when smaller; computed once (shared with the task computing it).
     gzip: Arc<OnceLock<Option<Bytes>>>,
+    /// The one blocking task compressing a large body for readers, once one has asked: every
+    /// reader awaits it, and a reader that leaves neither cancels it nor starts another.
+    compressing: OnceLock<Shared<BoxFuture<'static, Option<Bytes>>>>,
     /// Strong ETag of the identity body.
     pub etag: HeaderValue,
     /// Strong ETag of the gzip body.
@@ -42,7 +47,7 @@ impl RenderedDoc {
         let value = |suffix: &str| {
             HeaderValue::from_str(&format!("{tag}-v{version}{suffix}\"")).unwrap_or(HeaderValue::from_static("\"\""))
         };
-        Self { etag: value(""), gzip_etag: value("-gz"), identity, gzip: Arc::default() }
+        Self { etag: value(""), gzip_etag: value("-gz"), identity, gzip: Arc::default(), compressing: OnceLock::new() }
     }
 
     /// The gzip-compressed body, when it is smaller than the identity body; compressed here if
@@ -53,8 +58,8 @@ impl RenderedDoc {
     }
 
     /// The gzip-compressed body (as [`RenderedDoc::gzip`]), compressed on a blocking thread when
-    /// it is large and not yet made. A reader asking while the view's own task compresses it
-    /// waits for that task's result, on the blocking thread.
+    /// it is large and not yet made: one thread for all the readers who ask meanwhile (they
+    /// wait asynchronously), and at most one more if the view's own task is compressing it then.
     pub async fn gzip_off_workers(&self) -> Option<Bytes> {
         if let Some(done) = self.gzip.get() {
             return done.clone();
@@ -62,8 +67,12 @@ impl RenderedDoc {
         if self.identity.len() < EAGER_GZIP_BYTES {
             return self.gzip().cloned();
         }
-        let (cell, identity) = (Arc::clone(&self.gzip), self.identity.clone());
-        tokio::task::spawn_blocking(move || cell.get_or_init(|| compressed(&identity)).clone()).await.ok().flatten()
+        let pending = self.compressing.get_or_init(|| {
+            let (cell, identity) = (Arc::clone(&self.gzip), self.identity.clone());
+            let task = tokio::task::spawn_blocking(move || cell.get_or_init(|| compressed(&identity)).clone());
+            async move { task.await.ok().flatten() }.boxed().shared()
+        });
+        pending.clone().await
     }
 
     /// What it weighs: its bodies, a lazily compressed one counted at half the identity's size.
