@@ -183,20 +183,17 @@ impl Reader {
                 Ok(Arc::new(VersionView::new(head, hierarchy)))
             })
             .await?;
-            if let Ok(view) = &view {
-                // Large documents are compressed after the first answer, not before it.
-                let view = Arc::clone(view);
-                drop(tokio::task::spawn_blocking(move || view.compress_large()));
-            }
-            if let Ok(view) = &view
-                && u64::from(view.weight()) > self.caches.views.capacity()
-            {
+            let Ok(view) = view else { return view };
+            // Large documents are compressed after the first answer, not before it.
+            let compressing = Arc::clone(&view);
+            drop(tokio::task::spawn_blocking(move || compressing.compress_large()));
+            if u64::from(view.weight()) > self.caches.views.capacity() {
                 tracing::warn!(store = %view.head.store, version = view.head.id, bytes = view.weight(),
                     capacity = self.caches.views.capacity(),
                     "this version's view is larger than cache.metadata_bytes: it is built again for every request; \
                      raise cache.metadata_bytes");
             }
-            view
+            Ok(view)
         };
         self.caches.views.get_or_load(head.id, load).await
     }

@@ -19,7 +19,7 @@ use crate::zarr::Hierarchy;
 /// its first answer. Large ones are not compressed while the view is built: the root of a store
 /// of 100,000 arrays is 36 MiB, and its compression (with the groups' documents, as much
 /// again) took a third of the time of the first answer, which most clients take uncompressed.
-pub const EAGER_GZIP_BYTES: usize = 8 << 10;
+const EAGER_GZIP_BYTES: usize = 8 << 10;
 
 /// One node's `zarr.json`, ready to serve.
 #[derive(Debug)]
