@@ -241,6 +241,62 @@ both_backends! {
         assert_eq!(server.bytes("/demo//x//c/0").await, server.bytes("/demo/x/c/0").await);
     }
 
+    async fn reads_answered_in_front_of_the_router_are_the_routers_answers(server) {
+        // A plain `GET /{store}/{key}` is answered in front of the router (src/http/front.rs); the
+        // same key with one character percent-encoded goes through the router. Both answers must
+        // be the same: status, body, and every header but the request id and the date.
+        let version = register(&server).await;
+        let demo = format!("demo@{version}");
+        let cases: &[(&str, &[(&str, &str)])] = &[
+            ("demo/x/c/0", &[]),
+            ("demo/x/c/1", &[("origin", "https://viewer.example")]),
+            ("demo/x/c/2", &[("range", "bytes=4-7")]),
+            ("demo/zarr.json", &[]),
+            ("demo/zarr.json", &[("accept-encoding", "gzip")]),
+            ("demo/g/sub/scalar/c", &[]),
+            ("demo/x/c/3", &[("origin", "https://viewer.example")]),
+            ("demo/x/c/9", &[]),
+            ("demo/nothing/zarr.json", &[]),
+            ("demo/x/", &[]),
+            ("demo/.zmetadata", &[]),
+            ("demo@x/zarr.json", &[]),
+            ("nostore/zarr.json", &[]),
+            (&format!("{demo}/x/c/0"), &[("x-request-id", "mine-42")]),
+        ];
+        let mut etag_of_first = None;
+        for (path, headers) in cases {
+            let plain = server.get(&format!("/{path}"), headers).await;
+            // The last character of the path, percent-encoded: the router decodes it back.
+            let last = path.len() - path.chars().last().unwrap().len_utf8();
+            let encoded = format!("/{}%{:02X}", &path[..last], path.as_bytes()[last]);
+            let routed = server.get(&encoded, headers).await;
+            assert_eq!(plain.status(), routed.status(), "{path}");
+            let strip = |r: &reqwest::Response| {
+                let mut h: Vec<(String, String)> = r.headers().iter()
+                    .filter(|(n, _)| *n != "date" && (*n != "x-request-id" || headers.iter().any(|(k, _)| *k == "x-request-id")))
+                    .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned()))
+                    .collect();
+                h.sort();
+                h
+            };
+            assert_eq!(strip(&plain), strip(&routed), "{path}");
+            assert!(plain.headers().contains_key("x-request-id"), "{path}");
+            if etag_of_first.is_none() {
+                etag_of_first = Some(plain.headers()["etag"].to_str().unwrap().to_owned());
+            }
+            assert_eq!(plain.bytes().await.unwrap(), routed.bytes().await.unwrap(), "{path}");
+        }
+        // Conditional requests, and the counting: both paths count under the route's template.
+        let tag = etag_of_first.unwrap();
+        assert_eq!(server.get("/demo/x/c/0", &[("if-none-match", &tag)]).await.status(), StatusCode::NOT_MODIFIED);
+        let route = [("route", "/{store}/{*key}"), ("method", "GET")];
+        for (status, at_least) in [("200", 12.0), ("206", 2.0), ("304", 1.0), ("400", 2.0), ("404", 8.0)] {
+            let labels = [route[0], route[1], ("status", status)];
+            let counted = server.metric_sum("zarrgate_http_requests_total", &labels).await;
+            assert!(counted >= at_least, "{status}: {counted}");
+        }
+    }
+
     async fn versions_pin_what_they_served(server) {
         let first = register(&server).await;
         let old = server.bytes("/demo/x/c/0").await;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Path, RawQuery, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -33,22 +34,30 @@ pub(super) struct Plane {
     pub(super) v2: v2::V2Views,
 }
 
+impl Plane {
+    pub(super) fn new(app: &AppState) -> Self {
+        Self {
+            app: app.clone(),
+            current_cache_control: cache_control(&app.config, app.config.http.max_age_seconds, ""),
+            pinned_cache_control: cache_control(&app.config, 31_536_000, ", immutable"),
+            v2: v2::V2Views::new(&app.config, &app.metrics),
+        }
+    }
+}
+
+/// The route of `GET /{store}/{key}`: the label of its metrics.
+pub(super) const KEY_ROUTE: &str = "/{store}/{*key}";
+
 /// The data-plane routes.
-pub fn router(app: &AppState) -> Router<AppState> {
-    let plane = Plane {
-        app: app.clone(),
-        current_cache_control: cache_control(&app.config, app.config.http.max_age_seconds, ""),
-        pinned_cache_control: cache_control(&app.config, 31_536_000, ", immutable"),
-        v2: v2::V2Views::new(&app.config, &app.metrics),
-    };
+pub(super) fn router(plane: Arc<Plane>) -> Router<AppState> {
     // PROPFIND (WebDAV listing, as object_store's HTTP store sends it) has no MethodFilter:
     // it reaches each route's fallback, which refuses every other method.
     Router::new()
         .route("/", get(stores_page))
         .route("/{store}", get(read_store).fallback(other_store))
         .route("/{store}/", get(read_root).fallback(other_root))
-        .route("/{store}/{*key}", get(read).fallback(other))
-        .with_state(Arc::new(plane))
+        .route(KEY_ROUTE, get(read).fallback(other))
+        .with_state(plane)
 }
 
 /// `Cache-Control` of data-plane answers: `public`, or `private` when reads need a token (a
@@ -56,6 +65,22 @@ pub fn router(app: &AppState) -> Router<AppState> {
 fn cache_control(config: &Config, max_age: u64, extra: &str) -> HeaderValue {
     let scope = if config.read_tokens.is_empty() { "public" } else { "private" };
     HeaderValue::from_str(&format!("{scope}, max-age={max_age}{extra}")).unwrap_or(HeaderValue::from_static("no-store"))
+}
+
+/// `GET /{store}/{key}` as the router would route it, for a path that needs no decoding:
+/// `(store, key)`, or `None` when the router must see the request. The store's segment is never
+/// `api` (nor anything a route of its own could match), and nothing in the path is
+/// percent-encoded.
+pub(super) fn key_of(path: &str) -> Option<(&str, &str)> {
+    let (store, key) = path.strip_prefix('/')?.split_once('/')?;
+    let plain = !store.is_empty() && !key.is_empty() && store != "api" && !path.contains('%');
+    plain.then_some((store, key))
+}
+
+/// Answers `GET /{store}/{key}` (from [`key_of`]) as [`read`] does.
+pub(super) async fn read_key(plane: &Plane, (store, key): (&str, &str), request: &Parts) -> Response {
+    let target = Target { key, directory: key.ends_with('/') };
+    respond(plane, store, target, request.uri.query(), &request.method, &request.headers).await
 }
 
 async fn read(

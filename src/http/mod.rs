@@ -6,6 +6,7 @@ mod auth;
 mod browser;
 pub mod data;
 mod export;
+mod front;
 mod listing;
 pub mod names;
 mod object_stores;
@@ -32,8 +33,16 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use crate::app::AppState;
 use crate::error::ApiError;
 
+/// Every route of the server, and in front of them the plain reads of keys (`front.rs`).
+fn front(state: AppState) -> front::Front {
+    let plane = Arc::new(data::Plane::new(&state));
+    let observer = Arc::new(observe::Observer::new(&state.metrics));
+    let reads = (!state.read_auth_required()).then(|| (plane.clone(), observer.clone(), state.config.http.cors));
+    front::Front::new(router(state, plane, observer), reads)
+}
+
 /// Every route of the server.
-pub fn router(state: AppState) -> Router {
+fn router(state: AppState, plane: Arc<data::Plane>, observer: Arc<observe::Observer>) -> Router {
     let api = Router::new()
         .merge(stores::router())
         .merge(object_stores::router())
@@ -41,7 +50,7 @@ pub fn router(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token))
         // Not behind the token: it names a route the control plane does not have.
         .route_service("/{*rest}", no_api_route.into_service());
-    let mut data = data::router(&state);
+    let mut data = data::router(plane);
     if state.read_auth_required() {
         // Inside the CORS layer: a browser's preflight carries no token and is answered there.
         data = data.route_layer(middleware::from_fn_with_state(state.clone(), auth::require_read_token));
@@ -54,7 +63,7 @@ pub fn router(state: AppState) -> Router {
         .merge(ops::router())
         .merge(data)
         .fallback(fallback)
-        .layer(middleware::from_fn_with_state(Arc::new(observe::Observer::new(&state.metrics)), observe::observe));
+        .layer(middleware::from_fn_with_state(observer, observe::observe));
     // A method router adds `Allow` to its 405 outside every layer of the router, `observe`
     // included: the server writes the problem body that lists the allowed methods
     // (`error::last_as_problem`, in `server/connection.rs`).

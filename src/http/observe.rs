@@ -4,13 +4,12 @@
 //! that is not written.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderName, HeaderValue, Method, StatusCode};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use prometheus::{Histogram, IntCounter};
@@ -57,14 +56,22 @@ struct Series {
 
 /// Series by route template, then by method and status (a route sees few of those).
 #[derive(Default)]
-struct SeriesMap(HashMap<Box<str>, Vec<(&'static str, u16, Series)>>);
+struct SeriesMap(Vec<(Box<str>, Vec<Counted>)>);
+
+/// The series of one method and status.
+type Counted = (&'static str, u16, Series);
 
 impl SeriesMap {
     fn entry_for(&mut self, route: &str, method: &'static str, status: u16, new: impl FnOnce() -> Series) -> &Series {
-        if !self.0.contains_key(route) {
-            self.0.insert(route.into(), Vec::new());
-        }
-        let Some(by_route) = self.0.get_mut(route) else { unreachable!("inserted above") };
+        // A scan: a server has a few dozen routes, fewer than hashing the route costs.
+        let at = match self.0.iter().position(|(r, _)| **r == *route) {
+            Some(at) => at,
+            None => {
+                self.0.push((route.into(), Vec::new()));
+                self.0.len() - 1
+            }
+        };
+        let by_route = &mut self.0[at].1;
         let at = match by_route.iter().position(|(m, s, _)| *s == status && *m == method) {
             Some(at) => at,
             None => {
@@ -107,8 +114,8 @@ impl RequestIds {
 
 /// The id of a request: the client's `x-request-id` when it is short visible ASCII, else a new
 /// one.
-fn request_id(observer: &Observer, request: &Request) -> HeaderValue {
-    match request.headers().get(&REQUEST_ID) {
+fn request_id(observer: &Observer, headers: &HeaderMap) -> HeaderValue {
+    match headers.get(&REQUEST_ID) {
         Some(v) if v.len() <= 128 && v.as_bytes().iter().all(u8::is_ascii_graphic) => v.clone(),
         _ => observer.ids.next(),
     }
@@ -133,23 +140,53 @@ fn method_label(method: &Method) -> &'static str {
 /// id only (each field is formatted when the span opens, on every request): the access line
 /// names the method and route, and every line within the request carries the id.
 pub(super) async fn observe(State(observer): State<Arc<Observer>>, request: Request, next: Next) -> Response {
-    let started = Instant::now();
     let route = request.extensions().get::<MatchedPath>().cloned();
-    let method = request.method().clone();
-    let uri = request.uri().clone();
-    let id = request_id(&observer, &request);
-    let span = tracing::info_span!("request", id = %id.to_str().unwrap_or_default());
+    let (method, uri) = (request.method().clone(), request.uri().clone());
+    let observed = Observed::start(&observer, request.headers());
+    let span = observed.span();
     async move {
-        let mut response = next.run(request).await;
+        let response = next.run(request).await;
+        let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+        observed.finish(&observer, route, &method, uri.path(), response).await
+    }
+    .instrument(span)
+    .await
+}
+
+/// A request under observation: what [`observe`] holds while the router answers it, and what
+/// `front.rs` holds while it answers a read the router never sees.
+pub(super) struct Observed {
+    started: Instant,
+    id: HeaderValue,
+}
+
+impl Observed {
+    pub(super) fn start(observer: &Observer, headers: &HeaderMap) -> Self {
+        Self { started: Instant::now(), id: request_id(observer, headers) }
+    }
+
+    /// The span of the request's log lines.
+    pub(super) fn span(&self) -> tracing::Span {
+        tracing::info_span!("request", id = %self.id.to_str().unwrap_or_default())
+    }
+
+    /// The answer as the client gets it: an error as problem+json, counted, logged, with its id.
+    pub(super) async fn finish(
+        self,
+        observer: &Observer,
+        route: &str,
+        method: &Method,
+        path: &str,
+        mut response: Response,
+    ) -> Response {
         if response.status().is_client_error() || response.status().is_server_error() {
             // Boxed: errors are rare, and this future is moved on every request.
             response = Box::pin(crate::error::as_problem(response)).await;
         }
         let status = response.status();
-        let elapsed = started.elapsed();
-        let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
-        observer.count(route, method_label(&method), status, elapsed.as_secs_f64());
-        let (path, ms) = (uri.path(), elapsed.as_secs_f64() * 1e3);
+        let elapsed = self.started.elapsed();
+        observer.count(route, method_label(method), status, elapsed.as_secs_f64());
+        let ms = elapsed.as_secs_f64() * 1e3;
         if status.is_server_error() {
             tracing::warn!(%method, %route, status = status.as_u16(), %path, ms, "request failed");
         } else if route.starts_with("/api/") {
@@ -157,9 +194,7 @@ pub(super) async fn observe(State(observer): State<Arc<Observer>>, request: Requ
         } else {
             tracing::debug!(%method, %route, status = status.as_u16(), %path, ms, "request");
         }
-        response.headers_mut().insert(REQUEST_ID, id);
+        response.headers_mut().insert(REQUEST_ID, self.id);
         response
     }
-    .instrument(span)
-    .await
 }

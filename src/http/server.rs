@@ -32,7 +32,7 @@ pub async fn serve(
     let connections = Arc::new(Semaphore::new(connection_slots(&state.config.http)));
     let refusals = Arc::new(Semaphore::new(refusal::AT_ONCE));
     let meters = Arc::new(connection::Meters::new(&state.metrics));
-    let router = super::router(state);
+    let front = Arc::new(super::front(state));
     // Every connection task holds a receiver: the sender learns it is closed when the last ends.
     let (stop, stopping) = watch::channel(());
     let mut shutdown = std::pin::pin!(shutdown);
@@ -54,8 +54,7 @@ pub async fn serve(
         }
         match connections.clone().try_acquire_owned() {
             Ok(slot) => {
-                let served =
-                    connection::serve(stream, router.clone(), limits.clone(), stopping.clone(), meters.clone());
+                let served = connection::serve(stream, front.clone(), limits.clone(), stopping.clone(), meters.clone());
                 tokio::spawn(async move {
                     served.await;
                     drop(slot);

@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::Router;
 use axum::body::Body;
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
@@ -20,9 +19,9 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tower::ServiceExt;
 use tower_http::timeout::TimeoutBody;
 
+use super::super::front::Front;
 use crate::config::HttpConfig;
 use crate::metrics::Metrics;
 
@@ -142,18 +141,18 @@ impl Meters {
 /// request finish; counts it open meanwhile, and closed by reason after.
 pub(super) async fn serve(
     stream: TcpStream,
-    router: Router,
+    front: Arc<Front>,
     limits: Arc<Limits>,
     stopping: watch::Receiver<()>,
     meters: Arc<Meters>,
 ) {
     meters.open.inc();
-    serve_until_closed(stream, router, &limits, stopping, &meters).await;
+    serve_until_closed(stream, front, &limits, stopping, &meters).await;
 }
 
 async fn serve_until_closed(
     stream: TcpStream,
-    router: Router,
+    front: Arc<Front>,
     limits: &Limits,
     mut stopping: watch::Receiver<()>,
     meters: &Meters,
@@ -170,9 +169,10 @@ async fn serve_until_closed(
         hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
             let answering = Answering::start(&activity);
             let request = request.map(|body| Body::new(TimeoutBody::new(request_body, body)));
-            let call = router.clone().oneshot(super::collapse_slashes(request));
+            let request = super::collapse_slashes(request);
+            let front = front.clone();
             async move {
-                let mut response = call.await?;
+                let mut response = front.answer(request).await;
                 // Here, outside the router: a method router adds `Allow` to its 405 after every
                 // layer. Boxed: an error is rare, and this future is moved on every request.
                 if response.status().is_client_error() || response.status().is_server_error() {

@@ -1,0 +1,102 @@
+//! What a connection hands each request to: the router, and in front of it the one request
+//! that is most of a Zarr client's traffic, `GET /{store}/{key}`, answered without it.
+//!
+//! That read goes through the same handler ([`data::read_key`]), the same observation (request
+//! id, span, access line, metrics: [`Observed`]) and gets the same CORS headers as through the
+//! router; what it skips is the router's own work, paid on every request: matching the route,
+//! decoding its parameters into `String`s, cloning the layered routes, and boxing the request's
+//! future once per layer (bench/README.md, "Stop 16"). Anything else, or a read the router must
+//! see (a percent-encoded path, a store named `api`, read tokens required), goes to the router.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, Method, header};
+use axum::response::Response;
+use futures::FutureExt;
+use tower::{Layer, ServiceExt};
+use tracing::Instrument;
+
+use super::data::{self, Plane};
+use super::observe::{Observed, Observer};
+
+/// The router, and what answers a plain read in front of it.
+pub(super) struct Front {
+    router: Router,
+    reads: Option<Reads>,
+}
+
+/// What a plain read needs: the data plane, the observer the router's requests go through too,
+/// and the CORS headers the router's CORS layer would add.
+struct Reads {
+    plane: Arc<Plane>,
+    observer: Arc<Observer>,
+    cors: HeaderMap,
+}
+
+impl Front {
+    /// `reads` is `None` when every read must go through the router (read tokens: the router's
+    /// layer checks them).
+    pub(super) fn new(router: Router, reads: Option<(Arc<Plane>, Arc<Observer>, bool)>) -> Self {
+        let reads = reads.and_then(|(plane, observer, cors)| {
+            let cors = if cors { cors_headers()? } else { HeaderMap::new() };
+            Some(Reads { plane, observer, cors })
+        });
+        Self { router, reads }
+    }
+
+    /// The answer to `request`.
+    pub(super) async fn answer(&self, request: Request) -> Response {
+        if let Some(reads) = &self.reads
+            && request.method() == Method::GET
+            && data::key_of(request.uri().path()).is_some()
+        {
+            // A GET's body is nothing to read.
+            return reads.answer(request.into_parts().0).await;
+        }
+        match self.router.clone().oneshot(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        }
+    }
+}
+
+impl Reads {
+    /// The answer to `GET /{store}/{key}`.
+    async fn answer(&self, request: Parts) -> Response {
+        let path = request.uri.path();
+        let Some(at) = data::key_of(path) else { unreachable!("checked by Front::answer") };
+        let observed = Observed::start(&self.observer, &request.headers);
+        let span = observed.span();
+        async {
+            let mut response = data::read_key(&self.plane, at, &request).await;
+            let h = response.headers_mut();
+            for (name, value) in &self.cors {
+                // As the CORS layer does: `Vary` added to, the others set.
+                if name == header::VARY {
+                    h.append(name, value.clone());
+                } else {
+                    h.insert(name, value.clone());
+                }
+            }
+            observed.finish(&self.observer, data::KEY_ROUTE, &Method::GET, path, response).await
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// The headers the data plane's CORS layer adds to an answer that is not a preflight. With its
+/// settings (any origin, fixed lists) they do not depend on the request: they are read off the
+/// layer itself, once, so that the two paths cannot differ. `None` if the layer ever needs to
+/// wait (then every read goes through the router).
+fn cors_headers() -> Option<HeaderMap> {
+    let empty = tower::service_fn(|_: Request| std::future::ready(Ok::<_, Infallible>(Response::new(Body::empty()))));
+    let answered = super::cors().layer(empty).oneshot(Request::new(Body::empty())).now_or_never()?;
+    let Ok(response) = answered;
+    Some(response.headers().clone())
+}
