@@ -102,8 +102,8 @@ metrics! {
     /// Reads answered wholly from bytes already fetched (read ahead, or brought by a nearby
     /// read) with no upstream request, by object store.
     readahead_hits_total: IntCounterVec = ["object_store"],
-    /// Bytes fetched ahead of or around reads and evicted from the read-ahead cache unread, by
-    /// object store.
+    /// Bytes fetched ahead of or around reads that no read used (to a 64th of a block), counted
+    /// when their block has left the read-ahead cache, by object store.
     readahead_wasted_bytes_total: IntCounterVec = ["object_store"],
     /// Cache lookups that found the value, by cache.
     cache_hits_total: IntCounterVec = ["cache"],

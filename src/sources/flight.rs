@@ -13,9 +13,9 @@
 //! of an object are never mixed: a read whose source changed gets `source-modified`, and the
 //! version registered next has other keys. Sources recorded without an ETag are read as asked.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -46,8 +46,80 @@ struct BlockKey {
 #[derive(Debug)]
 struct Block {
     bytes: Bytes,
-    /// Some read used it (else its eviction is waste).
-    read: AtomicBool,
+    /// Which parts of it reads used.
+    usage: Arc<Usage>,
+}
+
+impl Block {
+    fn new(bytes: Bytes) -> Self {
+        let usage = Arc::new(Usage { len: bytes.len(), served: AtomicU64::new(0) });
+        Self { bytes, usage }
+    }
+}
+
+/// Which 64ths of a block some read used (bit `i`: the `i`-th [`Usage::granule`]).
+#[derive(Debug)]
+struct Usage {
+    len: usize,
+    served: AtomicU64,
+}
+
+impl Usage {
+    /// The bytes one bit of `served` stands for.
+    fn granule(&self) -> usize {
+        self.len.div_ceil(64).max(1)
+    }
+
+    /// Notes that a read used bytes `from..to` of the block (to the granule, rounded outward).
+    fn serve(&self, from: usize, to: usize) {
+        if from >= to {
+            return;
+        }
+        let g = self.granule();
+        let (first, last) = (from / g, (to - 1) / g);
+        let bits = last - first + 1;
+        let mask = if bits >= 64 { u64::MAX } else { ((1u64 << bits) - 1) << first };
+        self.served.fetch_or(mask, Ordering::Relaxed);
+    }
+
+    /// The bytes of granules no read used.
+    fn unserved(&self) -> u64 {
+        let (len, g, served) = (self.len, self.granule(), self.served.load(Ordering::Relaxed));
+        (0..len.div_ceil(g)).filter(|i| served & (1 << i) == 0).map(|i| (len.min((i + 1) * g) - i * g) as u64).sum()
+    }
+}
+
+/// How long the use of a block that left the cache is still watched before what no read used
+/// is counted as waste: the cache evicts within lookups, so a read may get a block just as it
+/// is evicted, and notes its use a moment later.
+const RETIRE_AFTER: Duration = Duration::from_secs(1);
+
+/// Blocks that left the cache, counted as waste once [`RETIRE_AFTER`] has passed.
+#[derive(Default)]
+struct Retired {
+    /// Bound on the first read with meters (none in unit tests).
+    waste: OnceLock<IntCounter>,
+    list: std::sync::Mutex<VecDeque<(Instant, Arc<Usage>)>>,
+}
+
+impl Retired {
+    fn push(&self, usage: Arc<Usage>) {
+        let now = Instant::now();
+        self.list.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push_back((now, usage));
+        self.count(now);
+    }
+
+    /// Counts the waste of the blocks retired long enough before `now`.
+    fn count(&self, now: Instant) {
+        let mut list = self.list.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        while let Some((at, _)) = list.front()
+            && now.saturating_duration_since(*at) >= RETIRE_AFTER
+        {
+            if let (Some((_, usage)), Some(waste)) = (list.pop_front(), self.waste.get()) {
+                waste.inc_by(usage.unserved());
+            }
+        }
+    }
 }
 
 type Pending = Shared<BoxFuture<'static, Result<Arc<Block>, SourceError>>>;
@@ -60,8 +132,17 @@ pub(super) struct Blocks {
     settings: ReadAheadSettings,
     done: Cache<BlockKey, Arc<Block>>,
     flying: Arc<tokio::sync::Mutex<HashMap<BlockKey, Pending>>>,
-    /// Counts bytes evicted unread (bound on first use; none in unit tests).
-    wasted: Arc<OnceLock<IntCounter>>,
+    retired: Arc<Retired>,
+}
+
+impl Drop for Blocks {
+    /// The object store is gone (or configured anew): what its blocks were not used for is waste.
+    fn drop(&mut self) {
+        for (_, block) in &self.done {
+            self.retired.push(block.usage.clone());
+        }
+        self.retired.count(Instant::now() + RETIRE_AFTER);
+    }
 }
 
 impl std::fmt::Debug for Blocks {
@@ -95,21 +176,15 @@ struct Run {
 impl Blocks {
     /// The blocks of a store read with `settings`.
     pub(super) fn new(settings: ReadAheadSettings) -> Self {
-        let wasted: Arc<OnceLock<IntCounter>> = Arc::default();
-        let counter = wasted.clone();
+        let retired: Arc<Retired> = Arc::default();
+        let leaving = retired.clone();
         let done = Cache::builder()
             .max_capacity(settings.cache)
             .weigher(|_, block: &Arc<Block>| u32::try_from(block.bytes.len()).unwrap_or(u32::MAX))
             .time_to_live(BLOCK_TTL)
-            .eviction_listener(move |_, block: Arc<Block>, _| {
-                if !block.read.load(Ordering::Relaxed)
-                    && let Some(c) = counter.get()
-                {
-                    c.inc_by(block.bytes.len() as u64);
-                }
-            })
+            .eviction_listener(move |_, block: Arc<Block>, _| leaving.push(block.usage.clone()))
             .build();
-        Self { settings, done, flying: Arc::default(), wasted }
+        Self { settings, done, flying: Arc::default(), retired }
     }
 
     /// Reads `range` of the object `remote` names, whose recorded ETag is `etag`: the bytes,
@@ -126,7 +201,7 @@ impl Blocks {
         meters: Option<&StoreMeters>,
     ) -> Result<Bytes, SourceError> {
         if let Some(m) = meters {
-            let _ = self.wasted.set(m.wasted.clone());
+            let _ = self.retired.waste.set(m.wasted.clone());
         }
         let gap = self.settings.gap;
         let object: Arc<str> = format!("{}\n{etag}", remote.url).into();
@@ -176,13 +251,13 @@ impl Blocks {
                 Part::Ready(block) => block,
                 Part::Waiting(pending) => pending.await?,
             };
-            block.read.store(true, Ordering::Relaxed);
             let at = index * gap;
             let (from, to) = (range.start.max(at) - at, range.end.min(at + gap) - at);
             if (block.bytes.len() as u64) < to {
                 let size = (at + block.bytes.len() as u64).to_string();
                 return Err(SourceError::Truncated { url, store, needed: range.end, size });
             }
+            block.usage.serve(from as usize, to as usize);
             let piece = block.bytes.slice(from as usize..to as usize);
             if first == last {
                 single = Some(piece);
@@ -190,6 +265,7 @@ impl Blocks {
                 out.extend_from_slice(&piece);
             }
         }
+        self.retired.count(Instant::now());
         Ok(single.unwrap_or_else(|| out.freeze()))
     }
 
@@ -332,7 +408,7 @@ impl Run {
     }
 
     async fn publish(&mut self, at: usize, bytes: Bytes) {
-        let block = Arc::new(Block { bytes, read: AtomicBool::new(false) });
+        let block = Arc::new(Block::new(bytes));
         let key = self.keys[at].clone();
         let mut flying = self.flying.lock().await;
         self.done.insert(key.clone(), block.clone()).await;
@@ -358,5 +434,50 @@ impl Run {
         for tx in self.senders.into_iter().skip(from).flatten() {
             let _ = tx.send(Err(e.clone()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counted(len: usize, reads: &[(usize, usize)]) -> u64 {
+        let usage = Usage { len, served: AtomicU64::new(0) };
+        for &(from, to) in reads {
+            usage.serve(from, to);
+        }
+        usage.unserved()
+    }
+
+    #[test]
+    fn waste_is_counted_once_a_retired_block_can_no_longer_be_read() {
+        let retired = Retired::default();
+        let waste = IntCounter::new("waste", "waste").unwrap_or_else(|e| panic!("{e}"));
+        let _ = retired.waste.set(waste.clone());
+        let usage = Arc::new(Usage { len: 4096, served: AtomicU64::new(0) });
+        retired.push(usage.clone());
+        assert_eq!(waste.get(), 0, "a read may still be using it");
+        usage.serve(0, 1024);
+        retired.count(Instant::now() + RETIRE_AFTER);
+        assert_eq!(waste.get(), 3072);
+        retired.count(Instant::now() + 2 * RETIRE_AFTER);
+        assert_eq!(waste.get(), 3072, "counted once");
+    }
+
+    #[test]
+    fn waste_is_what_no_read_used() {
+        let k = 1024;
+        assert_eq!(counted(64 * k, &[]), 64 * 1024);
+        assert_eq!(counted(64 * k, &[(16 * k, 32 * k)]), 48 * 1024);
+        assert_eq!(counted(64 * k, &[(16 * k, 32 * k), (16 * k, 32 * k)]), 48 * 1024, "one range read twice");
+        assert_eq!(counted(64 * k, &[(0, 64 * k)]), 0);
+        assert_eq!(counted(64 * k, &[(0, 40 * k), (30 * k, 64 * k)]), 0);
+        // Rounded outward to the granule (1 KiB here): a byte used is its granule used.
+        assert_eq!(counted(64 * k, &[(100, 101)]), 63 * 1024);
+        // A short last block: its granules, the last one shorter.
+        assert_eq!(counted(1000, &[(0, 16)]), 1000 - 16);
+        assert_eq!(counted(1000, &[(990, 1000)]), 1000 - 24, "granules 976..992 and 992..1000");
+        assert_eq!(counted(0, &[]), 0);
+        assert_eq!(counted(10, &[(0, 0)]), 10, "an empty range uses nothing");
     }
 }
