@@ -69,6 +69,20 @@ where
         Ok(entry.into_value())
     }
 
+    /// [`Memo::get_or_load`] for a key that is costly to own (a `String`): owned on a miss only.
+    pub async fn get_or_load_borrowed<Q>(&self, key: &Q, load: impl Future<Output = Result<V>>) -> Result<V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if let Some(value) = self.cache.get(key).await {
+            self.hits.inc();
+            return Ok(value);
+        }
+        // Boxed: as above.
+        Box::pin(self.get_or_load(key.to_owned(), load)).await
+    }
+
     /// The most it holds (entries, or bytes when weighed).
     pub fn capacity(&self) -> u64 {
         self.cache.policy().max_capacity().unwrap_or(u64::MAX)
@@ -91,7 +105,7 @@ where
 #[derive(Debug)]
 pub struct Caches {
     /// Store (as the URL names it) -> what is served there.
-    pub heads: Memo<HeadKey, StoreHead>,
+    pub heads: Memo<HeadKey, Arc<StoreHead>>,
     /// Version -> its view.
     pub views: Memo<i64, Arc<VersionView>>,
     /// Decoded manifest blocks.
@@ -102,7 +116,7 @@ pub struct Caches {
     pub quicklooks: Memo<QuicklookKey, Arc<RenderedQuicklook>>,
     /// What each store was when last read from the catalog, kept `cache.unavailable_ttl_seconds`
     /// for reads while the catalog is unreachable (`None`: no such grace).
-    last_heads: Option<Cache<HeadKey, StoreHead>>,
+    last_heads: Option<Cache<HeadKey, Arc<StoreHead>>>,
 }
 
 impl Caches {
@@ -166,17 +180,17 @@ impl Caches {
     }
 
     /// Notes what `segment` was when just read from the catalog.
-    pub async fn remember_head(&self, segment: &str, head: &StoreHead) {
+    pub async fn remember_head(&self, segment: &str, head: &Arc<StoreHead>) {
         if let Some(last) = &self.last_heads
-            && *head != StoreHead::Unknown
+            && **head != StoreHead::Unknown
         {
-            last.insert(segment.to_owned(), head.clone()).await;
+            last.insert(segment.to_owned(), Arc::clone(head)).await;
         }
     }
 
     /// What `segment` was when last read from the catalog, if that was recent enough to serve
     /// while the catalog is unreachable.
-    pub async fn last_head(&self, segment: &str) -> Option<StoreHead> {
+    pub async fn last_head(&self, segment: &str) -> Option<Arc<StoreHead>> {
         self.last_heads.as_ref()?.get(segment).await
     }
 

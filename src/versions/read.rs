@@ -101,11 +101,11 @@ impl Reader {
     /// The view of the version a URL names: `store`'s current version, or its version `pinned`;
     /// `segment` is the store as the URL writes it (`name` or `name@version`).
     pub async fn open(&self, segment: &str, store: &str, pinned: Option<i64>) -> Result<Arc<VersionView>> {
-        match self.head(segment, store, pinned).await? {
-            StoreHead::Version(head) => self.view(&head).await,
+        match &*self.head(segment, store, pinned).await? {
+            StoreHead::Version(head) => self.view(head).await,
             // Not 404: a reader still holding the store's metadata would read every chunk as fill.
             StoreHead::Deleted(at_ms) => {
-                let at = chrono::DateTime::from_timestamp_millis(at_ms)
+                let at = chrono::DateTime::from_timestamp_millis(*at_ms)
                     .map_or_else(|| at_ms.to_string(), |t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
                 Err(Error::StoreDeleted(format!(
                     "store {store:?} was deleted at {at}; nothing is served under this name until a store of \
@@ -124,17 +124,18 @@ impl Reader {
 
     /// What is served under `store` (current, or version `pinned`), cached under `segment`.
     /// A store deleted (and not registered again) is [`StoreHead::Deleted`], pinned or not.
-    pub async fn head(&self, segment: &str, store: &str, pinned: Option<i64>) -> Result<StoreHead> {
+    pub async fn head(&self, segment: &str, store: &str, pinned: Option<i64>) -> Result<Arc<StoreHead>> {
         let load = async {
             let started = Instant::now();
             // One statement: the version and the deletion mark as of one moment, so a store
             // deleted and registered again meanwhile is never seen as neither.
-            let head = self.catalog.head(store, pinned).await?;
+            // Shared, not cloned per request: a head holds the store's name.
+            let head = Arc::new(self.catalog.head(store, pinned).await?);
             self.time("head", started);
             self.caches.remember_head(segment, &head).await;
             Ok(head)
         };
-        let head = match self.caches.heads.get_or_load(segment.to_owned(), load).await {
+        let head = match self.caches.heads.get_or_load_borrowed(segment, load).await {
             Ok(head) => head,
             // Degraded: the catalog is unreachable, and what this replica last read of the store
             // is recent enough (`cache.unavailable_ttl_seconds`) to serve meanwhile.
@@ -147,7 +148,7 @@ impl Reader {
             },
             Err(e) => return Err(e),
         };
-        if head == StoreHead::Unknown {
+        if *head == StoreHead::Unknown {
             // Not kept: a store registered right after this read must not answer 404 (read by
             // clients as fill values) for as long as the entry would live.
             Box::pin(self.caches.heads.forget(&segment.to_owned())).await;

@@ -146,14 +146,14 @@ fn gzip(data: &[u8]) -> Option<Bytes> {
 /// digit by digit rather than through `format!`.
 pub fn etag(kind: char, content: &[u8]) -> String {
     let hash = xxhash_rust::xxh3::xxh3_128(content);
-    let mut tag = String::with_capacity(36);
-    tag.push('"');
-    tag.push(kind);
-    for shift in (0..32).rev().map(|digit| digit * 4) {
-        tag.push(char::from(b"0123456789abcdef"[((hash >> shift) & 0xf) as usize]));
-    }
-    tag.push('"');
-    tag
+    let mut kind_utf8 = [0; 4];
+    let kind = kind.encode_utf8(&mut kind_utf8).as_bytes();
+    let mut tag = Vec::with_capacity(kind.len() + 34);
+    tag.push(b'"');
+    tag.extend_from_slice(kind);
+    tag.extend((0..32).rev().map(|digit| b"0123456789abcdef"[((hash >> (digit * 4)) & 0xf) as usize]));
+    tag.push(b'"');
+    String::from_utf8(tag).unwrap_or_default()
 }
 
 /// A quick look as served: the PNG and its scale, the chunk it was drawn from and that chunk's
