@@ -101,6 +101,83 @@ where
     }
 }
 
+impl<K, T> Memo<K, Arc<T>>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    T: Send + Sync + 'static,
+{
+    /// [`Memo::get_or_load`] through `front`, this worker thread's last values of the memo, for
+    /// a key at `slot` there.
+    pub async fn get_or_load_fronted(
+        &self,
+        front: &Front<K, T>,
+        slot: usize,
+        key: K,
+        load: impl Future<Output = Result<Arc<T>>>,
+    ) -> Result<Arc<T>> {
+        if let Some(value) = front.get(slot, &key) {
+            self.hits.inc();
+            return Ok(value);
+        }
+        let value = self.get_or_load(key.clone(), load).await?;
+        front.keep(slot, key, &value);
+        Ok(value)
+    }
+}
+
+/// How often a value found in a [`Front`] is still asked of its memo: one hit in this many, so
+/// that what the front serves stays recently used there, and is not evicted as unused.
+const TOUCH_EVERY: u32 = 32;
+
+/// The last values each worker thread took from a memo of values that never change for their
+/// key (views by version, blocks by version, array and tile), one per slot: a hit costs no
+/// hashing, no lock and no entry in the memo's bookkeeping (moka's were a tenth of a cached
+/// read, bench/README.md "Stop 16"). Held weakly: nothing the memo has let go of is kept once
+/// no request holds it, so the memo's bound is the bound.
+pub struct Front<K: Send, T: Send + Sync> {
+    slots: thread_local::ThreadLocal<std::cell::RefCell<Slots<K, T>>>,
+    size: usize,
+}
+
+/// One thread's slots.
+type Slots<K, T> = Vec<Option<Slot<K, T>>>;
+
+struct Slot<K, T> {
+    key: K,
+    value: std::sync::Weak<T>,
+    hits: u32,
+}
+
+impl<K: Send, T: Send + Sync> std::fmt::Debug for Front<K, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Front").field("size", &self.size).finish_non_exhaustive()
+    }
+}
+
+impl<K: Eq + Send, T: Send + Sync> Front<K, T> {
+    /// `size` slots per worker thread.
+    pub fn new(size: usize) -> Self {
+        Self { slots: thread_local::ThreadLocal::new(), size: size.max(1) }
+    }
+
+    fn get(&self, slot: usize, key: &K) -> Option<Arc<T>> {
+        let mut slots = self.slots.get()?.borrow_mut();
+        let found = slots.get_mut(slot % self.size)?.as_mut().filter(|s| s.key == *key)?;
+        found.hits = found.hits.wrapping_add(1);
+        if found.hits % TOUCH_EVERY == 0 {
+            return None;
+        }
+        found.value.upgrade()
+    }
+
+    fn keep(&self, slot: usize, key: K, value: &Arc<T>) {
+        let cell = self.slots.get_or(|| std::cell::RefCell::new((0..self.size).map(|_| None).collect()));
+        if let Some(at) = cell.borrow_mut().get_mut(slot % self.size) {
+            *at = Some(Slot { key, value: Arc::downgrade(value), hits: 0 });
+        }
+    }
+}
+
 /// The caches of the read path.
 #[derive(Debug)]
 pub struct Caches {
@@ -110,6 +187,10 @@ pub struct Caches {
     pub views: Memo<i64, Arc<VersionView>>,
     /// Decoded manifest blocks.
     pub blocks: Memo<BlockKey, Arc<ManifestBlock>>,
+    /// Each worker thread's last views.
+    pub views_front: Front<i64, VersionView>,
+    /// Each worker thread's last blocks.
+    pub blocks_front: Front<BlockKey, ManifestBlock>,
     /// Encoded fill-value chunks (`None`: the array's cannot be built).
     pub fills: Memo<FillKey, Option<Bytes>>,
     /// Rendered quick looks (byte-weighted).
@@ -153,6 +234,8 @@ impl Caches {
             heads: Memo::new("heads", heads, metrics),
             views: Memo::new("metadata", views, metrics),
             blocks: Memo::new("blocks", blocks, metrics),
+            views_front: Front::new(8),
+            blocks_front: Front::new(64),
             fills: Memo::new("fills", fills, metrics),
             quicklooks: Memo::new("quicklooks", quicklooks, metrics),
         }
@@ -201,5 +284,35 @@ impl Caches {
         self.blocks.report(metrics, true);
         self.fills.report(metrics, true);
         self.quicklooks.report(metrics, true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_front_serves_what_its_thread_kept_while_the_value_lives() {
+        let front: Front<i64, String> = Front::new(4);
+        assert!(front.get(1, &1).is_none(), "nothing kept yet");
+        let value = Arc::new("view 1".to_owned());
+        front.keep(1, 1, &value);
+        assert_eq!(front.get(1, &1).as_deref().map(String::as_str), Some("view 1"));
+        assert!(front.get(1, &5).is_none(), "another key in the same slot");
+        assert_eq!(front.get(5, &1).as_deref().map(String::as_str), Some("view 1"), "slot 5 of 4 is slot 1");
+        std::thread::scope(|s| {
+            s.spawn(|| assert!(front.get(1, &1).is_none(), "each thread has its own"));
+        });
+        drop(value);
+        assert!(front.get(1, &1).is_none(), "held weakly: gone once its memo and every reader let go");
+    }
+
+    #[test]
+    fn a_front_sends_one_hit_in_touch_every_to_its_memo() {
+        let front: Front<i64, u32> = Front::new(2);
+        let value = Arc::new(7);
+        front.keep(0, 3, &value);
+        let misses = (1..=3 * TOUCH_EVERY).filter(|_| front.get(0, &3).is_none()).count();
+        assert_eq!(misses, 3);
     }
 }
