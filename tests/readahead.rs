@@ -293,15 +293,8 @@ async fn answer_when_open(
     ranges: Arc<Mutex<Vec<String>>>,
     mut open: tokio::sync::watch::Receiver<bool>,
 ) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut request = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-        match socket.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => request.extend_from_slice(&buf[..n]),
-        }
-    }
+    use tokio::io::AsyncWriteExt;
+    let Some(request) = common::faults::read_head(&mut socket).await else { return };
     let text = String::from_utf8_lossy(&request).to_ascii_lowercase();
     let range = text.lines().find_map(|l| l.strip_prefix("range:")).unwrap_or_default().trim().to_owned();
     ranges.lock().unwrap().push(range.clone());

@@ -20,7 +20,7 @@ use object_store::ObjectStoreExt;
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 /// Bytes per chunk of the test array: 64 float32.
@@ -371,14 +371,7 @@ async fn misbehaving_server(file: Arc<Vec<u8>>) -> String {
 }
 
 async fn misbehave(mut socket: TcpStream, file: Arc<Vec<u8>>) {
-    let mut request = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-        match socket.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => request.extend_from_slice(&buf[..n]),
-        }
-    }
+    let Some(request) = common::faults::read_head(&mut socket).await else { return };
     let text = String::from_utf8_lossy(&request).into_owned();
     let path = text.split_whitespace().nth(1).unwrap_or("/").to_owned();
     let mode = path.trim_start_matches('/').split('/').next().unwrap_or_default().to_owned();

@@ -83,6 +83,20 @@ impl FaultServer {
     }
 }
 
+/// The head of one HTTP request read off `socket` (through its blank line), or `None` when the
+/// client leaves first.
+pub async fn read_head(socket: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut request = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+        match socket.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => request.extend_from_slice(&buf[..n]),
+        }
+    }
+    Some(request)
+}
+
 fn header<'a>(request: &'a str, name: &str) -> Option<&'a str> {
     request
         .lines()
@@ -90,14 +104,7 @@ fn header<'a>(request: &'a str, name: &str) -> Option<&'a str> {
 }
 
 async fn answer(mut socket: TcpStream, file: Arc<Vec<u8>>, seen: Arc<Mutex<Vec<Seen>>>, rewritten: Arc<AtomicBool>) {
-    let mut request = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-        match socket.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => request.extend_from_slice(&buf[..n]),
-        }
-    }
+    let Some(request) = read_head(&mut socket).await else { return };
     let text = String::from_utf8_lossy(&request).into_owned();
     let path = text.split_whitespace().nth(1).unwrap_or("/").to_owned();
     let mut mode = path.trim_start_matches('/').split('/').next().unwrap_or_default().to_owned();
