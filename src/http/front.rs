@@ -55,7 +55,9 @@ impl Front {
             && request.method() == Method::GET
             && data::key_of(request.uri().path()).is_some()
         {
-            // A GET's body is nothing to read.
+            // A GET's body is nothing to read. The key is found again from the parts: cheaper
+            // than keeping the body to put the request back together (callgrind: 600
+            // instructions more per request, in moves).
             return reads.answer(request.into_parts().0).await;
         }
         match self.router.clone().oneshot(request).await {

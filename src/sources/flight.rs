@@ -105,13 +105,21 @@ struct Retired {
 impl Retired {
     fn push(&self, usage: Arc<Usage>) {
         let now = Instant::now();
-        self.list.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push_back((now, usage));
-        self.count(now);
+        let mut list = self.list();
+        list.push_back((now, usage));
+        self.count_in(&mut list, now);
     }
 
     /// Counts the waste of the blocks retired long enough before `now`.
     fn count(&self, now: Instant) {
-        let mut list = self.list.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.count_in(&mut self.list(), now);
+    }
+
+    fn list(&self) -> std::sync::MutexGuard<'_, VecDeque<(Instant, Arc<Usage>)>> {
+        self.list.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn count_in(&self, list: &mut VecDeque<(Instant, Arc<Usage>)>, now: Instant) {
         while let Some((at, _)) = list.front()
             && now.saturating_duration_since(*at) >= RETIRE_AFTER
         {

@@ -63,10 +63,7 @@ where
             return Ok(value);
         }
         // Boxed: a miss is rare, and its future would make every hit's larger.
-        let entry =
-            Box::pin(self.cache.entry(key).or_try_insert_with(load)).await.map_err(|e: Arc<Error>| (*e).clone())?;
-        if entry.is_fresh() { &self.misses } else { &self.hits }.inc();
-        Ok(entry.into_value())
+        Box::pin(self.load(key, load)).await
     }
 
     /// [`Memo::get_or_load`] for a key that is costly to own (a `String`): owned on a miss only.
@@ -79,8 +76,14 @@ where
             self.hits.inc();
             return Ok(value);
         }
-        // Boxed: as above.
-        Box::pin(self.get_or_load(key.to_owned(), load)).await
+        Box::pin(self.load(key.to_owned(), load)).await
+    }
+
+    /// A lookup that missed: loaded once however many ask, or found loaded by another meanwhile.
+    async fn load(&self, key: K, load: impl Future<Output = Result<V>>) -> Result<V> {
+        let entry = self.cache.entry(key).or_try_insert_with(load).await.map_err(|e: Arc<Error>| (*e).clone())?;
+        if entry.is_fresh() { &self.misses } else { &self.hits }.inc();
+        Ok(entry.into_value())
     }
 
     /// The most it holds (entries, or bytes when weighed).
@@ -103,18 +106,17 @@ where
 
 impl<K, T> Memo<K, Arc<T>>
 where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
+    K: FrontKey + Hash + Eq + Clone + Send + Sync + 'static,
     T: Send + Sync + 'static,
 {
-    /// [`Memo::get_or_load`] through `front`, this worker thread's last values of the memo, for
-    /// a key at `slot` there.
+    /// [`Memo::get_or_load`] through `front`, this worker thread's last values of the memo.
     pub async fn get_or_load_fronted(
         &self,
         front: &Front<K, T>,
-        slot: usize,
         key: K,
         load: impl Future<Output = Result<Arc<T>>>,
     ) -> Result<Arc<T>> {
+        let slot = key.slot();
         if let Some(value) = front.get(slot, &key) {
             self.hits.inc();
             return Ok(value);
@@ -122,6 +124,28 @@ where
         let value = self.get_or_load(key.clone(), load).await?;
         front.keep(slot, key, &value);
         Ok(value)
+    }
+}
+
+/// Where a key sits in a [`Front`] (modulo its size): cheap, and different for the keys read
+/// together.
+pub trait FrontKey {
+    fn slot(&self) -> usize;
+}
+
+/// A version: versions are numbered in order, so the few read together differ in their last bits.
+impl FrontKey for i64 {
+    fn slot(&self) -> usize {
+        *self as usize
+    }
+}
+
+/// A block: consecutive tiles of one array take consecutive slots (31 is odd: any run of as many
+/// tiles as there are slots, a power of two, takes them all).
+impl FrontKey for BlockKey {
+    fn slot(&self) -> usize {
+        let (version, node, tile) = *self;
+        (tile as usize).wrapping_mul(31) ^ (node as usize).wrapping_mul(0x9e37) ^ version as usize
     }
 }
 

@@ -196,16 +196,13 @@ impl Reader {
             }
             Ok(view)
         };
-        // Slot: the id (versions are numbered in order, so the last few differ here).
-        let slot = head.id as usize;
-        self.caches.views.get_or_load_fronted(&self.caches.views_front, slot, head.id, load).await
+        self.caches.views.get_or_load_fronted(&self.caches.views_front, head.id, load).await
     }
 
     /// The block holding `tile` of array `node` in version `head`, cached.
     pub async fn block(&self, head: &VersionHead, node: &Node, tile: u64) -> Result<Arc<ManifestBlock>> {
         let load = async { self.load_block(head, node, tile).await.map(Arc::new) };
-        let slot = (tile as usize).wrapping_mul(31) ^ (node.index as usize).wrapping_mul(0x9e37) ^ head.id as usize;
-        self.caches.blocks.get_or_load_fronted(&self.caches.blocks_front, slot, (head.id, node.index, tile), load).await
+        self.caches.blocks.get_or_load_fronted(&self.caches.blocks_front, (head.id, node.index, tile), load).await
     }
 
     /// The block holding `tile` of array `node` in version `head`, read from the catalog (not
