@@ -5,7 +5,8 @@
 use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use moka::future::Cache;
@@ -20,6 +21,8 @@ use crate::zarr::ManifestBlock;
 
 /// A store as the URL names it: `name` (its current version) or `name@version`.
 pub type HeadKey = String;
+/// A store's head, and when it was read from the catalog.
+pub type LoadedHead = (Arc<StoreHead>, Instant);
 /// `(version, node index, tile)`.
 pub type BlockKey = (i64, u32, u64);
 /// `(version, node index)`.
@@ -57,7 +60,9 @@ where
 
     /// The value at `key`, loaded by `load` on a miss (once, however many ask at the same time).
     /// A failed load is not kept.
-    pub async fn get_or_load(&self, key: K, load: impl Future<Output = Result<V>>) -> Result<V> {
+    /// `load` makes the loading future on a miss only: a hit's future never holds one (a load
+    /// through the catalog is kilobytes of state, moved with every request that holds it).
+    pub async fn get_or_load<F: Future<Output = Result<V>>>(&self, key: K, load: impl FnOnce() -> F) -> Result<V> {
         if let Some(value) = self.cache.get(&key).await {
             self.hits.inc();
             return Ok(value);
@@ -67,8 +72,9 @@ where
     }
 
     /// [`Memo::get_or_load`] for a key that is costly to own (a `String`): owned on a miss only.
-    pub async fn get_or_load_borrowed<Q>(&self, key: &Q, load: impl Future<Output = Result<V>>) -> Result<V>
+    pub async fn get_or_load_borrowed<Q, F>(&self, key: &Q, load: impl FnOnce() -> F) -> Result<V>
     where
+        F: Future<Output = Result<V>>,
         K: std::borrow::Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
@@ -80,8 +86,8 @@ where
     }
 
     /// A lookup that missed: loaded once however many ask, or found loaded by another meanwhile.
-    async fn load(&self, key: K, load: impl Future<Output = Result<V>>) -> Result<V> {
-        let entry = self.cache.entry(key).or_try_insert_with(load).await.map_err(|e: Arc<Error>| (*e).clone())?;
+    async fn load<F: Future<Output = Result<V>>>(&self, key: K, load: impl FnOnce() -> F) -> Result<V> {
+        let entry = self.cache.entry(key).or_try_insert_with(load()).await.map_err(|e: Arc<Error>| (*e).clone())?;
         if entry.is_fresh() { &self.misses } else { &self.hits }.inc();
         Ok(entry.into_value())
     }
@@ -110,11 +116,11 @@ where
     T: Send + Sync + 'static,
 {
     /// [`Memo::get_or_load`] through `front`, this worker thread's last values of the memo.
-    pub async fn get_or_load_fronted(
+    pub async fn get_or_load_fronted<F: Future<Output = Result<Arc<T>>>>(
         &self,
         front: &Front<K, T>,
         key: K,
-        load: impl Future<Output = Result<Arc<T>>>,
+        load: impl FnOnce() -> F,
     ) -> Result<Arc<T>> {
         let slot = key.slot();
         if let Some(value) = front.get(slot, &key) {
@@ -202,11 +208,84 @@ impl<K: Eq + Send, T: Send + Sync> Front<K, T> {
     }
 }
 
+/// Heads a worker thread keeps, per thread: a store's head is asked of every read, and a
+/// lookup in the memo hashes the name, takes moka's locks and its clock (a twentieth of a
+/// cached read, bench/README.md "Stop 17"). Unlike views and blocks, heads change: each is kept
+/// with its expiry (when the memo's TTL would end it) and the invalidation count it was taken
+/// under; a head is served only before its expiry and while no invalidation happened since.
+#[derive(Default)]
+struct HeadsFront {
+    slots: thread_local::ThreadLocal<std::cell::RefCell<Vec<HeadSlot>>>,
+}
+
+/// Heads kept per thread: a few stores are read at once.
+const HEADS_FRONT_SLOTS: usize = 8;
+
+struct HeadSlot {
+    segment: Box<str>,
+    head: Arc<StoreHead>,
+    expires: Instant,
+    generation: u64,
+    hits: u32,
+}
+
+impl std::fmt::Debug for HeadsFront {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeadsFront").finish_non_exhaustive()
+    }
+}
+
+impl HeadsFront {
+    fn get(&self, segment: &str, generation: u64, now: Instant) -> Option<Arc<StoreHead>> {
+        let mut slots = self.slots.get()?.borrow_mut();
+        let slot = slots.iter_mut().find(|s| *s.segment == *segment)?;
+        if slot.generation != generation || now >= slot.expires {
+            return None;
+        }
+        // As for views and blocks: one hit in TOUCH_EVERY is the memo's, so that the heads read
+        // most stay recent there.
+        slot.hits = slot.hits.wrapping_add(1);
+        if slot.hits % TOUCH_EVERY == 0 {
+            return None;
+        }
+        Some(Arc::clone(&slot.head))
+    }
+
+    fn keep(&self, segment: &str, head: &Arc<StoreHead>, expires: Instant, generation: u64) {
+        let mut slots = self.slots.get_or_default().borrow_mut();
+        let slot = HeadSlot { segment: segment.into(), head: Arc::clone(head), expires, generation, hits: 0 };
+        if let Some(at) = slots.iter().position(|s| *s.segment == *segment) {
+            slots[at] = slot;
+        } else if slots.len() < HEADS_FRONT_SLOTS {
+            slots.push(slot);
+        } else if let Some(oldest) = slots.iter_mut().min_by_key(|s| s.expires) {
+            *oldest = slot;
+        }
+    }
+}
+
+/// Forgets `store`'s current and pinned versions in `heads`.
+async fn forget_store_in<V: Clone + Send + Sync + 'static>(heads: &Cache<HeadKey, V>, store: &str) {
+    heads.invalidate(store).await;
+    let pinned = format!("{store}@");
+    if let Err(e) = heads.invalidate_entries_if(move |k, _| k.starts_with(&pinned)) {
+        tracing::error!(error = %e, "cannot invalidate cached versions");
+    }
+    heads.run_pending_tasks().await;
+}
+
 /// The caches of the read path.
 #[derive(Debug)]
 pub struct Caches {
     /// Store (as the URL names it) -> what is served there.
-    pub heads: Memo<HeadKey, Arc<StoreHead>>,
+    pub heads: Memo<HeadKey, LoadedHead>,
+    /// Each worker thread's last heads.
+    heads_front: HeadsFront,
+    /// Counts the invalidations of heads: a head a front took before the last one is not
+    /// served again.
+    heads_generation: AtomicU64,
+    /// How long a head read from the catalog is served (`cache.current_version_ttl_ms`).
+    heads_ttl: Duration,
     /// Version -> its view.
     pub views: Memo<i64, Arc<VersionView>>,
     /// Decoded manifest blocks.
@@ -227,11 +306,9 @@ pub struct Caches {
 impl Caches {
     /// Caches sized by `config`, counting hits and misses in `metrics`.
     pub fn new(config: &CacheConfig, metrics: &Metrics) -> Self {
-        let heads = Cache::builder()
-            .max_capacity(100_000)
-            .time_to_live(Duration::from_millis(config.current_version_ttl_ms.max(1)))
-            .support_invalidation_closures()
-            .build();
+        let heads_ttl = Duration::from_millis(config.current_version_ttl_ms.max(1));
+        let heads =
+            Cache::builder().max_capacity(100_000).time_to_live(heads_ttl).support_invalidation_closures().build();
         let views =
             Cache::builder().max_capacity(config.metadata_bytes).weigher(|_, v: &Arc<VersionView>| v.weight()).build();
         let blocks = Cache::builder()
@@ -256,6 +333,9 @@ impl Caches {
         Self {
             last_heads,
             heads: Memo::new("heads", heads, metrics),
+            heads_front: HeadsFront::default(),
+            heads_generation: AtomicU64::new(0),
+            heads_ttl,
             views: Memo::new("metadata", views, metrics),
             blocks: Memo::new("blocks", blocks, metrics),
             views_front: Front::new(8),
@@ -267,14 +347,32 @@ impl Caches {
 
     /// Forgets what this replica believes about `store`'s versions.
     pub async fn forget_store(&self, store: &str) {
-        for heads in std::iter::once(&self.heads.cache).chain(&self.last_heads) {
-            heads.invalidate(store).await;
-            let pinned = format!("{store}@");
-            if let Err(e) = heads.invalidate_entries_if(move |k, _| k.starts_with(&pinned)) {
-                tracing::error!(error = %e, "cannot invalidate cached versions");
-            }
-            heads.run_pending_tasks().await;
+        forget_store_in(&self.heads.cache, store).await;
+        if let Some(last) = &self.last_heads {
+            forget_store_in(last, store).await;
         }
+        // After the memo forgot: a head a front takes from now on is read after that.
+        self.heads_generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The invalidations of heads so far: read before a head is asked of the memo, and kept
+    /// with it in a front.
+    pub fn heads_generation(&self) -> u64 {
+        self.heads_generation.load(Ordering::SeqCst)
+    }
+
+    /// `segment`'s head, if this worker thread kept it and it is still to be served (counted
+    /// as a hit of the heads' memo).
+    pub fn fronted_head(&self, segment: &str) -> Option<Arc<StoreHead>> {
+        let head = self.heads_front.get(segment, self.heads_generation(), Instant::now())?;
+        self.heads.hits.inc();
+        Some(head)
+    }
+
+    /// Keeps `head`, as the memo gave it when `generation` was current, in this thread's front
+    /// until it would leave the memo.
+    pub fn front_head(&self, segment: &str, (head, loaded): &LoadedHead, generation: u64) {
+        self.heads_front.keep(segment, head, *loaded + self.heads_ttl, generation);
     }
 
     /// Forgets every store head (when the change feed follows again after an interruption:
@@ -284,6 +382,7 @@ impl Caches {
         if let Some(last) = &self.last_heads {
             last.invalidate_all();
         }
+        self.heads_generation.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Notes what `segment` was when just read from the catalog.
@@ -314,6 +413,45 @@ impl Caches {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn version(id: i64) -> Arc<StoreHead> {
+        let head = crate::catalog::VersionHead { store: "s".into(), id, created_at_ms: 0, fill_missing: false };
+        Arc::new(StoreHead::Version(head))
+    }
+
+    #[test]
+    fn a_heads_front_serves_a_head_until_its_expiry_or_the_next_invalidation() {
+        let front = HeadsFront::default();
+        let now = Instant::now();
+        let later = now + Duration::from_millis(500);
+        assert!(front.get("era5", 0, now).is_none(), "nothing kept yet");
+        front.keep("era5", &version(1), later, 0);
+        assert_eq!(front.get("era5", 0, now).as_deref(), Some(&*version(1)));
+        assert!(front.get("era5@1", 0, now).is_none(), "another segment");
+        assert!(front.get("era5", 1, now).is_none(), "an invalidation since it was kept");
+        assert!(front.get("era5", 0, later).is_none(), "its expiry");
+        front.keep("era5", &version(2), later, 1);
+        assert_eq!(front.get("era5", 1, now).as_deref(), Some(&*version(2)), "kept again, replaced");
+        // Another thread has a front of its own.
+        std::thread::scope(|s| {
+            s.spawn(|| assert!(front.get("era5", 1, now).is_none()));
+        });
+        // Full: the head expiring first makes room.
+        for i in 0..HEADS_FRONT_SLOTS as i64 {
+            front.keep(&format!("s{i}"), &version(i), later + Duration::from_millis(i as u64 + 1), 1);
+        }
+        assert!(front.get("era5", 1, now).is_none(), "era5 expired first: replaced");
+        assert!(front.get("s0", 1, now).is_some() && front.get("s7", 1, now).is_some());
+    }
+
+    #[test]
+    fn one_hit_in_touch_every_goes_to_the_memo() {
+        let front = HeadsFront::default();
+        let now = Instant::now();
+        front.keep("era5", &version(1), now + Duration::from_secs(60), 0);
+        let served = (0..TOUCH_EVERY * 2).filter(|_| front.get("era5", 0, now).is_some()).count();
+        assert_eq!(served, (TOUCH_EVERY as usize - 1) * 2);
+    }
 
     #[test]
     fn a_front_serves_what_its_thread_kept_while_the_value_lives() {

@@ -26,7 +26,7 @@ impl Reader {
         };
         let coords = vec![0; layout.grid.ndim()];
         let key = (view.head.id, node.index, coords.clone());
-        let load = async {
+        let load = move || async move {
             let at = layout
                 .grid
                 .locate(&coords)

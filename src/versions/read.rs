@@ -125,7 +125,12 @@ impl Reader {
     /// What is served under `store` (current, or version `pinned`), cached under `segment`.
     /// A store deleted (and not registered again) is [`StoreHead::Deleted`], pinned or not.
     pub async fn head(&self, segment: &str, store: &str, pinned: Option<i64>) -> Result<Arc<StoreHead>> {
-        let load = async {
+        if let Some(head) = self.caches.fronted_head(segment) {
+            return Ok(head);
+        }
+        // Read before the memo is asked: an invalidation after this makes the front drop it.
+        let generation = self.caches.heads_generation();
+        let load = move || async move {
             let started = Instant::now();
             // One statement: the version and the deletion mark as of one moment, so a store
             // deleted and registered again meanwhile is never seen as neither.
@@ -133,10 +138,15 @@ impl Reader {
             let head = Arc::new(self.catalog.head(store, pinned).await?);
             self.time("head", started);
             self.caches.remember_head(segment, &head).await;
-            Ok(head)
+            Ok((head, started))
         };
         let head = match self.caches.heads.get_or_load_borrowed(segment, load).await {
-            Ok(head) => head,
+            Ok(loaded) => {
+                if *loaded.0 != StoreHead::Unknown {
+                    self.caches.front_head(segment, &loaded, generation);
+                }
+                loaded.0
+            }
             // Degraded: the catalog is unreachable, and what this replica last read of the store
             // is recent enough (`cache.unavailable_ttl_seconds`) to serve meanwhile.
             Err(e) if e.is_unreachable() => match Box::pin(self.caches.last_head(segment)).await {
@@ -164,7 +174,7 @@ impl Reader {
     /// The served view of a version, built once (off the async workers: a large hierarchy is
     /// CPU work) and cached.
     pub async fn view(&self, head: &VersionHead) -> Result<Arc<VersionView>> {
-        let load = async {
+        let load = move || async move {
             let started = Instant::now();
             let nodes = self.catalog.nodes(head.id).await?;
             self.time("nodes", started);
@@ -201,7 +211,7 @@ impl Reader {
 
     /// The block holding `tile` of array `node` in version `head`, cached.
     pub async fn block(&self, head: &VersionHead, node: &Node, tile: u64) -> Result<Arc<ManifestBlock>> {
-        let load = async { self.load_block(head, node, tile).await.map(Arc::new) };
+        let load = move || async move { self.load_block(head, node, tile).await.map(Arc::new) };
         self.caches.blocks.get_or_load_fronted(&self.caches.blocks_front, (head.id, node.index, tile), load).await
     }
 
@@ -257,7 +267,7 @@ impl Reader {
     /// `limits.max_fill_chunk_bytes` decoded (missing chunks then answer 404, which every client
     /// reads as the same fill values; nothing past the bound is ever allocated).
     pub async fn fill_chunk(&self, head: &VersionHead, node: &Node) -> Result<Option<Bytes>> {
-        let load = async {
+        let load = move || async move {
             let (metadata, max_bytes) = (node.metadata().into_owned(), self.limits.max_fill_chunk_bytes);
             let encoded =
                 tokio::task::spawn_blocking(move || crate::zarr::fill::fill_chunk(&metadata, max_bytes)).await?;
