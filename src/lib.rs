@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod http;
+pub mod logs;
 pub mod metrics;
 pub mod sources;
 pub mod versions;

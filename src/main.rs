@@ -81,15 +81,7 @@ fn load(args: &ServeArgs) -> anyhow::Result<Config> {
 fn init_logs(config: &Config) {
     let filter = EnvFilter::try_from_env("ZARRGATE_LOG").unwrap_or_else(|_| EnvFilter::new(&config.log_level));
     use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    if config.log_format == "json" {
-        builder.json().flatten_event(true).with_current_span(true).init();
-    } else {
-        builder.init();
-    }
+    zarrgate::logs::init(filter, config.log_format == "json", std::io::stderr().is_terminal());
 }
 
 async fn shutdown_signal() {

