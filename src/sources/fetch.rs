@@ -115,15 +115,10 @@ impl SourceRegistry {
         let slot = self.slot(&entry, url).await?;
         let len = range.end - range.start;
         let body = match (&entry.base, &entry.client) {
-            (Base::Local { root }, _) => {
+            (Base::Local(files), _) => {
                 let rel = relative(&entry, url)?;
-                let (root, want, owned) = (root.clone(), range.clone(), check.clone().into_owned());
-                let opened = tokio::task::spawn_blocking(move || local::open(&root, &rel, want, &owned))
-                    .await
-                    .map_err(|e| upstream(&entry, url, e.to_string()))?;
-                let (file, first) = opened.map_err(|e| local_error(&entry, url, &range, check, e))?;
-                let first_end = range.start + first.len() as u64;
-                let rest = local::rest(file, first_end, range.end);
+                let opened = files.open(&rel, range.clone(), check).await;
+                let (first, rest) = opened.map_err(|e| local_error(&entry, url, &range, check, e))?;
                 futures::stream::once(async move { Ok(first) }).chain(rest).boxed()
             }
             _ => self.remote(&entry, url)?.read(range.clone(), check).await?.0,
@@ -166,8 +161,8 @@ impl SourceRegistry {
         let entry = self.entry_for(url)?;
         let _slot = self.slot(&entry, url).await?;
         match (&entry.base, &entry.client) {
-            (Base::Local { root }, _) => {
-                let (root, rel) = (root.clone(), relative(&entry, url)?);
+            (Base::Local(files), _) => {
+                let (root, rel) = (files.root().to_owned(), relative(&entry, url)?);
                 let facts = tokio::task::spawn_blocking(move || local::head(&root, &rel))
                     .await
                     .map_err(|e| upstream(&entry, url, e.to_string()))?

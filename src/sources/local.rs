@@ -1,20 +1,44 @@
 //! Reading `file://` sources: canonicalised under the store's root (neither `..` nor a symlink
-//! escapes it), ranged reads in pieces of at most 1 MiB per blocking call.
+//! escapes it), opened files kept for a second, and ranged reads in pieces: read on the async
+//! worker when the page cache holds them, on a blocking thread when not.
 
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::future::Future;
+use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::Stream;
+use rustix::io::{Errno, ReadWriteFlags};
+use tokio::task::JoinHandle;
 
 use crate::zarr::source::SourceCheck;
 
-/// Bytes read per blocking call. A response holds about two pieces while its reader takes them
-/// (one queued for the socket, one being read), so this sets the memory of every streaming
-/// reader: 256 readers of one large chunk held 495 MiB with 1 MiB pieces, 2 per reader.
+/// Bytes read per blocking call (a piece the page cache did not hold). A response holds about
+/// two pieces while its reader takes them (one queued for the socket, one being read), so this
+/// sets the memory of every streaming reader: 256 readers of one large chunk held 495 MiB with
+/// 1 MiB pieces, 2 per reader.
 const PIECE: u64 = 256 << 10;
+
+/// Bytes read per piece the page cache holds, on the async worker (`preadv2` with
+/// `RWF_NOWAIT`: it never waits for a disk). Small enough that the piece is still in the CPU's
+/// cache when the socket copies it out: with 256 KiB pieces the copy to the socket cost twice
+/// the copy from the page cache (perf, bench/README.md "Stop 17").
+const CACHED_PIECE: u64 = 64 << 10;
+
+/// How long an opened file is used again without opening its path anew. Each read still checks
+/// the open file against the recorded ETag or size (`fstat`, no path walk), so a file changed in
+/// place is refused at once; a file replaced or deleted under its path goes on being read, as the
+/// file it was, for at most this long.
+const OPEN_FOR: Duration = Duration::from_secs(1);
+
+/// Files kept open per object store.
+const OPEN_FILES: u64 = 256;
 
 /// What went wrong reading a local file.
 #[derive(Debug)]
@@ -32,6 +56,70 @@ pub(super) struct LocalFacts {
     pub size: u64,
     pub etag: String,
     pub modified: std::time::SystemTime,
+}
+
+/// A `file://` object store's directory, and the files of it read in the last [`OPEN_FOR`].
+pub(super) struct LocalFiles {
+    root: PathBuf,
+    open: moka::sync::Cache<String, Arc<File>>,
+}
+
+impl std::fmt::Debug for LocalFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalFiles").field("root", &self.root).finish_non_exhaustive()
+    }
+}
+
+impl LocalFiles {
+    /// `root` is canonical.
+    pub(super) fn new(root: PathBuf) -> Self {
+        Self { root, open: moka::sync::Cache::builder().max_capacity(OPEN_FILES).time_to_live(OPEN_FOR).build() }
+    }
+
+    pub(super) fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `relative`, opened (on a blocking thread) or found open.
+    async fn file(&self, relative: &str) -> Result<Arc<File>, LocalError> {
+        if let Some(file) = self.open.get(relative) {
+            return Ok(file);
+        }
+        let (root, path) = (self.root.clone(), relative.to_owned());
+        let file = tokio::task::spawn_blocking(move || confined(&root, &path).and_then(|p| open_file(&p)))
+            .await
+            .map_err(|e| LocalError::Io(io::Error::other(e)))??;
+        let file = Arc::new(file);
+        self.open.insert(relative.to_owned(), Arc::clone(&file));
+        Ok(file)
+    }
+
+    /// Checks `relative` against `check` and `range`, and reads the first piece: whatever is
+    /// wrong is known before the answer starts. The rest is read by the [`Pieces`] returned.
+    pub(super) async fn open(
+        &self,
+        relative: &str,
+        range: std::ops::Range<u64>,
+        check: &SourceCheck<'_>,
+    ) -> Result<(Bytes, Pieces), LocalError> {
+        let file = self.file(relative).await?;
+        // `fstat` of an open file: no path walk, nothing to wait for on a local disk.
+        let facts = facts(&file)?;
+        let changed = match check {
+            SourceCheck::ETag(expected) => *expected != facts.etag,
+            SourceCheck::Size(size) => *size != facts.size,
+            SourceCheck::Unchecked => false,
+        };
+        if changed {
+            return Err(LocalError::Modified);
+        }
+        if range.end > facts.size {
+            return Err(LocalError::Truncated { size: facts.size });
+        }
+        let mut pieces = Pieces { file, at: range.start, end: range.end, blocking: None };
+        let first = std::future::poll_fn(|cx| pieces.poll_piece(cx)).await.unwrap_or(Ok(Bytes::new()))?;
+        Ok((first, pieces))
+    }
 }
 
 /// The path of `relative` under `root`, refused if it resolves outside `root`.
@@ -77,101 +165,214 @@ pub(super) fn head(root: &Path, relative: &str) -> Result<LocalFacts, LocalError
     facts(&file)
 }
 
-/// Opens `relative` under `root`, checks it against `check` and `range`, and reads the first
-/// piece (blocking). The rest is read by [`rest`].
-pub(super) fn open(
-    root: &Path,
-    relative: &str,
-    range: std::ops::Range<u64>,
-    check: &SourceCheck<'_>,
-) -> Result<(File, Bytes), LocalError> {
-    let path = confined(root, relative)?;
-    let file = open_file(&path)?;
-    let facts = facts(&file)?;
-    let changed = match check {
-        SourceCheck::ETag(expected) => *expected != facts.etag,
-        SourceCheck::Size(size) => *size != facts.size,
-        SourceCheck::Unchecked => false,
-    };
-    if changed {
-        return Err(LocalError::Modified);
-    }
-    if range.end > facts.size {
-        return Err(LocalError::Truncated { size: facts.size });
-    }
-    let first = read_piece(&file, range.start, range.end.min(range.start + PIECE))?;
-    Ok((file, first))
+/// The pieces of a range of an open file, each read as soon as the socket has taken the one
+/// before. A file that shrinks under the read ends the stream with an error, never with fewer
+/// bytes.
+pub(super) struct Pieces {
+    file: Arc<File>,
+    at: u64,
+    end: u64,
+    /// A piece the page cache did not hold, being read on a blocking thread.
+    blocking: Option<JoinHandle<Result<Bytes, LocalError>>>,
 }
 
-/// Reads `start..end` of `file` (whose position only this request uses). `read_to_end` reads
-/// into the buffer's spare capacity without zeroing it first: filling a megabyte with zeros
-/// before overwriting it was a fifth of a large chunk's cost.
-fn read_piece(mut file: &File, start: u64, end: u64) -> Result<Bytes, LocalError> {
-    let len = end - start;
-    let mut buf = Vec::with_capacity(usize::try_from(len).map_err(|e| LocalError::Io(io::Error::other(e)))?);
-    file.seek(SeekFrom::Start(start)).map_err(LocalError::Io)?;
-    file.take(len).read_to_end(&mut buf).map_err(LocalError::Io)?;
-    if (buf.len() as u64) < len {
-        return Err(LocalError::Truncated { size: start + buf.len() as u64 });
-    }
-    Ok(buf.into())
-}
-
-/// The pieces after the first, each read in its own blocking call. A file that shrinks under
-/// the read ends the stream with an error, never with fewer bytes.
-pub(super) fn rest(file: File, start: u64, end: u64) -> impl Stream<Item = Result<Bytes, io::Error>> + Send + 'static {
-    let file = std::sync::Arc::new(file);
-    futures::stream::try_unfold(start, move |at| {
-        let file = file.clone();
-        async move {
-            if at >= end {
-                return Ok(None);
+impl Pieces {
+    fn poll_piece(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, LocalError>>> {
+        loop {
+            if let Some(task) = &mut self.blocking {
+                let read = ready!(Pin::new(task).poll(cx)).unwrap_or_else(|e| Err(LocalError::Io(io::Error::other(e))));
+                self.blocking = None;
+                return Poll::Ready(Some(self.advance(read)));
             }
-            let stop = end.min(at + PIECE);
-            let piece = tokio::task::spawn_blocking(move || read_piece(&file, at, stop))
-                .await
-                .map_err(io::Error::other)?
-                .map_err(|e| match e {
-                    LocalError::Io(e) => e,
-                    LocalError::Truncated { size } => io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!("source shrank to {size} bytes while being read"),
-                    ),
-                    _ => io::Error::other("source became unreadable while being read"),
-                })?;
-            Ok(Some((piece, stop)))
+            if self.at >= self.end {
+                return Poll::Ready(None);
+            }
+            if let Some(read) = read_cached(&self.file, self.at, self.end.min(self.at + CACHED_PIECE)) {
+                return Poll::Ready(Some(self.advance(read)));
+            }
+            let (file, at, stop) = (Arc::clone(&self.file), self.at, self.end.min(self.at + PIECE));
+            self.blocking = Some(tokio::task::spawn_blocking(move || read_piece(&file, at, stop)));
         }
-    })
+    }
+
+    fn advance(&mut self, read: Result<Bytes, LocalError>) -> Result<Bytes, LocalError> {
+        match &read {
+            Ok(piece) => self.at += piece.len() as u64,
+            Err(_) => self.at = self.end,
+        }
+        read
+    }
+}
+
+impl Stream for Pieces {
+    type Item = Result<Bytes, io::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let piece = ready!(self.poll_piece(cx));
+        Poll::Ready(piece.map(|read| {
+            read.map_err(|e| match e {
+                LocalError::Io(e) => e,
+                LocalError::Truncated { size } => io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("source shrank to {size} bytes while being read"),
+                ),
+                _ => io::Error::other("source became unreadable while being read"),
+            })
+        }))
+    }
+}
+
+/// `start..end` of `file` if the page cache holds its start (`None` if not: read it on a
+/// blocking thread). Possibly fewer bytes, up to where the cache stops.
+fn read_cached(file: &File, start: u64, end: u64) -> Option<Result<Bytes, LocalError>> {
+    let len = usize::try_from(end - start).ok()?;
+    // Zeroed: preadv2 takes initialised buffers only. A 64 KiB piece is zeroed in the CPU's
+    // cache, which the copy then finds warm.
+    let mut buf = vec![0u8; len];
+    match rustix::io::preadv2(file, &mut [io::IoSliceMut::new(&mut buf)], start, ReadWriteFlags::NOWAIT) {
+        Ok(0) => Some(Err(LocalError::Truncated { size: start })),
+        Ok(n) => {
+            buf.truncate(n);
+            Some(Ok(Bytes::from(buf)))
+        }
+        // Not cached; a file system without RWF_NOWAIT; a signal: the blocking read decides.
+        Err(Errno::AGAIN | Errno::OPNOTSUPP | Errno::INVAL | Errno::INTR) => None,
+        Err(e) => Some(Err(LocalError::Io(e.into()))),
+    }
+}
+
+/// Reads `start..end` of `file` (blocking): into the buffer's spare capacity, never zeroed
+/// first (filling a megabyte with zeros before overwriting it was a fifth of a large chunk's
+/// cost), in one `pread` unless the file system hands out less.
+fn read_piece(file: &File, start: u64, end: u64) -> Result<Bytes, LocalError> {
+    let len = usize::try_from(end - start).map_err(|e| LocalError::Io(io::Error::other(e)))?;
+    let mut buf = Vec::with_capacity(len);
+    while buf.len() < len {
+        let at = start + buf.len() as u64;
+        match rustix::io::pread(file, rustix::buffer::spare_capacity(&mut buf), at) {
+            Ok(0) => return Err(LocalError::Truncated { size: at }),
+            Ok(_) => {}
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(LocalError::Io(e.into())),
+        }
+    }
+    // The spare capacity may be larger than asked for: what was read past `end` is not ours.
+    buf.truncate(len);
+    Ok(buf.into())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::TryStreamExt;
 
-    #[test]
-    fn symlinks_and_dotdot_cannot_escape() {
+    async fn read(
+        files: &LocalFiles,
+        rel: &str,
+        range: std::ops::Range<u64>,
+        check: &SourceCheck<'_>,
+    ) -> Result<Vec<u8>, LocalError> {
+        let (first, rest) = files.open(rel, range, check).await?;
+        let rest: Vec<Bytes> = rest.try_collect().await.map_err(LocalError::Io)?;
+        Ok(std::iter::once(first).chain(rest).flat_map(|b| b.to_vec()).collect())
+    }
+
+    #[tokio::test]
+    async fn symlinks_and_dotdot_cannot_escape() {
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("secret"), b"secret").unwrap();
         let root_dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(root_dir.path()).unwrap();
         std::fs::write(root.join("ok.bin"), b"0123456789").unwrap();
         std::os::unix::fs::symlink(outside.path().join("secret"), root.join("link")).unwrap();
+        let files = LocalFiles::new(root.clone());
         let none = SourceCheck::Unchecked;
-        assert!(matches!(open(&root, "link", 0..3, &none), Err(LocalError::Escapes)));
+        assert!(matches!(files.open("link", 0..3, &none).await, Err(LocalError::Escapes)));
         let rel = format!("../{}/secret", outside.path().file_name().unwrap().to_str().unwrap());
-        assert!(matches!(open(&root, &rel, 0..3, &none), Err(LocalError::Escapes | LocalError::NotFound)));
-        let (_, first) = open(&root, "ok.bin", 2..5, &none).unwrap();
-        assert_eq!(&first[..], b"234");
-        assert!(matches!(open(&root, "ok.bin", 5..11, &none), Err(LocalError::Truncated { size: 10 })));
-        assert!(matches!(open(&root, "nope", 0..1, &none), Err(LocalError::NotFound)));
+        assert!(matches!(files.open(&rel, 0..3, &none).await, Err(LocalError::Escapes | LocalError::NotFound)));
+        assert_eq!(read(&files, "ok.bin", 2..5, &none).await.unwrap(), b"234");
+        assert!(matches!(files.open("ok.bin", 5..11, &none).await, Err(LocalError::Truncated { size: 10 })));
+        assert!(matches!(files.open("nope", 0..1, &none).await, Err(LocalError::NotFound)));
         let fifo = std::process::Command::new("mkfifo").arg(root.join("fifo")).status().unwrap();
         assert!(fifo.success());
-        assert!(matches!(open(&root, "fifo", 0..1, &none), Err(LocalError::NotFound)), "never waits on a FIFO");
+        assert!(matches!(files.open("fifo", 0..1, &none).await, Err(LocalError::NotFound)), "never waits on a FIFO");
         assert!(matches!(head(&root, "fifo"), Err(LocalError::NotFound)));
         let etag = head(&root, "ok.bin").unwrap().etag;
-        assert!(open(&root, "ok.bin", 0..1, &SourceCheck::ETag(etag.into())).is_ok());
-        assert!(matches!(open(&root, "ok.bin", 0..1, &SourceCheck::ETag("other".into())), Err(LocalError::Modified)));
-        assert!(open(&root, "ok.bin", 0..1, &SourceCheck::Size(10)).is_ok());
-        assert!(matches!(open(&root, "ok.bin", 0..1, &SourceCheck::Size(11)), Err(LocalError::Modified)));
+        assert!(files.open("ok.bin", 0..1, &SourceCheck::ETag(etag.into())).await.is_ok());
+        let other = SourceCheck::ETag("other".into());
+        assert!(matches!(files.open("ok.bin", 0..1, &other).await, Err(LocalError::Modified)));
+        assert!(files.open("ok.bin", 0..1, &SourceCheck::Size(10)).await.is_ok());
+        assert!(matches!(files.open("ok.bin", 0..1, &SourceCheck::Size(11)).await, Err(LocalError::Modified)));
+    }
+
+    /// A file of `len` bytes, each its offset's low byte times 7.
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(7)).collect()
+    }
+
+    #[tokio::test]
+    async fn ranges_read_across_pieces_cached_or_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let data = pattern(700 << 10);
+        std::fs::write(root.join("big.bin"), &data).unwrap();
+        let files = LocalFiles::new(root.clone());
+        let none = SourceCheck::Unchecked;
+        for range in [0..data.len() as u64, 1..(300 << 10) + 3, (64 << 10) - 1..(64 << 10) + 1, 5..5] {
+            let got = read(&files, "big.bin", range.clone(), &none).await.unwrap();
+            assert!(got == data[range.start as usize..range.end as usize], "{range:?}");
+        }
+        // Out of the page cache: the blocking reads give the same bytes.
+        let file = File::open(root.join("big.bin")).unwrap();
+        file.sync_all().unwrap();
+        rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+        let got = read(&files, "big.bin", 3..data.len() as u64, &none).await.unwrap();
+        assert!(got == data[3..], "read from the disk");
+        assert!(read_piece(&file, 10, 20).unwrap() == data[10..20]);
+        assert!(matches!(
+            read_piece(&file, data.len() as u64 - 2, data.len() as u64 + 2),
+            Err(LocalError::Truncated { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_file_kept_open_is_still_checked_on_every_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::write(root.join("f.bin"), b"0123456789").unwrap();
+        let files = LocalFiles::new(root.clone());
+        let etag = head(&root, "f.bin").unwrap().etag;
+        let recorded = SourceCheck::ETag(etag.into());
+        assert_eq!(read(&files, "f.bin", 0..4, &recorded).await.unwrap(), b"0123");
+        // Changed in place, within the second the file stays open: refused at once.
+        std::fs::OpenOptions::new().append(true).open(root.join("f.bin")).unwrap().write_all_at_end(b"ab");
+        assert!(matches!(files.open("f.bin", 0..4, &recorded).await, Err(LocalError::Modified)));
+        assert!(matches!(files.open("f.bin", 0..4, &SourceCheck::Size(10)).await, Err(LocalError::Modified)));
+        assert_eq!(read(&files, "f.bin", 8..12, &SourceCheck::Size(12)).await.unwrap(), b"89ab");
+    }
+
+    #[tokio::test]
+    async fn a_file_that_shrinks_under_a_read_ends_it_with_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let data = pattern(600 << 10);
+        std::fs::write(root.join("s.bin"), &data).unwrap();
+        let files = LocalFiles::new(root.clone());
+        let (first, rest) = files.open("s.bin", 0..data.len() as u64, &SourceCheck::Unchecked).await.unwrap();
+        assert_eq!(first.len() as u64, CACHED_PIECE.min(data.len() as u64));
+        std::fs::OpenOptions::new().write(true).open(root.join("s.bin")).unwrap().set_len(100 << 10).unwrap();
+        let rest: Result<Vec<Bytes>, io::Error> = rest.try_collect().await;
+        assert_eq!(rest.unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    trait AppendAll {
+        fn write_all_at_end(self, bytes: &[u8]);
+    }
+
+    impl AppendAll for File {
+        fn write_all_at_end(mut self, bytes: &[u8]) {
+            use std::io::Write;
+            self.write_all(bytes).unwrap();
+        }
     }
 }

@@ -1,7 +1,6 @@
 //! The registry of object stores: builds object_store clients from a URL prefix and options,
 //! and resolves a source URL to the store with the longest matching prefix.
 
-use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -60,7 +59,7 @@ pub enum Origin {
 #[derive(Debug)]
 pub(super) enum Base {
     /// A directory: paths are relative to it; canonical root for escape checks.
-    Local { root: PathBuf },
+    Local(super::local::LocalFiles),
     /// A bucket or container: the object key is the URL path.
     Bucket,
     /// An HTTP(S) base URL: the path after the prefix.
@@ -131,7 +130,7 @@ impl ObjectStoreEntry {
                     .ok()
                     .filter(|p| p.is_dir())
                     .ok_or_else(|| SourceConfigError::Url(format!("{} is not an existing directory", dir.display())))?;
-                (Base::Local { root }, None)
+                (Base::Local(super::local::LocalFiles::new(root)), None)
             }
             "s3" => {
                 (Base::Bucket, Some(build_bucket::<AmazonS3Builder>(&prefix, &parsed, &opts, origin, settings, &sent)?))
@@ -193,7 +192,7 @@ impl ObjectStoreEntry {
     /// The directory of a `file://` store (canonical).
     pub fn local_root(&self) -> Option<&std::path::Path> {
         match &self.base {
-            Base::Local { root } => Some(root),
+            Base::Local(files) => Some(files.root()),
             _ => None,
         }
     }
@@ -202,7 +201,7 @@ impl ObjectStoreEntry {
     pub(super) fn object_path(&self, url: &str) -> Option<Path> {
         let rest = url.strip_prefix(&self.prefix)?;
         match &self.base {
-            Base::Local { .. } | Base::Http => Path::from_url_path(rest).ok(),
+            Base::Local(_) | Base::Http => Path::from_url_path(rest).ok(),
             Base::Bucket => Path::from_url_path(Url::parse(url).ok()?.path()).ok(),
         }
     }
