@@ -32,9 +32,10 @@ const PIECE: u64 = 256 << 10;
 const CACHED_PIECE: u64 = 64 << 10;
 
 /// How long an opened file is used again without opening its path anew. Each read still checks
-/// the open file against the recorded ETag or size (`fstat`, no path walk), so a file changed in
-/// place is refused at once; a file replaced or deleted under its path goes on being read, as the
-/// file it was, for at most this long.
+/// the open file (`fstat`, no path walk): against the recorded ETag or size, so a file changed
+/// in place is refused at once; and its link count, so a file deleted or replaced by a rename is
+/// noticed at once too (its path is opened again). Only a directory renamed under the root (the
+/// file still linked, elsewhere) goes unnoticed, for at most this long.
 const OPEN_FOR: Duration = Duration::from_secs(1);
 
 /// Files kept open per object store.
@@ -56,6 +57,8 @@ pub(super) struct LocalFacts {
     pub size: u64,
     pub etag: String,
     pub modified: std::time::SystemTime,
+    /// Whether a path still names the file (a file deleted, or replaced by a rename, is not).
+    pub linked: bool,
 }
 
 /// A `file://` object store's directory, and the files of it read in the last [`OPEN_FOR`].
@@ -102,9 +105,15 @@ impl LocalFiles {
         range: std::ops::Range<u64>,
         check: &SourceCheck<'_>,
     ) -> Result<(Bytes, Pieces), LocalError> {
-        let file = self.file(relative).await?;
+        let mut file = self.file(relative).await?;
         // `fstat` of an open file: no path walk, nothing to wait for on a local disk.
-        let facts = facts(&file)?;
+        let mut facts = facts(&file)?;
+        if !facts.linked {
+            // Deleted, or replaced by a rename, since it was opened: the path is read again.
+            self.open.invalidate(relative);
+            file = self.file(relative).await?;
+            facts = self::facts(&file)?;
+        }
         let changed = match check {
             SourceCheck::ETag(expected) => *expected != facts.etag,
             SourceCheck::Size(size) => *size != facts.size,
@@ -155,7 +164,7 @@ fn facts(file: &File) -> Result<LocalFacts, LocalError> {
     // Exactly object_store's LocalFileSystem ETag (inode, mtime in microseconds, size), so that
     // facts recorded with obstore's LocalStore match the ones this server reads.
     let etag = format!("\"{:x}-{:x}-{:x}\"", meta.ino(), micros, meta.len());
-    Ok(LocalFacts { size: meta.len(), etag, modified })
+    Ok(LocalFacts { size: meta.len(), etag, modified, linked: meta.nlink() > 0 })
 }
 
 /// The facts of `relative` under `root` (blocking).
@@ -349,6 +358,14 @@ mod tests {
         assert!(matches!(files.open("f.bin", 0..4, &recorded).await, Err(LocalError::Modified)));
         assert!(matches!(files.open("f.bin", 0..4, &SourceCheck::Size(10)).await, Err(LocalError::Modified)));
         assert_eq!(read(&files, "f.bin", 8..12, &SourceCheck::Size(12)).await.unwrap(), b"89ab");
+        // Replaced by a rename: the new file is read (and checked), not the one kept open.
+        std::fs::write(root.join("new.bin"), b"ABCDEFGHIJKL").unwrap();
+        std::fs::rename(root.join("new.bin"), root.join("f.bin")).unwrap();
+        assert_eq!(read(&files, "f.bin", 8..12, &SourceCheck::Size(12)).await.unwrap(), b"IJKL");
+        assert!(matches!(files.open("f.bin", 0..4, &recorded).await, Err(LocalError::Modified)));
+        // Deleted: not found, at once.
+        std::fs::remove_file(root.join("f.bin")).unwrap();
+        assert!(matches!(files.open("f.bin", 0..4, &SourceCheck::Unchecked).await, Err(LocalError::NotFound)));
     }
 
     #[tokio::test]
