@@ -80,6 +80,7 @@ impl App {
         let catalog_guard = Arc::new(catalog::Guarded::new(catalog, metrics.clone()));
         let catalog: Arc<dyn Catalog> = catalog_guard.clone();
         let sources = Arc::new(SourceRegistry::metered(settings, &metrics));
+        tokio::spawn(SourceRegistry::close_expired_files(Arc::downgrade(&sources), Duration::from_secs(1)));
         let caches = Caches::new(&config.cache, &metrics);
         let reader =
             Arc::new(Reader::new(catalog.clone(), sources.clone(), caches, metrics.clone(), config.limits.clone()));

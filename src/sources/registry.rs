@@ -389,6 +389,23 @@ impl SourceRegistry {
         self.entries.read().map(|g| g.clone()).unwrap_or_default()
     }
 
+    /// Closes, every `every`, the local files kept open past their time, for as long as the
+    /// registry lives (see `local::LocalFiles::close_expired`): an idle file is closed within
+    /// two ticks of its time ending.
+    pub async fn close_expired_files(registry: std::sync::Weak<Self>, every: std::time::Duration) {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let Some(registry) = registry.upgrade() else { return };
+            for entry in registry.entries().iter() {
+                if let Base::Local(files) = &entry.base {
+                    files.close_expired();
+                }
+            }
+        }
+    }
+
     /// The store serving `url`: the one with the longest prefix of it.
     pub fn resolve(&self, url: &str) -> Option<Arc<ObjectStoreEntry>> {
         self.entries().iter().find(|e| url.starts_with(&e.prefix)).cloned()
