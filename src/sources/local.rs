@@ -321,6 +321,18 @@ mod tests {
         assert!(matches!(files.open("ok.bin", 0..1, &SourceCheck::Size(11)).await, Err(LocalError::Modified)));
     }
 
+    /// A store's directory holding `contents` (name, bytes), and its files; the directory lives
+    /// as long as the first value.
+    fn store(contents: &[(&str, &[u8])]) -> (tempfile::TempDir, PathBuf, LocalFiles) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        for (name, bytes) in contents {
+            std::fs::write(root.join(name), bytes).unwrap();
+        }
+        let files = LocalFiles::new(root.clone());
+        (dir, root, files)
+    }
+
     /// A file of `len` bytes, each its offset's low byte times 7.
     fn pattern(len: usize) -> Vec<u8> {
         (0..len).map(|i| (i as u8).wrapping_mul(7)).collect()
@@ -328,11 +340,8 @@ mod tests {
 
     #[tokio::test]
     async fn ranges_read_across_pieces_cached_or_not() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(dir.path()).unwrap();
         let data = pattern(700 << 10);
-        std::fs::write(root.join("big.bin"), &data).unwrap();
-        let files = LocalFiles::new(root.clone());
+        let (_dir, root, files) = store(&[("big.bin", &data)]);
         let none = SourceCheck::Unchecked;
         for range in [0..data.len() as u64, 1..(300 << 10) + 3, (64 << 10) - 1..(64 << 10) + 1, 5..5] {
             let got = read(&files, "big.bin", range.clone(), &none).await.unwrap();
@@ -353,10 +362,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_file_kept_open_is_still_checked_on_every_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(dir.path()).unwrap();
-        std::fs::write(root.join("f.bin"), b"0123456789").unwrap();
-        let files = LocalFiles::new(root.clone());
+        let (_dir, root, files) = store(&[("f.bin", b"0123456789")]);
         let etag = head(&root, "f.bin").unwrap().etag;
         let recorded = SourceCheck::ETag(etag.into());
         assert_eq!(read(&files, "f.bin", 0..4, &recorded).await.unwrap(), b"0123");
@@ -377,11 +383,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_file_that_shrinks_under_a_read_ends_it_with_an_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(dir.path()).unwrap();
         let data = pattern(600 << 10);
-        std::fs::write(root.join("s.bin"), &data).unwrap();
-        let files = LocalFiles::new(root.clone());
+        let (_dir, root, files) = store(&[("s.bin", &data)]);
         let (first, rest) = files.open("s.bin", 0..data.len() as u64, &SourceCheck::Unchecked).await.unwrap();
         assert_eq!(first.len() as u64, CACHED_PIECE.min(data.len() as u64));
         std::fs::OpenOptions::new().write(true).open(root.join("s.bin")).unwrap().set_len(100 << 10).unwrap();
@@ -399,10 +402,7 @@ mod tests {
 
     #[tokio::test]
     async fn files_kept_open_are_closed_once_their_time_is_over() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(dir.path()).unwrap();
-        std::fs::write(root.join("idle.bin"), b"0123456789").unwrap();
-        let files = LocalFiles::new(root.clone());
+        let (_dir, root, files) = store(&[("idle.bin", b"0123456789")]);
         assert_eq!(read(&files, "idle.bin", 0..2, &SourceCheck::Unchecked).await.unwrap(), b"01");
         assert!(is_open(&root.join("idle.bin")), "kept open after the read");
         // As the sweeper does (registry.rs: once a second). moka's first pass after the read
