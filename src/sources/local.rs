@@ -32,10 +32,11 @@ const PIECE: u64 = 256 << 10;
 const CACHED_PIECE: u64 = 64 << 10;
 
 /// How long an opened file is used again without opening its path anew. Each read still checks
-/// the open file (`fstat`, no path walk): against the recorded ETag or size, so a file changed
-/// in place is refused at once; and its link count, so a file deleted or replaced by a rename is
-/// noticed at once too (its path is opened again). Only a directory renamed under the root (the
-/// file still linked, elsewhere) goes unnoticed, for at most this long.
+/// the open file (`fstat`, no path walk): a file no path names any more (deleted, or replaced by
+/// a rename), or one that does not match the recorded ETag or size, is let go and its path
+/// opened again, so what is refused or served is what the path names now. Only a source recorded
+/// without ETag or size, replaced while its old file stays linked elsewhere (a hard link, a
+/// renamed directory), is read as it was for at most this long.
 const OPEN_FOR: Duration = Duration::from_secs(1);
 
 /// Files kept open per object store.
@@ -90,10 +91,10 @@ impl LocalFiles {
         self.open.run_pending_tasks();
     }
 
-    /// `relative`, opened (on a blocking thread) or found open.
-    async fn file(&self, relative: &str) -> Result<Arc<File>, LocalError> {
+    /// `relative`, found open (`true`) or opened on a blocking thread (`false`).
+    async fn file(&self, relative: &str) -> Result<(Arc<File>, bool), LocalError> {
         if let Some(file) = self.open.get(relative) {
-            return Ok(file);
+            return Ok((file, true));
         }
         let (root, path) = (self.root.clone(), relative.to_owned());
         let file = tokio::task::spawn_blocking(move || confined(&root, &path).and_then(|p| open_file(&p)))
@@ -101,7 +102,7 @@ impl LocalFiles {
             .map_err(|e| LocalError::Io(io::Error::other(e)))??;
         let file = Arc::new(file);
         self.open.insert(relative.to_owned(), Arc::clone(&file));
-        Ok(file)
+        Ok((file, false))
     }
 
     /// Checks `relative` against `check` and `range`, and reads the first piece: whatever is
@@ -112,21 +113,18 @@ impl LocalFiles {
         range: std::ops::Range<u64>,
         check: &SourceCheck<'_>,
     ) -> Result<(Bytes, Pieces), LocalError> {
-        let mut file = self.file(relative).await?;
+        let (mut file, kept) = self.file(relative).await?;
         // `fstat` of an open file: no path walk, nothing to wait for on a local disk.
         let mut facts = facts(&file)?;
-        if !facts.linked {
-            // Deleted, or replaced by a rename, since it was opened: the path is read again.
+        if kept && (!facts.linked || changed(check, &facts)) {
+            // A file kept open that no path names any more (deleted, or replaced by a rename), or
+            // that is not what the read expects (replaced while another link kept it, say): the
+            // path is opened again, and only what it names now is refused.
             self.open.invalidate(relative);
-            file = self.file(relative).await?;
+            file = self.file(relative).await?.0;
             facts = self::facts(&file)?;
         }
-        let changed = match check {
-            SourceCheck::ETag(expected) => *expected != facts.etag,
-            SourceCheck::Size(size) => *size != facts.size,
-            SourceCheck::Unchecked => false,
-        };
-        if changed {
+        if changed(check, &facts) {
             return Err(LocalError::Modified);
         }
         if range.end > facts.size {
@@ -135,6 +133,15 @@ impl LocalFiles {
         let mut pieces = Pieces { file, at: range.start, end: range.end, blocking: None };
         let first = std::future::poll_fn(|cx| pieces.poll_piece(cx)).await.unwrap_or(Ok(Bytes::new()))?;
         Ok((first, pieces))
+    }
+}
+
+/// Whether `facts` contradict `check`.
+fn changed(check: &SourceCheck<'_>, facts: &LocalFacts) -> bool {
+    match check {
+        SourceCheck::ETag(expected) => *expected != facts.etag,
+        SourceCheck::Size(size) => *size != facts.size,
+        SourceCheck::Unchecked => false,
     }
 }
 
@@ -376,6 +383,13 @@ mod tests {
         std::fs::rename(root.join("new.bin"), root.join("f.bin")).unwrap();
         assert_eq!(read(&files, "f.bin", 8..12, &SourceCheck::Size(12)).await.unwrap(), b"IJKL");
         assert!(matches!(files.open("f.bin", 0..4, &recorded).await, Err(LocalError::Modified)));
+        // Replaced while a hard link keeps the file kept open alive (Icechunk's local storage
+        // replaces its `repo` file so): a read that expects the new file gets it.
+        std::fs::hard_link(root.join("f.bin"), root.join("kept.bin")).unwrap();
+        std::fs::write(root.join("newer.bin"), b"abcdefghijklmn").unwrap();
+        std::fs::rename(root.join("newer.bin"), root.join("f.bin")).unwrap();
+        let newer = SourceCheck::ETag(head(&root, "f.bin").unwrap().etag.into());
+        assert_eq!(read(&files, "f.bin", 10..14, &newer).await.unwrap(), b"klmn");
         // Deleted: not found, at once.
         std::fs::remove_file(root.join("f.bin")).unwrap();
         assert!(matches!(files.open("f.bin", 0..4, &SourceCheck::Unchecked).await, Err(LocalError::NotFound)));
