@@ -67,11 +67,11 @@ impl<F: Future> Future for InRequest<F> {
     }
 }
 
-/// Calls `write` with the id of the request being answered, if any.
-fn with_request_id(write: impl FnOnce(&str) -> fmt::Result) -> fmt::Result {
+/// Calls `write` with the id of the request being answered, if any; whether there was one.
+fn with_request_id(write: impl FnOnce(&str) -> fmt::Result) -> Result<bool, fmt::Error> {
     REQUEST.with(|r| match r.try_borrow().ok().as_ref().and_then(|id| id.as_ref()).and_then(|id| id.to_str().ok()) {
-        Some(id) => write(id),
-        None => Ok(()),
+        Some(id) => write(id).map(|()| true),
+        None => Ok(false),
     })
 }
 
@@ -119,10 +119,9 @@ where
         } else {
             write!(w, " {level:>5} ")?;
         }
-        with_request_id(|id| {
+        let mut spans = with_request_id(|id| {
             if ansi { write!(w, "\x1b[1mrequest\x1b[0m{{id={id}}}:") } else { write!(w, "request{{id={id}}}:") }
         })?;
-        let mut spans = false;
         for span in ctx.event_scope().into_iter().flat_map(|scope| scope.from_root()) {
             w.write_str(span.name())?;
             if let Some(fields) = span.extensions().get::<FormattedFields<N>>().filter(|f| !f.is_empty()) {
@@ -131,7 +130,6 @@ where
             w.write_char(':')?;
             spans = true;
         }
-        let spans = spans || REQUEST.with(|r| r.try_borrow().is_ok_and(|id| id.is_some()));
         if spans {
             w.write_char(' ')?;
         }

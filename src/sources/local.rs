@@ -136,13 +136,9 @@ impl LocalFiles {
     }
 }
 
-/// Whether `facts` contradict `check`.
+/// Whether `facts` contradict `check` (a local file always has an ETag).
 fn changed(check: &SourceCheck<'_>, facts: &LocalFacts) -> bool {
-    match check {
-        SourceCheck::ETag(expected) => *expected != facts.etag,
-        SourceCheck::Size(size) => *size != facts.size,
-        SourceCheck::Unchecked => false,
-    }
+    check.contradicted_by(Some(&facts.etag), facts.size, true)
 }
 
 /// The path of `relative` under `root`, refused if it resolves outside `root`.

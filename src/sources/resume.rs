@@ -69,13 +69,7 @@ impl Remote {
         }
         // object_store sends If-Match but does not check the answer: an origin or proxy that
         // ignores the header would hand over a rewritten object's bytes.
-        let changed = match check {
-            SourceCheck::ETag(expected) if strict => result.meta.e_tag.as_deref() != Some(expected.as_ref()),
-            SourceCheck::ETag(expected) => result.meta.e_tag.as_deref().is_some_and(|e| e != expected),
-            SourceCheck::Size(size) => result.meta.size != *size,
-            SourceCheck::Unchecked => false,
-        };
-        if changed {
+        if check.contradicted_by(result.meta.e_tag.as_deref(), result.meta.size, strict) {
             tracing::warn!(url = %self.url, store = %self.store, recorded = %check, etag = ?result.meta.e_tag,
                 size = result.meta.size, "source answered for another object than the one registered");
             return Err(SourceError::Modified {

@@ -105,6 +105,17 @@ impl<'a> SourceCheck<'a> {
         }
     }
 
+    /// Whether an object that answers with `etag` and `size` is not the one recorded. An answer
+    /// without an ETag contradicts a recorded one only when `strict`.
+    pub fn contradicted_by(&self, etag: Option<&str>, size: u64, strict: bool) -> bool {
+        match self {
+            Self::ETag(expected) if strict => etag != Some(expected.as_ref()),
+            Self::ETag(expected) => etag.is_some_and(|e| e != expected.as_ref()),
+            Self::Size(recorded) => size != *recorded,
+            Self::Unchecked => false,
+        }
+    }
+
     /// The same check, owning its ETag.
     pub fn into_owned(self) -> SourceCheck<'static> {
         match self {
