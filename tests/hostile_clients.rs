@@ -246,8 +246,14 @@ async fn readers_that_never_read_hold_bounded_memory() {
     assert!(grown < STALLED as u64 * PER_CONNECTION, "RSS grew by {grown} bytes");
     // Others are still served whole meanwhile.
     assert_eq!(server.bytes("/big/x/c/0").await.len() as u64, len);
-    // Reading now would let the stalled answers through: first let the send timeout pass.
-    tokio::time::sleep_until(started + Duration::from_secs(4 + 3)).await;
+    // Reading now would let the stalled answers through: first let the watchdog close them all.
+    // Waited for by its count, not for a fixed time: on a loaded machine an answer may start
+    // writing (and so start its send timeout) seconds after its request.
+    let deadline = started + Duration::from_secs(60);
+    while closed_for(&server, "send_timeout").await < STALLED as f64 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(started.elapsed() >= Duration::from_secs(4), "none closed before the send timeout");
     let mut closed = 0;
     for mut stream in stalled {
         let mut received = 0u64;
