@@ -116,15 +116,17 @@ impl LocalFiles {
         let (mut file, kept) = self.file(relative).await?;
         // `fstat` of an open file: no path walk, nothing to wait for on a local disk.
         let mut facts = facts(&file)?;
-        if kept && (!facts.linked || changed(check, &facts)) {
+        let mut modified = changed(check, &facts);
+        if kept && (modified || !facts.linked) {
             // A file kept open that no path names any more (deleted, or replaced by a rename), or
             // that is not what the read expects (replaced while another link kept it, say): the
             // path is opened again, and only what it names now is refused.
             self.open.invalidate(relative);
             file = self.file(relative).await?.0;
             facts = self::facts(&file)?;
+            modified = changed(check, &facts);
         }
-        if changed(check, &facts) {
+        if modified {
             return Err(LocalError::Modified);
         }
         if range.end > facts.size {
