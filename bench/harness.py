@@ -17,6 +17,7 @@ import os
 import platform
 import random
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -579,6 +580,11 @@ class Nginx:
             time.sleep(0.05)
         raise RuntimeError("nginx did not start")
 
+    def cpu(self):
+        """CPU seconds of the master and its workers (the workers answer)."""
+        master = self.proc.pid
+        return sum(cpu for pid, (_, ppid, cpu) in processes().items() if master in (pid, ppid))
+
     def __exit__(self, *exc):
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGQUIT)
@@ -600,13 +606,18 @@ def wrk(base, mode, args=(), connections=32, threads=2, seconds=10, timeout=30):
         raise SystemExit("wrk is not installed: apt-get install wrk (bench/README.md, requirements)")
     cmd = ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{seconds}s", "--timeout", f"{timeout}s",
            "-s", LUA, base, "--", mode, *map(str, args)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(cmd, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     lines = [line for line in r.stdout.splitlines() if line.startswith("{\"wrk\"")]
     if r.returncode != 0 or not lines:
         raise RuntimeError(f"wrk failed ({r.returncode}): {r.stdout[-2000:]} {r.stderr[-2000:]}")
     out = json.loads(lines[-1])
     out["rps"] = out["requests"] / out["seconds"]
     out["mb_per_s"] = out["bytes"] / out["seconds"] / MIB
+    # wrk's own CPU per request (it shares the machine's cores with the server under test).
+    client = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    out["client_us_per_request"] = client / max(out["requests"], 1) * 1e6
     return out
 
 

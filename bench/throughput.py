@@ -76,13 +76,17 @@ def main():
             quiet.wait("throughput")
             with h.Nginx(bench, bench.dir) as nginx, h.Nginx(bench, bench.dir, sendfile=False) as copying:
                 targets = {"zarrgate": server.base, "nginx": nginx.base, "nginx_copy": copying.base}
+                processes = {"zarrgate": server, "nginx": nginx, "nginx_copy": copying}
                 if baseline:
                     targets["baseline"] = baseline.base
+                    processes["baseline"] = baseline
                 for name, (zg, ng) in cases(bench).items():
                     if only and only not in name:
                         continue
                     modes = {"zarrgate": zg, "baseline": zg, "nginx": ng, "nginx_copy": ng}
-                    who_all = ("zarrgate", "nginx", "nginx_copy") + (("baseline",) if baseline else ())
+                    # The pairs compared are measured one right after the other (in both orders,
+                    # alternately): the baseline, zarrgate, nginx copying; nginx with sendfile last.
+                    who_all = (("baseline",) if baseline else ()) + ("zarrgate", "nginx_copy", "nginx")
                     for who in who_all:  # warm-up: blocks, page cache, nginx file cache
                         h.wrk(targets[who], *modes[who], connections=connections, threads=threads, seconds=3)
                     for r in range(runs):
@@ -93,9 +97,11 @@ def main():
 
                             def measure():
                                 rss0 = server.rss_kib()
+                                cpu0 = processes[who].cpu()
                                 res = h.wrk(targets[who], *modes[who], connections=connections, threads=threads,
                                             seconds=seconds)
                                 h.check_wrk(res, what)
+                                res["server_us_per_request"] = (processes[who].cpu() - cpu0) / max(res["requests"], 1) * 1e6
                                 if who == "zarrgate":
                                     res["rss_mib"] = max(rss0, server.rss_kib()) / 1024
                                 return res
@@ -174,7 +180,23 @@ def render(data):
     headers += ["zarrgate p50 ms", "nginx copying p50 ms", "zarrgate p99 ms", "nginx copying p99 ms"]
     out = h.table(headers, rows)
     return (f"wrk -t{data['threads']} -c{data['connections']} -d{data['seconds']}s\n\n" + out + "\n\n"
-            + "\n".join(verdicts))
+            + cpu_table(groups) + "\n\n" + "\n".join(verdicts))
+
+
+def cpu_table(groups):
+    """CPU per request (medians over the runs, in microseconds) of the server and of wrk: the two
+    share the machine's cores, so a server whose answers cost its client more is slower too."""
+    rows = []
+    for name, rs in groups.items():
+        def us(who, key):
+            values = [r[who][key] for r in rs if who in r and key in r[who]]
+            return h.median(values) if values else float("nan")
+        zg, nc = us("zarrgate", "server_us_per_request"), us("nginx_copy", "server_us_per_request")
+        wz, wn = us("zarrgate", "client_us_per_request"), us("nginx_copy", "client_us_per_request")
+        rows.append([name, h.fmt(zg), h.fmt(nc), h.fmt(zg / nc), h.fmt(wz), h.fmt(wn), h.fmt((zg + wz) / (nc + wn))])
+    return "CPU per request, microseconds (median of the runs):\n\n" + h.table(
+        ["case", "zarrgate", "nginx copying", "ratio", "wrk, against zarrgate", "wrk, against nginx copying",
+         "ratio, server + wrk"], rows)
 
 
 if __name__ == "__main__":
