@@ -595,6 +595,38 @@ class Nginx:
                 self.proc.wait()
 
 
+class Minimal:
+    """bench/minimal_server.rs: zarrgate's stack answering every request with one file's bytes and
+    zarrgate's headers, and nothing else; the floor under zarrgate's small answers."""
+
+    def __init__(self, bench, binary, path, headers="zarrgate"):
+        self.bench, self.binary, self.path, self.headers = bench, binary, path, headers
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.proc = None
+
+    def __enter__(self):
+        self.proc = subprocess.Popen([self.binary, f"127.0.0.1:{self.port}", self.path, self.headers],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.binary} exited with {self.proc.returncode}")
+            time.sleep(0.05)
+        raise RuntimeError("minimal_server did not start")
+
+    def __exit__(self, *exc):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def cpu(self):
+        return cpu_seconds(self.proc.pid)
+
+
 # ---------------------------------------------------------------------------------------------
 # wrk
 

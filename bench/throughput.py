@@ -17,16 +17,21 @@ targets of issue 17 are ratios to the latter, >= 0.9x in all three cases. BASELI
 measures another zarrgate binary (main's release build, say) in the same runs, on the same catalog.
 All run on this machine with wrk, so they share its 2 cores: the comparison is what matters, not
 the absolute figures. The catalog is PostgreSQL (a fresh database). PERF=1 records a perf profile of
-zarrgate during one more inline and zarr.json run (bench/results/throughput-perf-*.txt). Also checks that HEAD of a virtual
-chunk makes no upstream request.
+zarrgate during one more inline and zarr.json run (bench/results/throughput-perf-*.txt). MINIMAL=1 also
+measures bench/minimal_server.rs on zarr.json: zarrgate's own stack (tokio, hyper, mimalloc) answering with the
+same bytes and headers and doing nothing else, the floor under zarrgate's small answers (MINIMAL_BIN=<path>, or
+built unless BUILD=0). Each run records the CPU per request of the server and of wrk, which share the cores. Also
+checks that HEAD of a virtual chunk makes no upstream request.
 
   python3 bench/throughput.py
   RUNS=3 SECONDS=5 ONLY=inline python3 bench/throughput.py
   BASELINE_BIN=/path/to/main/zarrgate RUNS=5 python3 bench/throughput.py
+  MINIMAL=1 RUNS=11 SECONDS=4 ONLY=zarr.json python3 bench/throughput.py
 """
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 
@@ -72,21 +77,30 @@ def main():
             if baseline_bin:
                 copy = bench.private_copy(baseline_bin, "zarrgate-baseline")
                 baseline = stack.enter_context(h.Server(bench, db.url, name="baseline", binary=copy))
+            minimal = None
+            if os.environ.get("MINIMAL") == "1":
+                minimal = stack.enter_context(h.Minimal(bench, minimal_binary(bench),
+                                                        os.path.join(bench.dir, "inline1k", "zarr.json")))
             subprocess.run(f"cat {bench.data}/*.bin > /dev/null", shell=True, check=True)
             quiet.wait("throughput")
             with h.Nginx(bench, bench.dir) as nginx, h.Nginx(bench, bench.dir, sendfile=False) as copying:
                 targets = {"zarrgate": server.base, "nginx": nginx.base, "nginx_copy": copying.base}
                 processes = {"zarrgate": server, "nginx": nginx, "nginx_copy": copying}
+                if minimal:
+                    targets["minimal"] = minimal.base
+                    processes["minimal"] = minimal
                 if baseline:
                     targets["baseline"] = baseline.base
                     processes["baseline"] = baseline
                 for name, (zg, ng) in cases(bench).items():
                     if only and only not in name:
                         continue
-                    modes = {"zarrgate": zg, "baseline": zg, "nginx": ng, "nginx_copy": ng}
+                    modes = {"zarrgate": zg, "baseline": zg, "nginx": ng, "nginx_copy": ng, "minimal": zg}
                     # The pairs compared are measured one right after the other (in both orders,
-                    # alternately): the baseline, zarrgate, nginx copying; nginx with sendfile last.
-                    who_all = (("baseline",) if baseline else ()) + ("zarrgate", "nginx_copy", "nginx")
+                    # alternately): the baseline, zarrgate, nginx copying, the minimal server (it
+                    # serves one file: zarr.json only); nginx with sendfile last.
+                    floor = ("minimal",) if minimal and name == "zarr.json" else ()
+                    who_all = (("baseline",) if baseline else ()) + ("zarrgate", "nginx_copy") + floor + ("nginx",)
                     for who in who_all:  # warm-up: blocks, page cache, nginx file cache
                         h.wrk(targets[who], *modes[who], connections=connections, threads=threads, seconds=3)
                     for r in range(runs):
@@ -110,6 +124,9 @@ def main():
                             run[who] = res
                         run["ratio"] = run["zarrgate"]["rps"] / run["nginx"]["rps"]
                         run["ratio_copy"] = run["zarrgate"]["rps"] / run["nginx_copy"]["rps"]
+                        if "minimal" in run:
+                            run["minimal_ratio_copy"] = run["minimal"]["rps"] / run["nginx_copy"]["rps"]
+                            run["over_minimal"] = run["zarrgate"]["rps"] / run["minimal"]["rps"]
                         if "baseline" in run:
                             run["baseline_ratio_copy"] = run["baseline"]["rps"] / run["nginx_copy"]["rps"]
                             run["speedup"] = run["zarrgate"]["rps"] / run["baseline"]["rps"]
@@ -128,6 +145,20 @@ def main():
                       block_cache={"hits": hits, "misses": misses})
     finally:
         bench.cleanup()
+
+
+def minimal_binary(bench):
+    """bench/minimal_server.rs, built (unless BUILD=0) and copied like the binary under test."""
+    built = os.environ.get("MINIMAL_BIN")
+    if not built:
+        if os.environ.get("BUILD", "1") != "0":
+            h.log("cargo build --release --example minimal_server")
+            subprocess.run(["cargo", "build", "--release", "--quiet", "--example", "minimal_server"], cwd=h.REPO,
+                           check=True)
+        built = os.path.join(h.REPO, "target", "release", "examples", "minimal_server")
+    copy = os.path.join(bench.work, "minimal_server")
+    shutil.copy2(built, copy)
+    return copy
 
 
 def check_head(server):
@@ -166,6 +197,11 @@ def render(data):
         m = h.median(copies) if copies else float("nan")
         verdict = "met" if m >= target else f"missed by {target - m:.2f} ({m / target:.0%} of the target)"
         verdicts.append(f"- {name}: {m:.2f}x nginx with `sendfile off` (target >= {target}x): {verdict}")
+        floors = [r["minimal_ratio_copy"] for r in rs if "minimal_ratio_copy" in r]
+        if floors:
+            verdicts.append(f"  - the floor (bench/minimal_server.rs: the same stack and headers, no work): "
+                            f"{h.fmt_spread(floors)}x nginx with `sendfile off`; zarrgate "
+                            f"{h.fmt_spread([r['over_minimal'] for r in rs if 'over_minimal' in r])}x the floor")
         if name == "inline 1 KiB":
             rps = h.median([x["rps"] for x in zg])
             verdicts.append(f"- inline 1 KiB absolute: {rps:,.0f} req/s (target >= 20,000 req/s): "
@@ -193,10 +229,11 @@ def cpu_table(groups):
             return h.median(values) if values else float("nan")
         zg, nc = us("zarrgate", "server_us_per_request"), us("nginx_copy", "server_us_per_request")
         wz, wn = us("zarrgate", "client_us_per_request"), us("nginx_copy", "client_us_per_request")
-        rows.append([name, h.fmt(zg), h.fmt(nc), h.fmt(zg / nc), h.fmt(wz), h.fmt(wn), h.fmt((zg + wz) / (nc + wn))])
+        rows.append([name, h.fmt(zg), h.fmt(nc), h.fmt(zg / nc), h.fmt(wz), h.fmt(wn), h.fmt((zg + wz) / (nc + wn)),
+                     h.fmt(us("minimal", "server_us_per_request")), h.fmt(us("minimal", "client_us_per_request"))])
     return "CPU per request, microseconds (median of the runs):\n\n" + h.table(
         ["case", "zarrgate", "nginx copying", "ratio", "wrk, against zarrgate", "wrk, against nginx copying",
-         "ratio, server + wrk"], rows)
+         "ratio, server + wrk", "minimal server", "wrk, against it"], rows)
 
 
 if __name__ == "__main__":

@@ -297,6 +297,29 @@ both_backends! {
         }
     }
 
+    async fn a_requests_headers_never_reach_an_answer(server) {
+        // An answer's header map is the emptied map of a request answered before it on the same
+        // thread (src/http/answer.rs, `recycle`): nothing a client sent may show up in any answer,
+        // its own or a later one, on any path.
+        register(&server).await;
+        let keys = ["/demo/zarr.json", "/demo/x/c/0", "/demo/g/sub/scalar/c", "/demo/x/c/9", "/demo/x/c/2"];
+        let mut names_of = std::collections::HashMap::new();
+        for round in 0..40 {
+            let key = keys[round % keys.len()];
+            let marker = format!("secret-{round}");
+            let sent = [("x-leak-check", marker.as_str()), ("cookie", marker.as_str()), ("x-leak-extra", "1")];
+            let r = server.get(key, &sent).await;
+            let names: std::collections::BTreeSet<String> = r.headers().keys().map(|n| n.to_string()).collect();
+            for (name, value) in r.headers() {
+                assert!(!name.as_str().starts_with("x-leak") && name != "cookie", "{key}: answer carries {name}");
+                assert!(!value.to_str().unwrap_or_default().contains("secret-"), "{key}: {name} carries a request's value");
+            }
+            // The same key gets the same header lines every time, whatever came before it.
+            let first = names_of.entry(key).or_insert_with(|| names.clone());
+            assert_eq!(*first, names, "{key} in round {round}");
+        }
+    }
+
     async fn versions_pin_what_they_served(server) {
         let first = register(&server).await;
         let old = server.bytes("/demo/x/c/0").await;
