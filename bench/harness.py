@@ -545,6 +545,19 @@ class Server:
 # nginx
 
 
+def wait_listening(proc, port, what, exited, seconds=10):
+    """Returns once `proc` accepts connections on `port`; raises with `exited()` if it exits first."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        with contextlib.suppress(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        if proc.poll() is not None:
+            raise RuntimeError(exited())
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not start")
+
+
 class Nginx:
     """nginx serving `root` as static files: the baseline. Tuned as one would for static files:
     sendfile, open_file_cache, no access log, unlimited keep-alive requests, one worker per core."""
@@ -570,15 +583,9 @@ class Nginx:
             f.write(text)
         self.proc = subprocess.Popen(["nginx", "-p", self.prefix, "-c", conf, "-g", "daemon off;"],
                                      stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.prefix, "stderr"), "w"))
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            with contextlib.suppress(OSError):
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return self
-            if self.proc.poll() is not None:
-                raise RuntimeError("nginx exited: " + open(os.path.join(self.prefix, "stderr")).read())
-            time.sleep(0.05)
-        raise RuntimeError("nginx did not start")
+        wait_listening(self.proc, self.port, "nginx",
+                       lambda: "nginx exited: " + open(os.path.join(self.prefix, "stderr")).read())
+        return self
 
     def cpu(self):
         """CPU seconds of the master and its workers (the workers answer)."""
@@ -608,15 +615,9 @@ class Minimal:
     def __enter__(self):
         self.proc = subprocess.Popen([self.binary, f"127.0.0.1:{self.port}", self.path, self.headers],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            with contextlib.suppress(OSError):
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return self
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.binary} exited with {self.proc.returncode}")
-            time.sleep(0.05)
-        raise RuntimeError("minimal_server did not start")
+        wait_listening(self.proc, self.port, "minimal_server",
+                       lambda: f"{self.binary} exited with {self.proc.returncode}")
+        return self
 
     def __exit__(self, *exc):
         if self.proc and self.proc.poll() is None:
