@@ -62,12 +62,7 @@ class Bench:
         """A private copy of the release binary (ZARRGATE_BIN, or target/release/zarrgate after
         `cargo build --release` unless BUILD=0): a rebuild by someone else does not change the
         binary under test mid-run."""
-        built = os.environ.get("ZARRGATE_BIN")
-        if not built:
-            if os.environ.get("BUILD", "1") != "0":
-                log("cargo build --release --bin zarrgate")
-                subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "zarrgate"], cwd=REPO, check=True)
-            built = os.path.join(REPO, "target", "release", "zarrgate")
+        built = cargo_built("ZARRGATE_BIN", ["--bin", "zarrgate"], "zarrgate")
         copy = os.path.join(self.work, "zarrgate")
         for attempt in range(10):
             shutil.copy2(built, copy)
@@ -163,6 +158,18 @@ def proc_status(pid, field):
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def cargo_built(env_var, target, relative):
+    """The path in $env_var, else target/release/<relative>, built first (`cargo build --release
+    <target>`) unless BUILD=0."""
+    built = os.environ.get(env_var)
+    if built:
+        return built
+    if os.environ.get("BUILD", "1") != "0":
+        log("cargo build --release " + " ".join(target))
+        subprocess.run(["cargo", "build", "--release", "--quiet", *target], cwd=REPO, check=True)
+    return os.path.join(REPO, "target", "release", relative)
 
 
 def cpu_seconds(pid):

@@ -149,13 +149,7 @@ def main():
 
 def minimal_binary(bench):
     """bench/minimal_server.rs, built (unless BUILD=0) and copied like the binary under test."""
-    built = os.environ.get("MINIMAL_BIN")
-    if not built:
-        if os.environ.get("BUILD", "1") != "0":
-            h.log("cargo build --release --example minimal_server")
-            subprocess.run(["cargo", "build", "--release", "--quiet", "--example", "minimal_server"], cwd=h.REPO,
-                           check=True)
-        built = os.path.join(h.REPO, "target", "release", "examples", "minimal_server")
+    built = h.cargo_built("MINIMAL_BIN", ["--example", "minimal_server"], os.path.join("examples", "minimal_server"))
     copy = os.path.join(bench.work, "minimal_server")
     shutil.copy2(built, copy)
     return copy

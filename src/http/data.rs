@@ -90,6 +90,11 @@ pub(super) fn key_split(path: &str) -> Option<usize> {
     (!store.is_empty() && !key.is_empty() && store != "api").then_some(slash + 1)
 }
 
+/// `(store, key)` of `path`, split at `split` (from [`key_split`]).
+pub(super) fn key_at(path: &str, split: usize) -> (&str, &str) {
+    (&path[1..split], &path[split + 1..])
+}
+
 /// Answers `GET /{store}/{key}` (as split by [`key_split`]) as [`read`] does.
 pub(super) async fn read_key(plane: &Plane, (store, key): (&str, &str), request: &Parts) -> Response {
     let target = Target { key, directory: key.ends_with('/') };
@@ -319,7 +324,7 @@ async fn browse(
 #[cfg(test)]
 mod tests {
     fn key_of(path: &str) -> Option<(&str, &str)> {
-        super::key_split(path).map(|at| (&path[1..at], &path[at + 1..]))
+        super::key_split(path).map(|at| super::key_at(path, at))
     }
 
     #[test]

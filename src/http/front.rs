@@ -72,7 +72,7 @@ impl Reads {
     /// The answer to `GET /{store}/{key}`, `split` the index of the `/` between the two.
     async fn answer(&self, request: Parts, split: usize) -> Response {
         let path = request.uri.path();
-        let at = (&path[1..split], &path[split + 1..]);
+        let at = data::key_at(path, split);
         let observed = Observed::start(&self.observer, &request.headers);
         let answering = InRequest::new(observed.id(), async {
             let mut response = data::read_key(&self.plane, at, &request).await;
