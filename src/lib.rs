@@ -5,6 +5,7 @@
 pub mod app;
 pub mod catalog;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod error;
 pub mod http;

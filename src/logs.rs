@@ -43,6 +43,12 @@ impl<F> InRequest<F> {
     pub fn new(id: HeaderValue, inner: F) -> Self {
         Self { id: Some(id), inner }
     }
+
+    /// The id, once the future has completed (while it is polled, the id is the thread's):
+    /// for the answer's header, without a copy.
+    pub fn take_id(self: Pin<&mut Self>) -> Option<HeaderValue> {
+        self.project().id.take()
+    }
 }
 
 impl<F: Future> Future for InRequest<F> {
@@ -65,6 +71,29 @@ impl<F: Future> Future for InRequest<F> {
         let _restore = Restore { id: this.id, outer };
         this.inner.poll(cx)
     }
+}
+
+/// Calls `answer` with `id` on the log lines it writes, as [`InRequest`] does for a future;
+/// hands the id back with the result.
+pub fn in_request<R>(id: HeaderValue, answer: impl FnOnce() -> R) -> (R, HeaderValue) {
+    // Put back by unwinding too, as in `InRequest::poll`.
+    struct Restore {
+        outer: Option<HeaderValue>,
+        unwinding: bool,
+    }
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if self.unwinding {
+                REQUEST.with(|r| r.replace(self.outer.take()));
+            }
+        }
+    }
+    let mut restore = Restore { outer: REQUEST.with(|r| r.replace(Some(id))), unwinding: true };
+    let answered = answer();
+    restore.unwinding = false;
+    let id = REQUEST.with(|r| r.replace(restore.outer.take()));
+    // Always there: only this function and `InRequest` set it, and each puts back what it found.
+    (answered, id.unwrap_or(HeaderValue::from_static("-")))
 }
 
 /// Calls `write` with the id of the request being answered, if any; whether there was one.

@@ -36,6 +36,17 @@ pub(super) async fn metadata(doc: &RenderedDoc, headers: &HeaderMap, served: &Se
     // Compressed only for a client that asks (the gzip body is made then if it is not yet: a
     // large one on a blocking thread).
     let gzip = if accepts_gzip(headers) { doc.gzip_off_workers().await } else { None };
+    metadata_with(doc, gzip, headers, served)
+}
+
+/// [`metadata`] if it needs no waiting; `None` when a large gzip body is still to be made.
+pub(super) fn metadata_now(doc: &RenderedDoc, headers: &HeaderMap, served: &Served) -> Option<Response> {
+    let gzip = if accepts_gzip(headers) { doc.gzip_now()? } else { None };
+    Some(metadata_with(doc, gzip, headers, served))
+}
+
+/// `doc`'s answer, from `gzip` when there is one and the client asked for it.
+fn metadata_with(doc: &RenderedDoc, gzip: Option<Bytes>, headers: &HeaderMap, served: &Served) -> Response {
     let (body, etag, encoding) = match gzip {
         Some(gz) => (gz, &doc.gzip_etag, Some("gzip")),
         None => (doc.identity.clone(), &doc.etag, None),
@@ -64,12 +75,15 @@ pub(super) async fn chunk(
             "chunk {key:?} of array {} has no data: readers use its fill value",
             node.path
         ))),
-        Chunk::Bytes { bytes, etag } => {
-            Ok(bytes_response(bytes, &tag_value(&etag), "application/octet-stream", headers, served))
-        }
+        Chunk::Bytes { bytes, etag } => Ok(bytes_chunk(bytes, &etag, headers, served)),
         // Boxed: reading a source is a large future, and inline chunks must not carry it.
         Chunk::Virtual(chunk) => Box::pin(virtual_chunk(app, &chunk, headers, served)).await,
     }
+}
+
+/// A chunk whose bytes are at hand (inline, or a fill chunk) tagged `etag`.
+pub(super) fn bytes_chunk(bytes: Bytes, etag: &str, headers: &HeaderMap, served: &Served) -> Response {
+    bytes_response(bytes, &tag_value(etag), "application/octet-stream", headers, served)
 }
 
 async fn virtual_chunk(
@@ -159,6 +173,20 @@ pub(super) fn recycle(mut headers: HeaderMap) {
     if (16..=64).contains(&headers.capacity()) {
         headers.clear();
         SPARE.set(Some(headers));
+    }
+}
+
+/// `value`, made to clone for nothing: a header value made at run time clones by counting its
+/// users in memory that every worker thread writes (callgrind and perf: a `Bytes` clone and drop
+/// on each answer), a static one by copying a pointer. For the values fixed for the life of a
+/// server (its CORS headers, its `Cache-Control`), made once each: what they hold is kept for the
+/// rest of the process, a few dozen bytes per server started.
+pub(super) fn lasting(value: &HeaderValue) -> HeaderValue {
+    match value.to_str() {
+        Ok(text) if text.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b)) => {
+            HeaderValue::from_static(Box::leak(text.to_owned().into_boxed_str()))
+        }
+        _ => value.clone(),
     }
 }
 

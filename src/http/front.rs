@@ -6,24 +6,28 @@
 //! through the router; what it skips is the router's own work, paid on every request: matching the route,
 //! decoding its parameters into `String`s, cloning the layered routes, and boxing the request's
 //! future once per layer (bench/README.md, "Stop 16"). Anything else, or a read the router must
-//! see (a percent-encoded path, a store named `api`, read tokens required), goes to the router.
+//! see (a percent-encoded path or one with `//`, a store named `api`, read tokens required), goes
+//! to the router, its body under the request-body timeout and its path with `//` collapsed.
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, Method, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
 use axum::response::Response;
 use futures::FutureExt;
+use hyper::body::Incoming;
 use tower::{Layer, ServiceExt};
+use tower_http::timeout::TimeoutBody;
 
 use super::answer;
 use super::data::{self, Plane};
-use super::observe::{Observed, Observer};
-use crate::logs::InRequest;
+use super::observe::{self, Observed, Observer};
+use crate::logs;
 
 /// The router, and what answers a plain read in front of it.
 pub(super) struct Front {
@@ -36,7 +40,8 @@ pub(super) struct Front {
 struct Reads {
     plane: Arc<Plane>,
     observer: Arc<Observer>,
-    cors: HeaderMap,
+    /// The CORS headers, and whether each is `Vary` (added to, not set).
+    cors: Vec<(HeaderName, HeaderValue, bool)>,
 }
 
 impl Front {
@@ -45,13 +50,14 @@ impl Front {
     pub(super) fn new(router: Router, reads: Option<(Arc<Plane>, Arc<Observer>, bool)>) -> Self {
         let reads = reads.and_then(|(plane, observer, cors)| {
             let cors = if cors { cors_headers()? } else { HeaderMap::new() };
+            let cors = cors.iter().map(|(n, v)| (n.clone(), answer::lasting(v), n == header::VARY)).collect();
             Some(Reads { plane, observer, cors })
         });
         Self { router, reads }
     }
 
-    /// The answer to `request`.
-    pub(super) async fn answer(&self, request: Request) -> Response {
+    /// The answer to `request`, whose body may take up to `body_timeout` between two frames.
+    pub(super) async fn answer(&self, request: hyper::Request<Incoming>, body_timeout: Duration) -> Response {
         if let Some(reads) = &self.reads
             && request.method() == Method::GET
             && let Some(split) = data::key_split(request.uri().path())
@@ -61,6 +67,8 @@ impl Front {
             // instructions more per request, in moves).
             return reads.answer(request.into_parts().0, split).await;
         }
+        let request = request.map(|body| Body::new(TimeoutBody::new(body_timeout, body)));
+        let request = super::server::collapse_slashes(request);
         match self.router.clone().oneshot(request).await {
             Ok(response) => response,
             Err(never) => match never {},
@@ -69,27 +77,45 @@ impl Front {
 }
 
 impl Reads {
-    /// The answer to `GET /{store}/{key}`, `split` the index of the `/` between the two.
+    /// The answer to `GET /{store}/{key}`, `split` the index of the `/` between the two:
+    /// without waiting when it can be ([`data::read_key_now`]), else as the router's would be.
     async fn answer(&self, request: Parts, split: usize) -> Response {
         let path = request.uri.path();
         let at = data::key_at(path, split);
-        let observed = Observed::start(&self.observer, &request.headers);
-        let answering = InRequest::new(observed.id(), async {
-            let mut response = data::read_key(&self.plane, at, &request).await;
-            let h = response.headers_mut();
-            for (name, value) in &self.cors {
-                // As the CORS layer does: `Vary` added to, the others set.
-                if name == header::VARY {
-                    h.append(name, value.clone());
-                } else {
-                    h.insert(name, value.clone());
-                }
-            }
-            observed.finish(&self.observer, data::KEY_ROUTE, &Method::GET, path, response).await
+        let (observed, id) = Observed::start(&self.observer, &request.headers);
+        let (now, id) = logs::in_request(id, || {
+            let response = data::read_key_now(&self.plane, at, &request)?;
+            Some(observed.finish_now(&self.observer, data::KEY_ROUTE, &Method::GET, path, self.cors(response)))
         });
-        let response = answering.await;
+        let response = match now {
+            Some(mut response) => {
+                response.headers_mut().insert(observe::REQUEST_ID, id);
+                response
+            }
+            None => {
+                observe::identified(id, async {
+                    let response = self.cors(data::read_key(&self.plane, at, &request).await);
+                    observed.finish(&self.observer, data::KEY_ROUTE, &Method::GET, path, response).await
+                })
+                .await
+            }
+        };
         // The request's header map, emptied, becomes the next answer's (answer.rs, `sized`).
         answer::recycle(request.headers);
+        response
+    }
+
+    /// `response` with the CORS headers.
+    fn cors(&self, mut response: Response) -> Response {
+        let h = response.headers_mut();
+        for (name, value, vary) in &self.cors {
+            // As the CORS layer does: `Vary` added to, the others set.
+            if *vary {
+                h.append(name, value.clone());
+            } else {
+                h.insert(name, value.clone());
+            }
+        }
         response
     }
 }

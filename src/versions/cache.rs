@@ -122,14 +122,32 @@ where
         key: K,
         load: impl FnOnce() -> F,
     ) -> Result<Arc<T>> {
-        let slot = key.slot();
-        if let Some(value) = front.get(slot, &key) {
-            self.hits.inc();
+        if let Some(value) = self.fronted(front, &key) {
             return Ok(value);
         }
         let value = self.get_or_load(key.clone(), load).await?;
-        front.keep(slot, key, &value);
+        front.keep(key.slot(), key, &value);
         Ok(value)
+    }
+
+    /// The value at `key` if `front` (this worker thread's) has it, counted as a hit.
+    fn fronted(&self, front: &Front<K, T>, key: &K) -> Option<Arc<T>> {
+        let value = front.get(key.slot(), key)?;
+        self.hits.inc();
+        Some(value)
+    }
+
+    /// The value at `key` if `front` has it, not yet counted: no waiting, no memo. A read
+    /// that uses it counts it ([`Memo::count_peeked`]), one that does not asks again
+    /// ([`Memo::get_or_load_fronted`]).
+    pub fn peek_fronted(&self, front: &Front<K, T>, key: &K) -> Option<Arc<T>> {
+        front.peek(key.slot(), key)
+    }
+
+    /// Counts a hit of what [`Memo::peek_fronted`] found.
+    pub fn count_peeked(&self, front: &Front<K, T>, key: &K) {
+        front.count(key.slot(), key);
+        self.hits.inc();
     }
 }
 
@@ -191,13 +209,37 @@ impl<K: Eq + Send, T: Send + Sync> Front<K, T> {
     }
 
     fn get(&self, slot: usize, key: &K) -> Option<Arc<T>> {
+        self.find(slot, key, true)
+    }
+
+    /// As [`Front::get`], without counting the hit ([`Front::count`] does), and `None` where
+    /// `get` would hand the hit to the memo: a read that takes what it peeked counts it, one that
+    /// does not (it goes on to `get`) leaves the memo's touch to `get`.
+    fn peek(&self, slot: usize, key: &K) -> Option<Arc<T>> {
+        self.find(slot, key, false)
+    }
+
+    fn find(&self, slot: usize, key: &K, count: bool) -> Option<Arc<T>> {
         let mut slots = self.slots.get()?.borrow_mut();
         let found = slots.get_mut(slot % self.size)?.as_mut().filter(|s| s.key == *key)?;
-        found.hits = found.hits.wrapping_add(1);
-        if found.hits % TOUCH_EVERY == 0 {
+        let hits = found.hits.wrapping_add(1);
+        if count {
+            found.hits = hits;
+        }
+        if hits % TOUCH_EVERY == 0 {
             return None;
         }
         found.value.upgrade()
+    }
+
+    /// Counts a hit of what [`Front::peek`] found.
+    fn count(&self, slot: usize, key: &K) {
+        if let Some(slots) = self.slots.get()
+            && let Some(Some(found)) = slots.borrow_mut().get_mut(slot % self.size)
+            && found.key == *key
+        {
+            found.hits = found.hits.wrapping_add(1);
+        }
     }
 
     fn keep(&self, slot: usize, key: K, value: &Arc<T>) {
@@ -224,7 +266,8 @@ const HEADS_FRONT_SLOTS: usize = 8;
 struct HeadSlot {
     segment: Box<str>,
     head: Arc<StoreHead>,
-    expires: Instant,
+    /// [`crate::clock::coarse_millis`] from which the head is not served.
+    expires: u64,
     generation: u64,
     hits: u32,
 }
@@ -236,7 +279,8 @@ impl std::fmt::Debug for HeadsFront {
 }
 
 impl HeadsFront {
-    fn get(&self, segment: &str, generation: u64, now: Instant) -> Option<Arc<StoreHead>> {
+    /// `segment`'s head, counting the hit unless `peek` (as [`Front::get`] and [`Front::peek`]).
+    fn get(&self, segment: &str, generation: u64, now: u64, peek: bool) -> Option<Arc<StoreHead>> {
         let mut slots = self.slots.get()?.borrow_mut();
         let slot = slots.iter_mut().find(|s| *s.segment == *segment)?;
         if slot.generation != generation || now >= slot.expires {
@@ -244,14 +288,26 @@ impl HeadsFront {
         }
         // As for views and blocks: one hit in TOUCH_EVERY is the memo's, so that the heads read
         // most stay recent there.
-        slot.hits = slot.hits.wrapping_add(1);
-        if slot.hits % TOUCH_EVERY == 0 {
+        let hits = slot.hits.wrapping_add(1);
+        if !peek {
+            slot.hits = hits;
+        }
+        if hits % TOUCH_EVERY == 0 {
             return None;
         }
         Some(Arc::clone(&slot.head))
     }
 
-    fn keep(&self, segment: &str, head: &Arc<StoreHead>, expires: Instant, generation: u64) {
+    /// Counts a hit of what a peek found.
+    fn count(&self, segment: &str) {
+        if let Some(slots) = self.slots.get()
+            && let Some(slot) = slots.borrow_mut().iter_mut().find(|s| *s.segment == *segment)
+        {
+            slot.hits = slot.hits.wrapping_add(1);
+        }
+    }
+
+    fn keep(&self, segment: &str, head: &Arc<StoreHead>, expires: u64, generation: u64) {
         let mut slots = self.slots.get_or_default().borrow_mut();
         let slot = HeadSlot { segment: segment.into(), head: Arc::clone(head), expires, generation, hits: 0 };
         if let Some(at) = slots.iter().position(|s| *s.segment == *segment) {
@@ -364,15 +420,29 @@ impl Caches {
     /// `segment`'s head, if this worker thread kept it and it is still to be served (counted
     /// as a hit of the heads' memo).
     pub fn fronted_head(&self, segment: &str) -> Option<Arc<StoreHead>> {
-        let head = self.heads_front.get(segment, self.heads_generation(), Instant::now())?;
-        self.heads.hits.inc();
+        let head = self.peek_head(segment)?;
+        self.count_head(segment);
         Some(head)
+    }
+
+    /// [`Caches::fronted_head`] without counting the hit ([`Caches::count_head`] does).
+    pub fn peek_head(&self, segment: &str) -> Option<Arc<StoreHead>> {
+        // The coarse clock: a head is at most a tick (a few milliseconds) past its TTL here.
+        self.heads_front.get(segment, self.heads_generation(), crate::clock::coarse_millis(), true)
+    }
+
+    /// Counts a hit of the head [`Caches::peek_head`] found.
+    pub fn count_head(&self, segment: &str) {
+        self.heads_front.count(segment);
+        self.heads.hits.inc();
     }
 
     /// Keeps `head`, as the memo gave it when `generation` was current, in this thread's front
     /// until it would leave the memo.
     pub fn front_head(&self, segment: &str, (head, loaded): &LoadedHead, generation: u64) {
-        self.heads_front.keep(segment, head, *loaded + self.heads_ttl, generation);
+        let left = (*loaded + self.heads_ttl).saturating_duration_since(Instant::now());
+        let expires = crate::clock::coarse_millis() + u64::try_from(left.as_millis()).unwrap_or(u64::MAX / 2);
+        self.heads_front.keep(segment, head, expires, generation);
     }
 
     /// Forgets every store head (when the change feed follows again after an interruption:
@@ -422,35 +492,45 @@ mod tests {
     #[test]
     fn a_heads_front_serves_a_head_until_its_expiry_or_the_next_invalidation() {
         let front = HeadsFront::default();
-        let now = Instant::now();
-        let later = now + Duration::from_millis(500);
-        assert!(front.get("era5", 0, now).is_none(), "nothing kept yet");
+        let now = crate::clock::coarse_millis();
+        let later = now + 500;
+        assert!(front.get("era5", 0, now, false).is_none(), "nothing kept yet");
         front.keep("era5", &version(1), later, 0);
-        assert_eq!(front.get("era5", 0, now).as_deref(), Some(&*version(1)));
-        assert!(front.get("era5@1", 0, now).is_none(), "another segment");
-        assert!(front.get("era5", 1, now).is_none(), "an invalidation since it was kept");
-        assert!(front.get("era5", 0, later).is_none(), "its expiry");
+        assert_eq!(front.get("era5", 0, now, false).as_deref(), Some(&*version(1)));
+        assert!(front.get("era5@1", 0, now, false).is_none(), "another segment");
+        assert!(front.get("era5", 1, now, false).is_none(), "an invalidation since it was kept");
+        assert!(front.get("era5", 0, later, false).is_none(), "its expiry");
         front.keep("era5", &version(2), later, 1);
-        assert_eq!(front.get("era5", 1, now).as_deref(), Some(&*version(2)), "kept again, replaced");
+        assert_eq!(front.get("era5", 1, now, false).as_deref(), Some(&*version(2)), "kept again, replaced");
         // Another thread has a front of its own.
         std::thread::scope(|s| {
-            s.spawn(|| assert!(front.get("era5", 1, now).is_none()));
+            s.spawn(|| assert!(front.get("era5", 1, now, false).is_none()));
         });
         // Full: the head expiring first makes room.
         for i in 0..HEADS_FRONT_SLOTS as i64 {
-            front.keep(&format!("s{i}"), &version(i), later + Duration::from_millis(i as u64 + 1), 1);
+            front.keep(&format!("s{i}"), &version(i), later + i as u64 + 1, 1);
         }
-        assert!(front.get("era5", 1, now).is_none(), "era5 expired first: replaced");
-        assert!(front.get("s0", 1, now).is_some() && front.get("s7", 1, now).is_some());
+        assert!(front.get("era5", 1, now, false).is_none(), "era5 expired first: replaced");
+        assert!(front.get("s0", 1, now, false).is_some() && front.get("s7", 1, now, false).is_some());
     }
 
     #[test]
     fn one_hit_in_touch_every_goes_to_the_memo() {
         let front = HeadsFront::default();
-        let now = Instant::now();
-        front.keep("era5", &version(1), now + Duration::from_secs(60), 0);
-        let served = (0..TOUCH_EVERY * 2).filter(|_| front.get("era5", 0, now).is_some()).count();
+        let now = crate::clock::coarse_millis();
+        front.keep("era5", &version(1), now + 60_000, 0);
+        let served = (0..TOUCH_EVERY * 2).filter(|_| front.get("era5", 0, now, false).is_some()).count();
         assert_eq!(served, (TOUCH_EVERY as usize - 1) * 2);
+        // A peek neither counts nor takes the memo's hit: a read that peeked and then asked
+        // (the synchronous read, then the other) leaves the touch to the asking.
+        let mut touched = 0;
+        for _ in 0..TOUCH_EVERY * 2 {
+            match front.get("era5", 0, now, true) {
+                Some(_) => front.count("era5"),
+                None => touched += usize::from(front.get("era5", 0, now, false).is_none()),
+            }
+        }
+        assert_eq!(touched, 2, "one touch in TOUCH_EVERY, peeked or not");
     }
 
     #[test]

@@ -122,6 +122,38 @@ impl Reader {
         }
     }
 
+    /// [`Reader::open`] for a version this worker thread has at hand (its head and view in the
+    /// thread's fronts); `None` when it would have to wait, or the answer is an error. Not counted
+    /// as cache hits until [`Reader::count_now`].
+    pub fn open_now(&self, segment: &str) -> Option<Arc<VersionView>> {
+        match &*self.caches.peek_head(segment)? {
+            StoreHead::Version(head) => self.caches.views.peek_fronted(&self.caches.views_front, &head.id),
+            _ => None,
+        }
+    }
+
+    /// [`Reader::chunk`] for an inline chunk whose block this worker thread has at hand; `None`
+    /// for anything else (a missing or virtual chunk, a block to load). Not counted until
+    /// [`Reader::count_now`].
+    pub fn inline_chunk_now(&self, view: &VersionView, node: &Node, at: ChunkLocation) -> Option<Chunk> {
+        let key = (view.head.id, node.index, at.tile);
+        let block = self.caches.blocks.peek_fronted(&self.caches.blocks_front, &key)?;
+        match block.get(at.slot) {
+            ChunkRef::Inline(bytes) => Some(Chunk::Bytes { etag: etag('i', &bytes), bytes }),
+            _ => None,
+        }
+    }
+
+    /// Counts the cache hits of a read answered from [`Reader::open_now`] (of `segment`, which
+    /// gave `view`) and, if it read one, [`Reader::inline_chunk_now`] (of that node and location).
+    pub fn count_now(&self, segment: &str, view: &VersionView, chunk: Option<(&Node, ChunkLocation)>) {
+        self.caches.count_head(segment);
+        self.caches.views.count_peeked(&self.caches.views_front, &view.head.id);
+        if let Some((node, at)) = chunk {
+            self.caches.blocks.count_peeked(&self.caches.blocks_front, &(view.head.id, node.index, at.tile));
+        }
+    }
+
     /// What is served under `store` (current, or version `pinned`), cached under `segment`.
     /// A store deleted (and not registered again) is [`StoreHead::Deleted`], pinned or not.
     pub async fn head(&self, segment: &str, store: &str, pinned: Option<i64>) -> Result<Arc<StoreHead>> {

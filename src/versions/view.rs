@@ -61,11 +61,8 @@ impl RenderedDoc {
     /// it is large and not yet made: one thread for all the readers who ask meanwhile (they
     /// wait asynchronously), and at most one more if the view's own task is compressing it then.
     pub async fn gzip_off_workers(&self) -> Option<Bytes> {
-        if let Some(done) = self.gzip.get() {
-            return done.clone();
-        }
-        if self.identity.len() < EAGER_GZIP_BYTES {
-            return self.gzip().cloned();
+        if let Some(done) = self.gzip_now() {
+            return done;
         }
         let pending = self.compressing.get_or_init(|| {
             let (cell, identity) = (Arc::clone(&self.gzip), self.identity.clone());
@@ -73,6 +70,15 @@ impl RenderedDoc {
             async move { task.await.ok().flatten() }.boxed().shared()
         });
         pending.clone().await
+    }
+
+    /// The gzip-compressed body (as [`RenderedDoc::gzip`]) if it needs no waiting: made, or small
+    /// enough to make here; `None` for a large one not yet made ([`RenderedDoc::gzip_off_workers`]).
+    pub fn gzip_now(&self) -> Option<Option<Bytes>> {
+        if let Some(done) = self.gzip.get() {
+            return Some(done.clone());
+        }
+        (self.identity.len() < EAGER_GZIP_BYTES).then(|| self.gzip().cloned())
     }
 
     /// What it weighs: its bodies, a lazily compressed one counted at half the identity's size.

@@ -75,7 +75,10 @@ pub struct Hierarchy {
     /// In path order.
     nodes: Vec<Node>,
     /// Position in `nodes` by path.
-    by_path: HashMap<String, u32>,
+    /// foldhash, not SipHash: looked up on every read, with paths a client chooses but cannot
+    /// insert (registration does), so there is no table for a client to fill with collisions
+    /// (callgrind: 230 instructions a lookup with SipHash).
+    by_path: HashMap<String, u32, foldhash::fast::RandomState>,
 }
 
 impl Hierarchy {
