@@ -28,8 +28,12 @@ const PIECE: u64 = 256 << 10;
 /// Bytes read per piece the page cache holds, on the async worker (`preadv2` with
 /// `RWF_NOWAIT`: it never waits for a disk). Small enough that the piece is still in the CPU's
 /// cache when the socket copies it out: with 256 KiB pieces the copy to the socket cost twice
-/// the copy from the page cache (perf, bench/README.md "Stop 17").
-const CACHED_PIECE: u64 = 64 << 10;
+/// the copy from the page cache on one machine (perf, bench/README.md "Stop 17"); large enough
+/// that a write to the socket is not paid per few packets: on another, 64 KiB pieces served
+/// 1 MiB chunks at 0.83x nginx, 128 KiB and 256 KiB at 0.97x (the kernel's TCP pacing timer,
+/// armed per write, was 11% of the server's time; "Stop 20"). No more memory than a piece not
+/// cached ([`PIECE`]) holds.
+const CACHED_PIECE: u64 = 128 << 10;
 
 /// How long an opened file is used again without opening its path anew. Each read still checks
 /// the open file (`fstat`, no path walk): a file no path names any more (deleted, or replaced by
