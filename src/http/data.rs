@@ -96,7 +96,7 @@ pub(super) fn key_split(path: &str) -> Option<usize> {
     let (mut slash, mut last) = (None, b'/');
     for (i, b) in rest.bytes().enumerate() {
         match b {
-            // `//` is collapsed on the router's way (server.rs, `collapse_slashes`).
+            // `//` is collapsed on the router's way (front.rs, `collapse_slashes`).
             b'/' if last == b'/' => return None,
             b'%' => return None,
             b'/' if slash.is_none() => slash = Some(i),

@@ -17,7 +17,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, header};
 use axum::response::Response;
 use futures::FutureExt;
 use hyper::body::Incoming;
@@ -68,7 +68,7 @@ impl Front {
             return reads.answer(request.into_parts().0, split).await;
         }
         let request = request.map(|body| Body::new(TimeoutBody::new(body_timeout, body)));
-        let request = super::server::collapse_slashes(request);
+        let request = collapse_slashes(request);
         match self.router.clone().oneshot(request).await {
             Ok(response) => response,
             Err(never) => match never {},
@@ -129,4 +129,30 @@ fn cors_headers() -> Option<HeaderMap> {
     let answered = super::cors().layer(empty).oneshot(Request::new(Body::empty())).now_or_never()?;
     let Ok(response) = answered;
     Some(response.headers().clone())
+}
+
+/// `//` in a path means `/` (obstore with a trailing-slash base URL sends `store//zarr.json`).
+fn collapse_slashes(mut request: Request) -> Request {
+    let path = request.uri().path();
+    if !path.contains("//") {
+        return request;
+    }
+    let mut collapsed = String::with_capacity(path.len());
+    for c in path.chars() {
+        if !(c == '/' && collapsed.ends_with('/')) {
+            collapsed.push(c);
+        }
+    }
+    let rebuilt = match request.uri().query() {
+        Some(q) => format!("{collapsed}?{q}"),
+        None => collapsed,
+    };
+    if let Ok(path_and_query) = rebuilt.parse() {
+        let mut parts = request.uri().clone().into_parts();
+        parts.path_and_query = Some(path_and_query);
+        if let Ok(uri) = Uri::from_parts(parts) {
+            *request.uri_mut() = uri;
+        }
+    }
+    request
 }

@@ -1,6 +1,6 @@
 //! The HTTP server: accepts connections (no Nagle) up to `http.max_connections`, answers one
 //! more with 503, serves each over HTTP/1.1 under the timeouts of `[http]`
-//! ([`connection`]), collapses `//` in paths, and on shutdown stops accepting and lets
+//! ([`connection`]), and on shutdown stops accepting and lets
 //! in-flight requests finish.
 //!
 //! HTTP/1.1 only: no Zarr client speaks h2c (README, "HTTP"), and HTTP/2 would let one
@@ -14,8 +14,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::Request;
-use axum::http::Uri;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
@@ -96,30 +94,4 @@ async fn accept_failed(e: std::io::Error) {
     }
     tracing::error!(error = %e, "accepting a connection failed; pausing accepts for a second");
     tokio::time::sleep(Duration::from_secs(1)).await;
-}
-
-/// `//` in a path means `/` (obstore with a trailing-slash base URL sends `store//zarr.json`).
-pub fn collapse_slashes(mut request: Request) -> Request {
-    let path = request.uri().path();
-    if !path.contains("//") {
-        return request;
-    }
-    let mut collapsed = String::with_capacity(path.len());
-    for c in path.chars() {
-        if !(c == '/' && collapsed.ends_with('/')) {
-            collapsed.push(c);
-        }
-    }
-    let rebuilt = match request.uri().query() {
-        Some(q) => format!("{collapsed}?{q}"),
-        None => collapsed,
-    };
-    if let Ok(path_and_query) = rebuilt.parse() {
-        let mut parts = request.uri().clone().into_parts();
-        parts.path_and_query = Some(path_and_query);
-        if let Ok(uri) = Uri::from_parts(parts) {
-            *request.uri_mut() = uri;
-        }
-    }
-    request
 }
