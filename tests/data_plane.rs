@@ -264,7 +264,10 @@ both_backends! {
             (&format!("{demo}/x/c/0"), &[("x-request-id", "mine-42")]),
         ];
         let mut etag_of_first = None;
-        for (path, headers) in cases {
+        // Twice: a worker thread answers a read in front of the router without waiting only once
+        // it has the store's head and view at hand, and a full answer from a head it built once
+        // (`answer::full`); the first round may find neither.
+        for (path, headers) in cases.iter().chain(cases) {
             let plain = server.get(&format!("/{path}"), headers).await;
             // The last character of the path, percent-encoded: the router decodes it back.
             let last = path.len() - path.chars().last().unwrap().len_utf8();
@@ -290,7 +293,7 @@ both_backends! {
         let tag = etag_of_first.unwrap();
         assert_eq!(server.get("/demo/x/c/0", &[("if-none-match", &tag)]).await.status(), StatusCode::NOT_MODIFIED);
         let route = [("route", "/{store}/{*key}"), ("method", "GET")];
-        for (status, at_least) in [("200", 12.0), ("206", 2.0), ("304", 1.0), ("400", 2.0), ("404", 8.0)] {
+        for (status, at_least) in [("200", 24.0), ("206", 4.0), ("304", 1.0), ("400", 4.0), ("404", 16.0)] {
             let labels = [route[0], route[1], ("status", status)];
             let counted = server.metric_sum("zarrgate_http_requests_total", &labels).await;
             assert!(counted >= at_least, "{status}: {counted}");

@@ -2,8 +2,12 @@
 //! listings): metadata documents and chunks with their ETags, Range and conditional requests,
 //! and the headers every answer about a version carries.
 
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
@@ -39,24 +43,28 @@ pub(super) async fn metadata(doc: &RenderedDoc, headers: &HeaderMap, served: &Se
     metadata_with(doc, gzip, headers, served)
 }
 
-/// [`metadata`] if it needs no waiting; `None` when a large gzip body is still to be made.
-pub(super) fn metadata_now(doc: &RenderedDoc, headers: &HeaderMap, served: &Served) -> Option<Response> {
-    let gzip = if accepts_gzip(headers) { doc.gzip_now()? } else { None };
-    Some(metadata_with(doc, gzip, headers, served))
-}
-
 /// `doc`'s answer, from `gzip` when there is one and the client asked for it.
 fn metadata_with(doc: &RenderedDoc, gzip: Option<Bytes>, headers: &HeaderMap, served: &Served) -> Response {
-    let (body, etag, encoding) = match gzip {
-        Some(gz) => (gz, &doc.gzip_etag, Some("gzip")),
-        None => (doc.identity.clone(), &doc.etag, None),
-    };
+    match gzip {
+        Some(gz) => metadata_with_tag(gz, &doc.gzip_etag, true, headers, served),
+        None => metadata_with_tag(doc.identity.clone(), &doc.etag, false, headers, served),
+    }
+}
+
+/// A metadata document's answer from its body (`gzip`-compressed or not) and the body's ETag.
+pub(super) fn metadata_with_tag(
+    body: Bytes,
+    etag: &HeaderValue,
+    gzip: bool,
+    headers: &HeaderMap,
+    served: &Served,
+) -> Response {
     let mut response = bytes_response(body, etag, "application/json", headers, served);
     let success = response.status().is_success();
     let h = response.headers_mut();
     h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
-    if let Some(encoding) = encoding.filter(|_| success) {
-        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static(encoding));
+    if gzip && success {
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     }
     response
 }
@@ -82,7 +90,7 @@ pub(super) async fn chunk(
 }
 
 /// A chunk whose bytes are at hand (inline, or a fill chunk) tagged `etag`.
-pub(super) fn bytes_chunk(bytes: Bytes, etag: &str, headers: &HeaderMap, served: &Served) -> Response {
+fn bytes_chunk(bytes: Bytes, etag: &str, headers: &HeaderMap, served: &Served) -> Response {
     bytes_response(bytes, &tag_value(etag), "application/octet-stream", headers, served)
 }
 
@@ -209,8 +217,167 @@ fn set_common(h: &mut HeaderMap, tag: &HeaderValue, content_type: &'static str, 
     h.insert(header::ETAG, tag.clone());
 }
 
+/// Headers added to the answers given in front of the router (the CORS layer's there), and the
+/// number of the set: a head built with one set is never reused with another.
+pub(super) struct Added {
+    id: u64,
+    /// Each header, and whether it is added to (`Vary`) rather than set.
+    headers: Vec<(HeaderName, HeaderValue, bool)>,
+}
+
+impl Added {
+    pub(super) fn new(headers: Vec<(HeaderName, HeaderValue, bool)>) -> Self {
+        static SETS: AtomicU64 = AtomicU64::new(0);
+        Self { id: SETS.fetch_add(1, Ordering::Relaxed), headers }
+    }
+
+    /// `response` with the headers, as the CORS layer adds them: `Vary` added to, the others set.
+    pub(super) fn apply(&self, mut response: Response) -> Response {
+        self.apply_to(response.headers_mut());
+        response
+    }
+
+    fn apply_to(&self, h: &mut HeaderMap) {
+        for (name, value, vary) in &self.headers {
+            if *vary {
+                h.append(name, value.clone());
+            } else {
+                h.insert(name, value.clone());
+            }
+        }
+    }
+}
+
+/// The body of a full answer, which decides its head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// A metadata document as rendered.
+    Json,
+    /// A metadata document, gzip-compressed.
+    JsonGzip,
+    /// A chunk's bytes.
+    Octet,
+}
+
+/// The answer (200, all of `body`) to a GET of something in `view` that asks for no range and
+/// revalidates nothing: with the headers [`metadata_with`] and [`bytes_chunk`] would give it
+/// (and `versioned`, and `added`), from a head built once per thread, version, kind, URL form
+/// and `added`, then cloned. Cloning a map of a dozen headers costs a fifth of inserting them
+/// one by one (hashing each name, probing, growing): bench/README.md, "Stop 21". The head's
+/// first entry is the ETag, set here; its second the request id, set by the caller.
+pub(super) fn full(
+    view: &Arc<VersionView>,
+    kind: Kind,
+    pinned: bool,
+    served: impl FnOnce() -> Served,
+    added: &Added,
+    tag: &HeaderValue,
+    body: Bytes,
+) -> Response {
+    let mut h = HEADS.with_borrow_mut(|heads| heads.find(view, kind, pinned, added, served).clone());
+    match h.iter_mut().next() {
+        Some((name, value)) if name == header::ETAG => *value = tag.clone(),
+        _ => drop(h.insert(header::ETAG, tag.clone())),
+    }
+    let mut response = Response::new(Body::from(body));
+    *response.headers_mut() = h;
+    response
+}
+
+thread_local! {
+    /// The heads of full answers this thread built last ([`full`]).
+    static HEADS: RefCell<Heads> = const { RefCell::new(Heads { kept: Vec::new(), next: 0 }) };
+}
+
+/// How many heads a thread keeps: a few stores' versions, in each kind and URL form.
+const HEADS_KEPT: usize = 16;
+
+struct Heads {
+    kept: Vec<Head>,
+    /// Which one the next new head replaces, once there are [`HEADS_KEPT`].
+    next: usize,
+}
+
+/// A head of full answers about one version (held weakly: a view that leaves the cache is freed,
+/// and its address is not reused while this is kept, so that a new view cannot be mistaken for
+/// it).
+struct Head {
+    view: Weak<VersionView>,
+    kind: Kind,
+    pinned: bool,
+    added: u64,
+    head: HeaderMap,
+}
+
+impl Heads {
+    fn find(
+        &mut self,
+        view: &Arc<VersionView>,
+        kind: Kind,
+        pinned: bool,
+        added: &Added,
+        served: impl FnOnce() -> Served,
+    ) -> &HeaderMap {
+        let found = self.kept.iter().position(|k| {
+            k.view.as_ptr() == Arc::as_ptr(view) && k.kind == kind && k.pinned == pinned && k.added == added.id
+        });
+        let at = match found {
+            Some(at) => at,
+            None => {
+                let head = Head {
+                    view: Arc::downgrade(view),
+                    kind,
+                    pinned,
+                    added: added.id,
+                    head: head(kind, &served(), added),
+                };
+                if self.kept.len() < HEADS_KEPT {
+                    self.kept.push(head);
+                    self.kept.len() - 1
+                } else {
+                    let at = self.next;
+                    self.next = (at + 1) % HEADS_KEPT;
+                    self.kept[at] = head;
+                    at
+                }
+            }
+        };
+        &self.kept[at].head
+    }
+}
+
+/// The head of full answers of `kind` about the version `served` names: the headers of
+/// [`metadata_with`] or [`bytes_chunk`] for a 200, of `versioned`, and `added`; the ETag's and
+/// the request id's places first, to be filled per answer.
+fn head(kind: Kind, served: &Served, added: &Added) -> HeaderMap {
+    let mut h = HeaderMap::with_capacity(16);
+    let unset = HeaderValue::from_static("-");
+    h.insert(header::ETAG, unset.clone());
+    h.insert(super::observe::REQUEST_ID, unset.clone());
+    // The version's own values copied for this thread: a clone of one shared by every thread
+    // counts its users in memory that every core writes.
+    let own = |v: &HeaderValue| HeaderValue::from_bytes(v.as_bytes()).unwrap_or_else(|_| v.clone());
+    let served = Served {
+        cache_control: served.cache_control.clone(),
+        version: own(&served.version),
+        last_modified: own(&served.last_modified),
+        head_only: false,
+    };
+    let content_type = if kind == Kind::Octet { "application/octet-stream" } else { "application/json" };
+    set_common(&mut h, &unset, content_type, &served);
+    if kind != Kind::Octet {
+        h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    }
+    if kind == Kind::JsonGzip {
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
+    h.insert(super::data::VERSION_HEADER, served.version);
+    added.apply_to(&mut h);
+    h
+}
+
 /// An ETag as a header value (ours are always visible ASCII).
-fn tag_value(tag: &str) -> HeaderValue {
+pub(super) fn tag_value(tag: &str) -> HeaderValue {
     HeaderValue::from_str(tag).unwrap_or(HeaderValue::from_static("\"\""))
 }
 
@@ -219,7 +386,7 @@ fn content_range(range: &std::ops::Range<u64>, len: u64) -> HeaderValue {
         .unwrap_or(HeaderValue::from_static("bytes */0"))
 }
 
-fn accepts_gzip(headers: &HeaderMap) -> bool {
+pub(super) fn accepts_gzip(headers: &HeaderMap) -> bool {
     let items =
         headers.get_all(header::ACCEPT_ENCODING).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(','));
     // RFC 9110 12.5.3: an explicit `gzip` entry decides, `*` only speaks for codings not named.

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use super::answer::{Served, Target, chunk, metadata};
-use super::{answer, browser, listing, v2};
+use super::{answer, browser, listing, range, v2};
 use crate::app::AppState;
 use crate::config::Config;
 use crate::error::ApiError;
@@ -264,33 +264,57 @@ fn versioned(mut response: Response, served: Served) -> Response {
 
 /// [`read_key`] answered without waiting, from what this worker thread has at hand (the
 /// store's head and view, and an inline chunk's block, in its fronts): a metadata document or
-/// an inline chunk, with any status but an error. `None` for anything else, which [`read_key`]
-/// answers. The same answer, at a fraction of the cost: no future per layer, no `Response` moved
-/// through each (bench/README.md, "Stop 20").
-pub(super) fn read_key_now(plane: &Plane, (store, key): (&str, &str), request: &Parts) -> Option<Response> {
+/// an inline chunk, with any status but an error, and the headers `added`. `None` for anything
+/// else, which [`read_key`] answers. The same answer, at a fraction of the cost: no future per
+/// layer, no `Response` moved through each (bench/README.md, "Stop 20"), and for a full answer
+/// (200) a head built once ([`answer::full`], "Stop 21").
+pub(super) fn read_key_now(
+    plane: &Plane,
+    (store, key): (&str, &str),
+    request: &Parts,
+    added: &answer::Added,
+) -> Option<Response> {
     if key.ends_with('/') {
         return None;
     }
     let (_, pinned) = pinned_version(store).ok()?;
     let view = plane.app.reader.open_now(store)?;
-    let served = plane.served(&view, pinned, &request.method);
     let headers = &request.headers;
-    let (response, chunk) = match view.hierarchy.resolve(key) {
-        Resolved::Metadata(node) => (answer::metadata_now(&view.docs[node.index as usize], headers, &served)?, None),
+    let (body, tag, kind, chunk) = match view.hierarchy.resolve(key) {
+        Resolved::Metadata(node) => {
+            let doc = &view.docs[node.index as usize];
+            match if answer::accepts_gzip(headers) { doc.gzip_now()? } else { None } {
+                Some(gzip) => (gzip, doc.gzip_etag.clone(), answer::Kind::JsonGzip, None),
+                None => (doc.identity.clone(), doc.etag.clone(), answer::Kind::Json, None),
+            }
+        }
         Resolved::Chunk { node, location, .. } => match plane.app.reader.inline_chunk_now(&view, node, location)? {
             Chunk::Bytes { bytes, etag } => {
-                (answer::bytes_chunk(bytes, &etag, headers, &served), Some((node, location)))
+                (bytes, answer::tag_value(&etag), answer::Kind::Octet, Some((node, location)))
             }
             _ => return None,
         },
         Resolved::NotFound(_) => return None,
     };
-    let status = response.status();
-    if status.is_client_error() || status.is_server_error() {
-        return None;
-    }
+    let served = || plane.served(&view, pinned, &request.method);
+    let full = request.method == Method::GET
+        && matches!(range::plan(headers, body.len() as u64, tag.to_str().unwrap_or_default()), range::Plan::Full);
+    let response = if full {
+        answer::full(&view, kind, pinned.is_some(), served, added, &tag, body)
+    } else {
+        let served = served();
+        let response = match kind {
+            answer::Kind::Octet => answer::bytes_response(body, &tag, "application/octet-stream", headers, &served),
+            _ => answer::metadata_with_tag(body, &tag, kind == answer::Kind::JsonGzip, headers, &served),
+        };
+        let status = response.status();
+        if status.is_client_error() || status.is_server_error() {
+            return None;
+        }
+        added.apply(versioned(response, served))
+    };
     plane.app.reader.count_now(store, &view, chunk);
-    Some(versioned(response, served))
+    Some(response)
 }
 
 /// A version number as written in a pinned URL: digits only, no sign, no leading zero.

@@ -17,7 +17,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, header};
+use axum::http::{HeaderMap, Method, Uri, header};
 use axum::response::Response;
 use futures::FutureExt;
 use hyper::body::Incoming;
@@ -40,8 +40,8 @@ pub(super) struct Front {
 struct Reads {
     plane: Arc<Plane>,
     observer: Arc<Observer>,
-    /// The CORS headers, and whether each is `Vary` (added to, not set).
-    cors: Vec<(HeaderName, HeaderValue, bool)>,
+    /// The CORS headers.
+    cors: answer::Added,
 }
 
 impl Front {
@@ -51,7 +51,7 @@ impl Front {
         let reads = reads.and_then(|(plane, observer, cors)| {
             let cors = if cors { cors_headers()? } else { HeaderMap::new() };
             let cors = cors.iter().map(|(n, v)| (n.clone(), answer::lasting(v), n == header::VARY)).collect();
-            Some(Reads { plane, observer, cors })
+            Some(Reads { plane, observer, cors: answer::Added::new(cors) })
         });
         Self { router, reads }
     }
@@ -84,8 +84,8 @@ impl Reads {
         let at = data::key_at(path, split);
         let (observed, id) = Observed::start(&self.observer, &request.headers);
         let (now, id) = logs::in_request(id, || {
-            let response = data::read_key_now(&self.plane, at, &request)?;
-            Some(observed.finish_now(&self.observer, data::KEY_ROUTE, &Method::GET, path, self.cors(response)))
+            let response = data::read_key_now(&self.plane, at, &request, &self.cors)?;
+            Some(observed.finish_now(&self.observer, data::KEY_ROUTE, &Method::GET, path, response))
         });
         let response = match now {
             Some(mut response) => {
@@ -94,7 +94,7 @@ impl Reads {
             }
             None => {
                 observe::identified(id, async {
-                    let response = self.cors(data::read_key(&self.plane, at, &request).await);
+                    let response = self.cors.apply(data::read_key(&self.plane, at, &request).await);
                     observed.finish(&self.observer, data::KEY_ROUTE, &Method::GET, path, response).await
                 })
                 .await
@@ -102,20 +102,6 @@ impl Reads {
         };
         // The request's header map, emptied, becomes the next answer's (answer.rs, `sized`).
         answer::recycle(request.headers);
-        response
-    }
-
-    /// `response` with the CORS headers.
-    fn cors(&self, mut response: Response) -> Response {
-        let h = response.headers_mut();
-        for (name, value, vary) in &self.cors {
-            // As the CORS layer does: `Vary` added to, the others set.
-            if *vary {
-                h.append(name, value.clone());
-            } else {
-                h.insert(name, value.clone());
-            }
-        }
         response
     }
 }
