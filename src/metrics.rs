@@ -1,5 +1,11 @@
 //! Prometheus metrics, declared once: each field's doc comment is its help text.
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
@@ -35,10 +41,19 @@ impl Family for IntCounter {
     }
 }
 
+/// The upper bounds of every latency histogram's buckets, in seconds.
+const LATENCY_BUCKETS: [f64; 15] =
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
 impl Family for HistogramVec {
     fn build(name: &str, help: &str, labels: &[&str]) -> prometheus::Result<Self> {
-        let buckets = vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
-        HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
+        HistogramVec::new(HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()), labels)
+    }
+}
+
+impl Family for HttpRequests {
+    fn build(name: &str, help: &str, labels: &[&str]) -> prometheus::Result<Self> {
+        HttpRequests::new(name, help, labels)
     }
 }
 
@@ -67,10 +82,8 @@ macro_rules! metrics {
 }
 
 metrics! {
-    /// HTTP requests by route template, method and status.
-    http_requests_total: IntCounterVec = ["route", "method", "status"],
     /// HTTP request latency to the response head, by route template, method and status.
-    http_request_duration_seconds: HistogramVec = ["route", "method", "status"],
+    http_request_duration_seconds: HttpRequests = ["route", "method", "status"],
     /// HTTP connections being served now.
     http_connections_open: IntGauge = [],
     /// HTTP connections closed, by reason: `client` (the client closed it, or it ended after a
@@ -141,5 +154,202 @@ impl Metrics {
             return String::new();
         }
         String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// `zarrgate_http_request_duration_seconds` (a histogram) and `zarrgate_http_requests_total` (its
+/// count, as a counter of its own), counted by each worker thread in series of its own and summed
+/// when collected. Every request is counted in them: with one series per label set shared by
+/// every thread, each request wrote five counters (the counter, the histogram's count, bucket and
+/// sum) in memory that every core writes, each write a cache line taken from the other cores.
+/// Here a thread's series lives in its own lines.
+#[derive(Debug, Clone)]
+pub struct HttpRequests(Arc<Families>);
+
+#[derive(Debug)]
+struct Families {
+    durations: Desc,
+    requests: Desc,
+    series: Mutex<Vec<Arc<RequestSeries>>>,
+}
+
+/// One thread's counts of one route, method and status: the requests in each latency bucket
+/// (the last above every bound) and their total seconds.
+#[derive(Debug)]
+pub struct RequestSeries {
+    labels: [String; 3],
+    buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    /// The total, as the bits of an `f64`: written by the series' thread only.
+    seconds: AtomicU64,
+}
+
+impl RequestSeries {
+    /// Counts a request that took `seconds`. Only ever called by the thread that asked for the
+    /// series ([`HttpRequests::series`]): the sum is read and written back, not added atomically.
+    pub fn observe(&self, seconds: f64) {
+        let at = LATENCY_BUCKETS.iter().position(|bound| seconds <= *bound).unwrap_or(LATENCY_BUCKETS.len());
+        self.buckets[at].fetch_add(1, Ordering::Relaxed);
+        let total = f64::from_bits(self.seconds.load(Ordering::Relaxed)) + seconds;
+        self.seconds.store(total.to_bits(), Ordering::Relaxed);
+    }
+}
+
+impl HttpRequests {
+    fn new(name: &str, help: &str, labels: &[&str]) -> prometheus::Result<Self> {
+        let labels: Vec<String> = labels.iter().map(|l| (*l).to_owned()).collect();
+        let requests = Desc::new(
+            "zarrgate_http_requests_total".to_owned(),
+            "HTTP requests by route template, method and status.".to_owned(),
+            labels.clone(),
+            Default::default(),
+        )?;
+        let durations = Desc::new(name.to_owned(), help.to_owned(), labels, Default::default())?;
+        Ok(Self(Arc::new(Families { durations, requests, series: Mutex::new(Vec::new()) })))
+    }
+
+    /// A new series of `route`, `method` and `status`, for the calling thread alone.
+    pub fn series(&self, route: &str, method: &str, status: &str) -> Arc<RequestSeries> {
+        let series = Arc::new(RequestSeries {
+            labels: [route.to_owned(), method.to_owned(), status.to_owned()],
+            buckets: Default::default(),
+            seconds: AtomicU64::new(0f64.to_bits()),
+        });
+        self.0.series.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(series.clone());
+        series
+    }
+}
+
+impl Collector for HttpRequests {
+    fn desc(&self) -> Vec<&Desc> {
+        vec![&self.0.durations, &self.0.requests]
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let this = &self.0;
+        // Every thread's series of a label set summed; the count is the buckets' sum, so that
+        // the histogram's buckets, its count and the counter always agree.
+        let mut summed: BTreeMap<&[String; 3], ([u64; LATENCY_BUCKETS.len() + 1], f64)> = BTreeMap::new();
+        let series = this.series.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for one in series.iter() {
+            let (buckets, seconds) = summed.entry(&one.labels).or_default();
+            for (sum, bucket) in buckets.iter_mut().zip(&one.buckets) {
+                *sum += bucket.load(Ordering::Relaxed);
+            }
+            *seconds += f64::from_bits(one.seconds.load(Ordering::Relaxed));
+        }
+        // Sorted by name, as the metric vectors write theirs.
+        let label_pairs = |desc: &Desc, values: &[String; 3]| {
+            let mut pairs: Vec<_> = desc
+                .variable_labels
+                .iter()
+                .zip(values)
+                .map(|(name, value)| {
+                    let mut pair = proto::LabelPair::default();
+                    pair.set_name(name.clone());
+                    pair.set_value(value.clone());
+                    pair
+                })
+                .collect();
+            pairs.sort_by(|a, b| a.name().cmp(b.name()));
+            pairs
+        };
+        let (mut durations, mut requests) = (Vec::with_capacity(summed.len()), Vec::with_capacity(summed.len()));
+        for (labels, (buckets, seconds)) in &summed {
+            let count: u64 = buckets.iter().sum();
+            let mut histogram = proto::Histogram::default();
+            histogram.set_sample_count(count);
+            histogram.set_sample_sum(*seconds);
+            let mut cumulative = 0;
+            histogram.set_bucket(
+                LATENCY_BUCKETS
+                    .iter()
+                    .zip(buckets)
+                    .map(|(bound, n)| {
+                        cumulative += n;
+                        let mut bucket = proto::Bucket::default();
+                        bucket.set_cumulative_count(cumulative);
+                        bucket.set_upper_bound(*bound);
+                        bucket
+                    })
+                    .collect(),
+            );
+            let mut metric = proto::Metric::default();
+            metric.set_label(label_pairs(&this.durations, labels));
+            metric.set_histogram(histogram);
+            durations.push(metric);
+            let mut counter = proto::Counter::default();
+            counter.set_value(count as f64);
+            let mut metric = proto::Metric::default();
+            metric.set_label(label_pairs(&this.requests, labels));
+            metric.set_counter(counter);
+            requests.push(metric);
+        }
+        let family = |desc: &Desc, kind, metrics| {
+            let mut family = MetricFamily::default();
+            family.set_name(desc.fq_name.clone());
+            family.set_help(desc.help.clone());
+            family.set_field_type(kind);
+            family.set_metric(metrics);
+            family
+        };
+        vec![
+            family(&this.durations, MetricType::HISTOGRAM, durations),
+            family(&this.requests, MetricType::COUNTER, requests),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the families say, as text, for requests counted by several threads: the same text as
+    /// a counter vector and a histogram vector counting the same requests in shared series.
+    #[test]
+    fn per_thread_series_read_as_shared_ones() {
+        let metrics = Metrics::new().unwrap();
+        let requests = [
+            // Sums exact in binary, whatever the order they are added in.
+            ("/{store}/{*key}", "GET", "200", 0.0001220703125),
+            ("/{store}/{*key}", "GET", "200", 0.00390625),
+            ("/{store}/{*key}", "GET", "404", 0.75),
+            ("/api/v1/stores", "PUT", "201", 42.0),
+        ];
+        // Two threads, each with its own series of every label set.
+        std::thread::scope(|scope| {
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    for (route, method, status, seconds) in requests {
+                        metrics.http_request_duration_seconds.series(route, method, status).observe(seconds);
+                    }
+                });
+            }
+        });
+        let reference = Registry::new();
+        let labels = ["route", "method", "status"];
+        let counter = IntCounterVec::new(
+            Opts::new("zarrgate_http_requests_total", "HTTP requests by route template, method and status."),
+            &labels,
+        )
+        .unwrap();
+        let help = "HTTP request latency to the response head, by route template, method and status.";
+        let histogram = HistogramVec::build("zarrgate_http_request_duration_seconds", help, &labels).unwrap();
+        reference.register(Box::new(counter.clone())).unwrap();
+        reference.register(Box::new(histogram.clone())).unwrap();
+        for _ in 0..2 {
+            for (route, method, status, seconds) in requests {
+                counter.with_label_values(&[route, method, status]).inc();
+                histogram.with_label_values(&[route, method, status]).observe(seconds);
+            }
+        }
+        let mut expected = Vec::new();
+        TextEncoder::new().encode(&reference.gather(), &mut expected).unwrap();
+        let expected = String::from_utf8(expected).unwrap();
+        let rendered = metrics.render();
+        let ours: Vec<&str> = rendered.lines().filter(|l| l.contains("zarrgate_http_request")).collect();
+        assert_eq!(ours, expected.lines().collect::<Vec<_>>());
+        assert!(
+            rendered.contains(r#"zarrgate_http_requests_total{method="GET",route="/{store}/{*key}",status="200"} 4"#)
+        );
     }
 }

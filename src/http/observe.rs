@@ -14,11 +14,10 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
-use prometheus::{Histogram, IntCounter};
 use thread_local::ThreadLocal;
 
 use crate::logs::InRequest;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RequestSeries};
 
 pub(super) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -35,26 +34,19 @@ impl Observer {
         Self { ids: RequestIds::new(), metrics: metrics.clone(), series: ThreadLocal::new() }
     }
 
-    /// Counts a request of `route`, `method` and `status` that took `seconds`.
+    /// Counts a request of `route`, `method` and `status` that took `seconds`, in this thread's
+    /// series (`metrics::HttpRequests`).
     fn count(&self, route: &str, method: &'static str, status: StatusCode, seconds: f64) {
         let mut map = self.series.get_or_default().borrow_mut();
         let found = map.entry_for(route, method, status.as_u16(), || {
-            let labels = [route, method, status.as_str()];
-            Series {
-                requests: self.metrics.http_requests_total.with_label_values(&labels),
-                duration: self.metrics.http_request_duration_seconds.with_label_values(&labels),
-            }
+            self.metrics.http_request_duration_seconds.series(route, method, status.as_str())
         });
-        found.requests.inc();
-        found.duration.observe(seconds);
+        found.observe(seconds);
     }
 }
 
-/// The two series a request is counted in.
-struct Series {
-    requests: IntCounter,
-    duration: Histogram,
-}
+/// A thread's series of one route, method and status.
+type Series = Arc<RequestSeries>;
 
 /// Series by route template, then by method and status (a route sees few of those).
 #[derive(Default)]
