@@ -19,6 +19,9 @@ use crate::versions::{Chunk, VersionView, VirtualChunk};
 use crate::zarr::ChunkLocation;
 use crate::zarr::hierarchy::Node;
 
+/// Which version a response belongs to.
+pub const VERSION_HEADER: HeaderName = HeaderName::from_static("zarrgate-version");
+
 /// Headers every answer about a version carries.
 pub(super) struct Served {
     pub(super) cache_control: HeaderValue,
@@ -259,6 +262,12 @@ pub(super) enum Kind {
     Octet,
 }
 
+impl Kind {
+    pub(super) fn content_type(self) -> &'static str {
+        if self == Kind::Octet { "application/octet-stream" } else { "application/json" }
+    }
+}
+
 /// The answer (200, all of `body`) to a GET of something in `view` that asks for no range and
 /// revalidates nothing: with the headers [`metadata_with`] and [`bytes_chunk`] would give it
 /// (and `versioned`, and `added`), from a head built once per thread, version, kind, URL form
@@ -363,15 +372,14 @@ fn head(kind: Kind, served: &Served, added: &Added) -> HeaderMap {
         last_modified: own(&served.last_modified),
         head_only: false,
     };
-    let content_type = if kind == Kind::Octet { "application/octet-stream" } else { "application/json" };
-    set_common(&mut h, &unset, content_type, &served);
+    set_common(&mut h, &unset, kind.content_type(), &served);
     if kind != Kind::Octet {
         h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
     }
     if kind == Kind::JsonGzip {
         h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     }
-    h.insert(super::data::VERSION_HEADER, served.version);
+    h.insert(VERSION_HEADER, served.version);
     added.apply_to(&mut h);
     h
 }

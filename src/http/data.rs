@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
@@ -19,8 +19,7 @@ use crate::error::ApiError;
 use crate::versions::{Chunk, VersionView};
 use crate::zarr::Resolved;
 
-/// Which version a response belongs to.
-pub const VERSION_HEADER: HeaderName = HeaderName::from_static("zarrgate-version");
+pub use super::answer::VERSION_HEADER;
 
 /// The data plane's state: the application, the `Cache-Control` values of its answers,
 /// rendered once, and the versions' Zarr v2 views.
@@ -304,7 +303,7 @@ pub(super) fn read_key_now(
     } else {
         let served = served();
         let response = match kind {
-            answer::Kind::Octet => answer::bytes_response(body, &tag, "application/octet-stream", headers, &served),
+            answer::Kind::Octet => answer::bytes_response(body, &tag, kind.content_type(), headers, &served),
             _ => answer::metadata_with_tag(body, &tag, kind == answer::Kind::JsonGzip, headers, &served),
         };
         let status = response.status();
