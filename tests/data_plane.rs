@@ -300,6 +300,88 @@ both_backends! {
         }
     }
 
+    async fn plain_reads_answered_before_hyper_are_the_routers_answers(server) {
+        // A plain read (a GET of a metadata document or an inline chunk asking no range and
+        // revalidating nothing) is answered on the connection before hyper sees it
+        // (src/http/server/connection/plain.rs). Each is sent twice, pipelined, on a connection of
+        // its own: both answers must be the router's (status, every header but the date and a
+        // request id made here, body), and the request's own id echoed.
+        let version = register(&server).await;
+        let cases: &[(&str, &str)] = &[
+            ("demo/zarr.json", ""),
+            ("demo/zarr.json", "Accept-Encoding: gzip, deflate\r\n"),
+            ("demo/zarr.json", "accept-encoding: gzip;q=0\r\n"),
+            ("demo/g/sub/zarr.json", "Connection: keep-alive\r\nUser-Agent: test\r\n"),
+            ("demo/g/sub/scalar/c", ""),
+            ("demo/g/sub/scalar_v2/0", "Origin: https://viewer.example\r\n"),
+            (&format!("demo@{version}/zarr.json"), ""),
+            (&format!("demo@{version}/g/sub/scalar/c"), "X-Request-Id: mine-42\r\n"),
+        ];
+        for (path, extra) in cases {
+            let request = format!("GET /{path} HTTP/1.1\r\nHost: test\r\n{extra}\r\n");
+            let answers = exchange(&server, &request.repeat(2), &[false, false]).await;
+            let last = path.len() - 1;
+            let encoded = format!("/{}%{:02X}", &path[..last], path.as_bytes()[last]);
+            let headers: Vec<(&str, &str)> = extra.split("\r\n").filter_map(|l| l.split_once(": ")).collect();
+            let routed = server.get(&encoded, &headers).await;
+            let own_id = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("x-request-id")).map(|(_, v)| *v);
+            let mut expected: Vec<(String, String)> = routed.headers().iter()
+                .filter(|(n, _)| *n != "date" && (*n != "x-request-id" || own_id.is_some()))
+                .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned()))
+                .collect();
+            expected.sort();
+            let (status, body) = (routed.status().as_u16(), routed.bytes().await.unwrap());
+            assert_eq!(status, 200, "{path}");
+            let mut ids = Vec::new();
+            for (got_status, got_headers, got_body) in answers {
+                assert_eq!(got_status, status, "{path}");
+                let id = got_headers.iter().find(|(n, _)| n == "x-request-id").map(|(_, v)| v.clone());
+                ids.push(id.unwrap_or_else(|| panic!("{path}: no request id")));
+                let mut got: Vec<(String, String)> = got_headers.into_iter()
+                    .filter(|(n, _)| n != "date" && (n != "x-request-id" || own_id.is_some()))
+                    .collect();
+                got.sort();
+                assert_eq!(got, expected, "{path}");
+                assert_eq!(got_body, body, "{path}");
+            }
+            match own_id {
+                Some(own) => assert!(ids.iter().all(|id| id == own), "{path}: {ids:?}"),
+                None => assert_ne!(ids[0], ids[1], "{path}: two requests, one id"),
+            }
+        }
+        // Anything else in a pipeline is hyper's, from that request on; every answer comes back
+        // in order. A Range, then HEAD, then plain reads again, then a virtual chunk.
+        let root = server.bytes("/demo/zarr.json").await;
+        let scalar = server.bytes("/demo/g/sub/scalar/c").await;
+        let x0 = server.bytes("/demo/x/c/0").await;
+        let plain = |path: &str| format!("GET /{path} HTTP/1.1\r\nHost: test\r\n\r\n");
+        let pipeline = [
+            plain("demo/zarr.json"),
+            "GET /demo/zarr.json HTTP/1.1\r\nHost: test\r\nRange: bytes=0-9\r\n\r\n".into(),
+            "HEAD /demo/g/sub/scalar/c HTTP/1.1\r\nHost: test\r\n\r\n".into(),
+            plain("demo/g/sub/scalar/c"),
+            plain("demo/x/c/0"),
+            plain("demo/nothing/zarr.json"),
+            plain("demo/zarr.json"),
+        ]
+        .concat();
+        let answers = exchange(&server, &pipeline, &[false, false, true, false, false, false, false]).await;
+        let statuses: Vec<u16> = answers.iter().map(|a| a.0).collect();
+        assert_eq!(statuses, [200, 206, 200, 200, 200, 404, 200]);
+        assert_eq!(answers[0].2, root);
+        assert_eq!(answers[1].2, root[..10]);
+        assert!(answers[2].2.is_empty());
+        assert_eq!(answers[3].2, scalar);
+        assert_eq!(answers[4].2, x0);
+        assert_eq!(answers[6].2, root);
+        // A plain read first, then a request hyper refuses: the read is answered, then the 400.
+        let answers = exchange(&server, &format!("{}GET /demo/zarr.json HTTP/1.1\r\nHost: a\r\nHost b\r\n\r\n", plain("demo/zarr.json")), &[false, false]).await;
+        assert_eq!(answers.iter().map(|a| a.0).collect::<Vec<_>>(), [200, 400]);
+        // Counted as reads of the key route, as the router's are.
+        let labels = [("route", "/{store}/{*key}"), ("method", "GET"), ("status", "200")];
+        assert!(server.metric_sum("zarrgate_http_requests_total", &labels).await >= 2.0 * cases.len() as f64 + 4.0);
+    }
+
     async fn a_requests_headers_never_reach_an_answer(server) {
         // An answer's header map is the emptied map of a request answered before it on the same
         // thread (src/http/answer.rs, `recycle`): nothing a client sent may show up in any answer,
@@ -472,4 +554,39 @@ async fn read_tokens_guard_the_data_plane() {
     let r = server.get("/api/v1/stores", &[("authorization", &read_auth)]).await;
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(server.get("/healthz", &[]).await.status(), StatusCode::OK, "ops stay public");
+}
+
+/// Sends `requests` (raw HTTP/1.1, pipelined) on a connection of its own and reads one answer
+/// per entry of `heads` (whether it answers a HEAD: no body): status, header lines (names in
+/// lower case, in order) and body.
+async fn exchange(server: &TestServer, requests: &str, heads: &[bool]) -> Vec<(u16, Vec<(String, String)>, Vec<u8>)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(server.url.trim_start_matches("http://")).await.unwrap();
+    stream.write_all(requests.as_bytes()).await.unwrap();
+    let (mut buf, mut answers) = (Vec::new(), Vec::new());
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while answers.len() < heads.len() {
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut response = httparse::Response::new(&mut headers);
+        if let Ok(httparse::Status::Complete(len)) = response.parse(&buf) {
+            let lines: Vec<(String, String)> = response
+                .headers
+                .iter()
+                .map(|h| (h.name.to_ascii_lowercase(), String::from_utf8(h.value.to_vec()).unwrap()))
+                .collect();
+            let length: usize =
+                lines.iter().find(|(n, _)| n == "content-length").map_or(0, |(_, v)| v.parse().unwrap());
+            let length = if heads[answers.len()] { 0 } else { length };
+            if buf.len() >= len + length {
+                answers.push((response.code.unwrap(), lines, buf[len..len + length].to_vec()));
+                buf.drain(..len + length);
+                continue;
+            }
+        }
+        let mut more = [0u8; 65536];
+        let n = tokio::time::timeout_at(deadline, stream.read(&mut more)).await.expect("answers in time").unwrap();
+        assert!(n > 0, "connection closed after {} answers of {}", answers.len(), heads.len());
+        buf.extend_from_slice(&more[..n]);
+    }
+    answers
 }

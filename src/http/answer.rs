@@ -283,7 +283,7 @@ pub(super) fn full(
     tag: &HeaderValue,
     body: Bytes,
 ) -> Response {
-    let mut h = HEADS.with_borrow_mut(|heads| heads.find(view, kind, pinned, added, served).clone());
+    let mut h = HEADS.with_borrow_mut(|heads| heads.find(view, kind, pinned, added, served).head.clone());
     match h.iter_mut().next() {
         Some((name, value)) if name == header::ETAG => *value = tag.clone(),
         _ => drop(h.insert(header::ETAG, tag.clone())),
@@ -291,6 +291,55 @@ pub(super) fn full(
     let mut response = Response::new(Body::from(body));
     *response.headers_mut() = h;
     response
+}
+
+/// [`full`]'s answer as the bytes sent on an HTTP/1.1 connection, appended to `out`: its status
+/// line and head, with `tag`, `id` (the request id), `date` and the body's length, then `body`.
+/// The head's other lines are written once per thread, version and kind, like [`full`]'s head.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn full_wire(
+    view: &Arc<VersionView>,
+    kind: Kind,
+    pinned: bool,
+    served: impl FnOnce() -> Served,
+    added: &Added,
+    (tag, id): (&HeaderValue, &HeaderValue),
+    body: &[u8],
+    out: &mut Vec<u8>,
+) {
+    HEADS.with_borrow_mut(|heads| out.extend_from_slice(&heads.find(view, kind, pinned, added, served).wire));
+    let mut length = itoa::Buffer::new();
+    with_date(|date| {
+        for (name, value) in [
+            (&b"etag: "[..], tag.as_bytes()),
+            (b"x-request-id: ", id.as_bytes()),
+            (b"date: ", date),
+            (b"content-length: ", length.format(body.len()).as_bytes()),
+        ] {
+            out.extend_from_slice(name);
+            out.extend_from_slice(value);
+            out.extend_from_slice(b"\r\n");
+        }
+    });
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+}
+
+/// `f` of the `Date` of an answer sent now, as hyper writes it (formatted once a second per
+/// thread).
+fn with_date<R>(f: impl FnOnce(&[u8]) -> R) -> R {
+    thread_local! {
+        static DATE: RefCell<(u64, Vec<u8>)> = const { RefCell::new((u64::MAX, Vec::new())) };
+    }
+    let now = std::time::SystemTime::now();
+    let second = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    DATE.with_borrow_mut(|(at, date)| {
+        if *at != second {
+            *at = second;
+            *date = httpdate::fmt_http_date(now).into_bytes();
+        }
+        f(date)
+    })
 }
 
 thread_local! {
@@ -316,6 +365,8 @@ struct Head {
     pinned: bool,
     added: u64,
     head: HeaderMap,
+    /// The status line and the head's lines but the ETag and the request id, as sent.
+    wire: Vec<u8>,
 }
 
 impl Heads {
@@ -326,20 +377,16 @@ impl Heads {
         pinned: bool,
         added: &Added,
         served: impl FnOnce() -> Served,
-    ) -> &HeaderMap {
+    ) -> &Head {
         let found = self.kept.iter().position(|k| {
             k.view.as_ptr() == Arc::as_ptr(view) && k.kind == kind && k.pinned == pinned && k.added == added.id
         });
         let at = match found {
             Some(at) => at,
             None => {
-                let head = Head {
-                    view: Arc::downgrade(view),
-                    kind,
-                    pinned,
-                    added: added.id,
-                    head: head(kind, &served(), added),
-                };
+                let head = head(kind, &served(), added);
+                let wire = wire(&head);
+                let head = Head { view: Arc::downgrade(view), kind, pinned, added: added.id, head, wire };
                 if self.kept.len() < HEADS_KEPT {
                     self.kept.push(head);
                     self.kept.len() - 1
@@ -351,8 +398,21 @@ impl Heads {
                 }
             }
         };
-        &self.kept[at].head
+        &self.kept[at]
     }
+}
+
+/// The status line of a 200 and the lines of `head` but its first two (the ETag's and the
+/// request id's places), as hyper writes them.
+fn wire(head: &HeaderMap) -> Vec<u8> {
+    let mut wire = b"HTTP/1.1 200 OK\r\n".to_vec();
+    for (name, value) in head.iter().skip(2) {
+        wire.extend_from_slice(name.as_str().as_bytes());
+        wire.extend_from_slice(b": ");
+        wire.extend_from_slice(value.as_bytes());
+        wire.extend_from_slice(b"\r\n");
+    }
+    wire
 }
 
 /// The head of full answers of `kind` about the version `served` names: the headers of
@@ -395,8 +455,14 @@ fn content_range(range: &std::ops::Range<u64>, len: u64) -> HeaderValue {
 }
 
 pub(super) fn accepts_gzip(headers: &HeaderMap) -> bool {
-    let items =
-        headers.get_all(header::ACCEPT_ENCODING).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(','));
+    accepts_gzip_in(headers.get_all(header::ACCEPT_ENCODING).iter().map(HeaderValue::as_bytes))
+}
+
+/// [`accepts_gzip`] of a request whose `Accept-Encoding` lines are `values`.
+pub(super) fn accepts_gzip_in<'a>(values: impl Iterator<Item = &'a [u8]>) -> bool {
+    // As `HeaderValue::to_str`: visible ASCII only.
+    let visible = |v: &&[u8]| v.iter().all(|&b| b == b'\t' || (32..127).contains(&b));
+    let items = values.filter(visible).filter_map(|v| std::str::from_utf8(v).ok()).flat_map(|v| v.split(','));
     // RFC 9110 12.5.3: an explicit `gzip` entry decides, `*` only speaks for codings not named.
     let (mut gzip, mut any) = (None, None);
     for item in items {

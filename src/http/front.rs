@@ -30,14 +30,14 @@ use super::observe::{self, Observed, Observer};
 use crate::logs;
 
 /// The router, and what answers a plain read in front of it.
-pub(super) struct Front {
+pub(in crate::http) struct Front {
     router: Router,
     reads: Option<Reads>,
 }
 
 /// What a plain read needs: the data plane, the observer the router's requests go through too,
 /// and the CORS headers the router's CORS layer would add.
-struct Reads {
+pub(in crate::http) struct Reads {
     plane: Arc<Plane>,
     observer: Arc<Observer>,
     /// The CORS headers.
@@ -103,6 +103,39 @@ impl Reads {
         // The request's header map, emptied, becomes the next answer's (answer.rs, `sized`).
         answer::recycle(request.headers);
         response
+    }
+}
+
+impl Front {
+    /// What answers plain reads as bytes on the connection ([`Reads::answer_wire`]), if they
+    /// may be answered in front of the router.
+    pub(super) fn reads(&self) -> Option<&Reads> {
+        self.reads.as_ref()
+    }
+}
+
+impl Reads {
+    /// The full answer to `GET {path}` (no query), for a request that asks no range, revalidates
+    /// nothing, accepts gzip if `gzip` and sent `id` as its `x-request-id` (if any), appended to
+    /// `out` as sent on the connection: the bytes hyper would send for [`Reads::answer`]'s
+    /// answer, without hyper (bench/README.md, "Stop 22"). Waits only when this worker thread
+    /// does not have what it needs at hand. `false` (and `out` as it was) when that answer is not
+    /// a full one of a metadata document or an inline chunk: the request is then hyper's.
+    pub(super) async fn answer_wire(&self, path: &str, gzip: bool, id: Option<&[u8]>, out: &mut Vec<u8>) -> bool {
+        let Some(split) = data::key_split(path) else { return false };
+        let at = data::key_at(path, split);
+        let (observed, id) = Observed::start_raw(&self.observer, id);
+        let written = id.clone();
+        let (mut answered, id) =
+            logs::in_request(id, || data::read_key_wire(&self.plane, at, gzip, &self.cors, &written, out));
+        if !answered {
+            let waiting = data::read_key_wire_waiting(&self.plane, at, gzip, &self.cors, &written, out);
+            answered = logs::InRequest::new(id, waiting).await;
+        }
+        if answered {
+            observed.counted(&self.observer, data::KEY_ROUTE, &Method::GET, path, axum::http::StatusCode::OK);
+        }
+        answered
     }
 }
 

@@ -131,9 +131,14 @@ impl RequestIds {
 /// one.
 fn request_id(observer: &Observer, headers: &HeaderMap) -> HeaderValue {
     match headers.get(&REQUEST_ID) {
-        Some(v) if v.len() <= 128 && v.as_bytes().iter().all(u8::is_ascii_graphic) => v.clone(),
+        Some(v) if usable_id(v.as_bytes()) => v.clone(),
         _ => observer.ids.next(),
     }
+}
+
+/// Whether a client's `x-request-id` is used as the request's id: short visible ASCII.
+fn usable_id(id: &[u8]) -> bool {
+    id.len() <= 128 && id.iter().all(u8::is_ascii_graphic)
 }
 
 /// A label value per method the server knows; any name a client makes up is one label, or
@@ -221,6 +226,16 @@ impl Observed {
         self.finish_now(observer, route, method, path, response)
     }
 
+    /// The observation of a request whose client sent `id` as its `x-request-id` (if any), and
+    /// the request's id, as [`Observed::start`] for a request not parsed into a header map.
+    pub(super) fn start_raw(observer: &Observer, id: Option<&[u8]>) -> (Self, HeaderValue) {
+        let id = match id.filter(|id| usable_id(id)).map(HeaderValue::from_bytes) {
+            Some(Ok(id)) => id,
+            _ => observer.ids.next(),
+        };
+        (Self { started: Instant::now() }, id)
+    }
+
     /// [`Observed::finish`] of an answer that is not an error (nothing to wait for).
     pub(super) fn finish_now(
         &self,
@@ -230,7 +245,12 @@ impl Observed {
         path: &str,
         response: Response,
     ) -> Response {
-        let status = response.status();
+        self.counted(observer, route, method, path, response.status());
+        response
+    }
+
+    /// Counts and logs the answer of `status` to this request.
+    pub(super) fn counted(&self, observer: &Observer, route: &str, method: &Method, path: &str, status: StatusCode) {
         let elapsed = self.started.elapsed();
         observer.count(route, method_label(method), status, elapsed.as_secs_f64());
         let ms = elapsed.as_secs_f64() * 1e3;
@@ -241,7 +261,6 @@ impl Observed {
         } else {
             tracing::debug!(%method, %route, status = status.as_u16(), %path, ms, "request");
         }
-        response
     }
 }
 

@@ -150,8 +150,14 @@ impl Reader {
         self.caches.count_head(segment);
         self.caches.views.count_peeked(&self.caches.views_front, &view.head.id);
         if let Some((node, at)) = chunk {
-            self.caches.blocks.count_peeked(&self.caches.blocks_front, &(view.head.id, node.index, at.tile));
+            self.count_block_now(view, node, at);
         }
+    }
+
+    /// Counts the cache hit of a read answered from [`Reader::inline_chunk_now`] (of that node
+    /// and location in `view`).
+    pub fn count_block_now(&self, view: &VersionView, node: &Node, at: ChunkLocation) {
+        self.caches.blocks.count_peeked(&self.caches.blocks_front, &(view.head.id, node.index, at.tile));
     }
 
     /// What is served under `store` (current, or version `pinned`), cached under `segment`.

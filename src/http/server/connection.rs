@@ -21,6 +21,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+mod plain;
+
 use super::super::front::Front;
 use crate::config::HttpConfig;
 use crate::metrics::Metrics;
@@ -28,6 +30,8 @@ use crate::metrics::Metrics;
 /// The `[http]` settings a connection is served under.
 pub(super) struct Limits {
     http1: http1::Builder,
+    /// The longest request head taken.
+    max_head: usize,
     header_read: Duration,
     idle: Duration,
     request_body: Duration,
@@ -39,9 +43,11 @@ impl From<&HttpConfig> for Limits {
         let mut http1 = http1::Builder::new();
         // hyper's own header timer runs from the end of the previous response, so it would
         // also close idle connections; the watchdog below keeps the two apart.
-        http1.header_read_timeout(None).max_header_size(usize::try_from(http.max_header_bytes).unwrap_or(usize::MAX));
+        let max_head = usize::try_from(http.max_header_bytes).unwrap_or(usize::MAX);
+        http1.header_read_timeout(None).max_header_size(max_head);
         Self {
             http1,
+            max_head,
             header_read: Duration::from_secs(http.header_read_timeout_seconds),
             idle: Duration::from_secs(http.idle_timeout_seconds),
             request_body: Duration::from_secs(http.request_body_timeout_seconds),
@@ -165,7 +171,16 @@ async fn serve_until_closed(
     // one load tells it whether the watchdog has spoken (callgrind: a `select!` with the
     // watchdog's timer and the shutdown signal in it cost 300 instructions a request).
     let _watchdog = AbortOnDrop(tokio::spawn(watchdog(watch.clone(), limits.clone(), stopping)));
-    let io = TokioIo::new(Watched { io: stream, watch: watch.clone(), blocked: false });
+    let mut io = Watched { io: stream, watch: watch.clone(), blocked: false, handed: Bytes::new() };
+    // The waker last handed to the watchdog: handed again only when the task's changes.
+    let mut registered: Option<std::task::Waker> = None;
+    if let Some(reads) = front.reads() {
+        match plain::answer(&mut io, reads, limits.max_head, &mut registered).await {
+            plain::Ended::Closed(why) => return why,
+            plain::Ended::HandedOver(bytes) => io.handed = bytes,
+        }
+    }
+    let io = TokioIo::new(io);
     let service = {
         let (watch, request_body) = (watch.clone(), limits.request_body);
         hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
@@ -184,14 +199,8 @@ async fn serve_until_closed(
     };
     let mut connection = std::pin::pin!(limits.http1.serve_connection(io, service));
     let mut draining = false;
-    // The waker last handed to the watchdog: handed again only when the task's changes.
-    let mut registered: Option<std::task::Waker> = None;
     std::future::poll_fn(|cx| {
-        if registered.as_ref().is_none_or(|w| !w.will_wake(cx.waker())) {
-            watch.waker.register(cx.waker());
-            registered = Some(cx.waker().clone());
-        }
-        match watch.verdict.load(Ordering::Acquire) {
+        match verdict(&watch, &mut registered, cx.waker()) {
             VERDICT_NONE => {}
             VERDICT_DRAIN => {
                 if !draining {
@@ -200,11 +209,7 @@ async fn serve_until_closed(
                     connection.as_mut().graceful_shutdown();
                 }
             }
-            why => {
-                return Poll::Ready(
-                    Closed::ALL.get(usize::from(why - VERDICT_CLOSED)).copied().unwrap_or(Closed::Client),
-                );
-            }
+            why => return Poll::Ready(closed(why)),
         }
         connection.as_mut().poll(cx).map(|ended| match ended {
             Ok(()) => Closed::Client,
@@ -215,6 +220,21 @@ async fn serve_until_closed(
         })
     })
     .await
+}
+
+/// The watchdog's verdict on the connection whose task `waker` wakes, which the watchdog is
+/// handed when it is not the one it was last (`registered`).
+fn verdict(watch: &Watch, registered: &mut Option<std::task::Waker>, waker: &std::task::Waker) -> u8 {
+    if registered.as_ref().is_none_or(|w| !w.will_wake(waker)) {
+        watch.waker.register(waker);
+        *registered = Some(waker.clone());
+    }
+    watch.verdict.load(Ordering::Acquire)
+}
+
+/// Why the connection closes, by a verdict to close it.
+fn closed(verdict: u8) -> Closed {
+    Closed::ALL.get(usize::from(verdict.saturating_sub(VERDICT_CLOSED))).copied().unwrap_or(Closed::Client)
 }
 
 /// What a connection's task and its watchdog share.
@@ -394,6 +414,8 @@ struct Watched {
     watch: Arc<Watch>,
     /// A write is waiting on the client (mirrors `activity.blocked_since`, read without atomics).
     blocked: bool,
+    /// Bytes read before hyper took the connection over (`plain.rs`), which it reads first.
+    handed: Bytes,
 }
 
 impl Watched {
@@ -416,6 +438,11 @@ impl Watched {
 
 impl AsyncRead for Watched {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        if !self.handed.is_empty() {
+            let n = self.handed.len().min(buf.remaining());
+            buf.put_slice(&self.handed.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.io).poll_read(cx, buf);
         let a = &self.watch.activity;
