@@ -23,7 +23,8 @@ S3Store on the object store, ranged GETs), with the same client library both way
 
 Figures are medians over `RUNS` runs (default 5); ratios are zarrgate's time over the direct
 time of the same run. Results go to `results/remote-latency.json`, or
-`results/remote-latency-<backend>.json` when `BACKENDS` names one; every row says its backend.
+`results/remote-latency-<backend>.json` when `BACKENDS` names one, or `results/<RESULT_NAME>.json`;
+every row says its backend.
 Needs obstore and moto (the test venv: `scripts/python-env.sh`) and the release binary
 (`ZARRGATE_BIN`, or `cargo build --release`).
 
@@ -465,6 +466,7 @@ def main():
         for upstream in upstreams:
             upstream.close()
     name = "remote-latency" if len(BACKENDS) > 1 else f"remote-latency-{BACKENDS[0]}"
+    name = os.environ.get("RESULT_NAME", name)
     bench.publish(name, {"runs": results, "metrics": metrics}, render,
                   latency_ms=LATENCY_MS, chunk_bytes=CHUNK, backends=BACKENDS)
     bench.cleanup()

@@ -295,40 +295,54 @@ fn named<'v>(view: &'v VersionView, key: &str, gzip: bool) -> Option<Named<'v>> 
     }
 }
 
+/// Why a read was not found without waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Missed {
+    /// It is not a metadata document or an inline chunk (or `then` declined it).
+    Other,
+    /// The store's head or view, or the chunk's block, is not at hand on this worker thread.
+    Wait,
+}
+
 /// What `then` answers of what `GET /{store}/{key}` finds without waiting, from what this
 /// worker thread has at hand (the store's head and view, and an inline chunk's block, in its
 /// fronts): a metadata document (gzip-compressed if `gzip` and at hand) or an inline chunk,
-/// counted as read if `then` answers. `None` for anything else.
+/// counted as read if `then` answers.
 fn found_now<R>(
     plane: &Plane,
     (store, key): (&str, &str),
     gzip: bool,
     then: impl FnOnce(Found<'_>) -> Option<R>,
-) -> Option<R> {
+) -> Result<R, Missed> {
     if key.ends_with('/') {
-        return None;
+        return Err(Missed::Other);
     }
-    let (_, pinned) = pinned_version(store).ok()?;
-    let view = plane.app.reader.open_now(store)?;
-    let (body, tag, kind, chunk) = match named(&view, key, gzip)? {
+    let (_, pinned) = pinned_version(store).map_err(|_| Missed::Other)?;
+    let reader = &plane.app.reader;
+    let view = reader.open_now(store).ok_or(Missed::Wait)?;
+    let (body, tag, kind, chunk) = match named(&view, key, gzip).ok_or(Missed::Other)? {
         Named::Doc(body, tag, kind) => (body, tag, kind, None),
-        Named::Chunk(node, location) => match plane.app.reader.inline_chunk_now(&view, node, location)? {
-            Chunk::Bytes { bytes, etag } => {
+        Named::Chunk(node, location) => match reader.inline_chunk_now(&view, node, location) {
+            Some(Chunk::Bytes { bytes, etag }) => {
                 (bytes, answer::tag_value(&etag), answer::Kind::Octet, Some((node, location)))
             }
-            _ => return None,
+            _ if reader.block_at_hand(&view, node, location) => return Err(Missed::Other),
+            _ => return Err(Missed::Wait),
         },
     };
-    let answered = then(Found { view: &view, pinned, body, tag, kind })?;
-    plane.app.reader.count_now(store, &view, chunk);
-    Some(answered)
+    let answered = then(Found { view: &view, pinned, body, tag, kind }).ok_or(Missed::Other)?;
+    reader.count_now(store, &view, chunk);
+    Ok(answered)
 }
 
 /// [`found_now`], waiting for the store's head and view when this worker thread does not have
-/// them at hand (a head past its time to live, a view not yet read here). A chunk's block must
-/// be at hand still: which kind of chunk a key names is known only from its block, and a read
-/// that is not found here is answered again by the router's way, which would count the block's
-/// lookup twice. Errors are `None`: the read itself meets (and reports) them.
+/// them at hand (a head past its time to live, a view not yet read here), and taking a chunk's
+/// block from the cache when another thread put it there. A block is not loaded here: which
+/// kind of chunk a key names is known only from its block, and a read not found here is
+/// answered by the router's way, which would count the block's lookup twice (its head's and
+/// view's are counted twice then, when this waited for them: a read of something else that
+/// comes first on its connection just as the store's head is past its time to live). Errors
+/// are `None`: the read itself meets (and reports) them.
 async fn found<R>(
     plane: &Plane,
     (store, key): (&str, &str),
@@ -339,12 +353,22 @@ async fn found<R>(
     let view = plane.app.reader.open(store, name, pinned).await.ok()?;
     let (body, tag, kind, chunk) = match named(&view, key, gzip)? {
         Named::Doc(body, tag, kind) => (body, tag, kind, None),
-        Named::Chunk(node, location) => match plane.app.reader.inline_chunk_now(&view, node, location)? {
-            Chunk::Bytes { bytes, etag } => {
-                (bytes, answer::tag_value(&etag), answer::Kind::Octet, Some((node, location)))
+        Named::Chunk(node, location) => {
+            let reader = &plane.app.reader;
+            let chunk = match reader.inline_chunk_now(&view, node, location) {
+                Some(chunk) => chunk,
+                None => {
+                    reader.front_block(&view, node, location).await;
+                    reader.inline_chunk_now(&view, node, location)?
+                }
+            };
+            match chunk {
+                Chunk::Bytes { bytes, etag } => {
+                    (bytes, answer::tag_value(&etag), answer::Kind::Octet, Some((node, location)))
+                }
+                _ => return None,
             }
-            _ => return None,
-        },
+        }
     };
     let answered = then(Found { view: &view, pinned, body, tag, kind })?;
     if let Some((node, location)) = chunk {
@@ -365,7 +389,7 @@ pub(super) fn read_key_now(
     added: &answer::Added,
 ) -> Option<Response> {
     let headers = &request.headers;
-    found_now(plane, at, answer::accepts_gzip(headers), |Found { view, pinned, body, tag, kind }| {
+    let found = found_now(plane, at, answer::accepts_gzip(headers), |Found { view, pinned, body, tag, kind }| {
         let served = || plane.served(view, pinned, &request.method);
         let full = request.method == Method::GET
             && matches!(range::plan(headers, body.len() as u64, tag.to_str().unwrap_or_default()), range::Plan::Full);
@@ -382,12 +406,13 @@ pub(super) fn read_key_now(
             return None;
         }
         Some(added.apply(versioned(response, served)))
-    })
+    });
+    found.ok()
 }
 
 /// The full answer (200) to a plain `GET /{store}/{key}` found without waiting ([`found_now`]),
 /// appended to `out` as sent on the connection ([`answer::full_wire`]): for a GET that asks no
-/// range, revalidates nothing and accepts gzip if `gzip`. `false` (and `out` as it was) for
+/// range, revalidates nothing and accepts gzip if `gzip`. Why not (and `out` as it was) for
 /// anything else.
 pub(super) fn read_key_wire(
     plane: &Plane,
@@ -396,12 +421,11 @@ pub(super) fn read_key_wire(
     added: &answer::Added,
     id: &HeaderValue,
     out: &mut Vec<u8>,
-) -> bool {
+) -> Result<(), Missed> {
     found_now(plane, at, gzip, |found| {
         wire(plane, found, added, id, out);
         Some(())
     })
-    .is_some()
 }
 
 /// [`read_key_wire`], waiting for what this worker thread does not have at hand ([`found`]).

@@ -126,12 +126,17 @@ impl Reads {
         let at = data::key_at(path, split);
         let (observed, id) = Observed::start_raw(&self.observer, id);
         let written = id.clone();
-        let (mut answered, id) =
-            logs::in_request(id, || data::read_key_wire(&self.plane, at, gzip, &self.cors, &written, out));
-        if !answered {
-            let waiting = data::read_key_wire_waiting(&self.plane, at, gzip, &self.cors, &written, out);
-            answered = logs::InRequest::new(id, waiting).await;
-        }
+        let (now, id) = logs::in_request(id, || data::read_key_wire(&self.plane, at, gzip, &self.cors, &written, out));
+        let answered = match now {
+            Ok(()) => true,
+            // Not waited for: the router's way looks up what this one did again, and would
+            // count those lookups twice.
+            Err(data::Missed::Other) => false,
+            Err(data::Missed::Wait) => {
+                let waiting = data::read_key_wire_waiting(&self.plane, at, gzip, &self.cors, &written, out);
+                logs::InRequest::new(id, waiting).await
+            }
+        };
         if answered {
             observed.counted(&self.observer, data::KEY_ROUTE, &Method::GET, path, axum::http::StatusCode::OK);
         }

@@ -137,6 +137,14 @@ where
         Some(value)
     }
 
+    /// Keeps the value at `key` in `front` if the memo holds one (loading nothing), not counted:
+    /// a read that then finds it there counts it ([`Memo::count_peeked`]).
+    pub async fn front_held(&self, front: &Front<K, T>, key: K) {
+        if let Some(value) = self.cache.get(&key).await {
+            front.keep(key.slot(), key, &value);
+        }
+    }
+
     /// The value at `key` if `front` has it, not yet counted: no waiting, no memo. A read
     /// that uses it counts it ([`Memo::count_peeked`]), one that does not asks again
     /// ([`Memo::get_or_load_fronted`]).

@@ -144,6 +144,21 @@ impl Reader {
         }
     }
 
+    /// Whether this worker thread has the block of the chunk at `at` of array `node` in `view`'s
+    /// version at hand (for [`Reader::inline_chunk_now`]).
+    pub fn block_at_hand(&self, view: &VersionView, node: &Node, at: ChunkLocation) -> bool {
+        let key = (view.head.id, node.index, at.tile);
+        self.caches.blocks.peek_fronted(&self.caches.blocks_front, &key).is_some()
+    }
+
+    /// Brings the block of the chunk at `at` of array `node` in `view`'s version to this worker
+    /// thread's front if the cache holds it, for [`Reader::inline_chunk_now`]: nothing is loaded,
+    /// nothing counted.
+    pub async fn front_block(&self, view: &VersionView, node: &Node, at: ChunkLocation) {
+        let key = (view.head.id, node.index, at.tile);
+        self.caches.blocks.front_held(&self.caches.blocks_front, key).await;
+    }
+
     /// Counts the cache hits of a read answered from [`Reader::open_now`] (of `segment`, which
     /// gave `view`) and, if it read one, [`Reader::inline_chunk_now`] (of that node and location).
     pub fn count_now(&self, segment: &str, view: &VersionView, chunk: Option<(&Node, ChunkLocation)>) {
