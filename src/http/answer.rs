@@ -293,36 +293,36 @@ pub(super) fn full(
     response
 }
 
-/// [`full`]'s answer as the bytes sent on an HTTP/1.1 connection, appended to `out`: its status
-/// line and head, with `tag`, `id` (the request id), `date` and the body's length, then `body`.
-/// The head's other lines are written once per thread, version and kind, like [`full`]'s head.
-#[allow(clippy::too_many_arguments)]
+/// [`full`]'s answer as the bytes sent on an HTTP/1.1 connection, begun in `out`: its status
+/// line and head up to `tag`, the ETag; [`full_wire_end`] writes the rest. The head's other lines
+/// are written once per thread, version and kind, like [`full`]'s head.
 pub(super) fn full_wire(
     view: &Arc<VersionView>,
     kind: Kind,
     pinned: bool,
     served: impl FnOnce() -> Served,
     added: &Added,
-    (tag, id): (&HeaderValue, &HeaderValue),
-    body: &[u8],
+    tag: &HeaderValue,
     out: &mut Vec<u8>,
 ) {
     HEADS.with_borrow_mut(|heads| out.extend_from_slice(&heads.find(view, kind, pinned, added, served).wire));
-    let mut length = itoa::Buffer::new();
-    with_date(|date| {
-        for (name, value) in [
-            (&b"etag: "[..], tag.as_bytes()),
-            (b"x-request-id: ", id.as_bytes()),
-            (b"date: ", date),
-            (b"content-length: ", length.format(body.len()).as_bytes()),
-        ] {
-            out.extend_from_slice(name);
-            out.extend_from_slice(value);
-            out.extend_from_slice(b"\r\n");
-        }
-    });
+    wire_line(out, b"etag: ", tag.as_bytes());
+}
+
+/// The end of an answer [`full_wire`] began: `id` (the request id), the `Date` and the body's
+/// length, then `body`.
+pub(super) fn full_wire_end(id: &HeaderValue, body: &[u8], out: &mut Vec<u8>) {
+    wire_line(out, b"x-request-id: ", id.as_bytes());
+    with_date(|date| wire_line(out, b"date: ", date));
+    wire_line(out, b"content-length: ", itoa::Buffer::new().format(body.len()).as_bytes());
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(body);
+}
+
+fn wire_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// `f` of the `Date` of an answer sent now, as hyper writes it (formatted once a second per
@@ -407,10 +407,7 @@ impl Heads {
 fn wire(head: &HeaderMap) -> Vec<u8> {
     let mut wire = b"HTTP/1.1 200 OK\r\n".to_vec();
     for (name, value) in head.iter().skip(2) {
-        wire.extend_from_slice(name.as_str().as_bytes());
-        wire.extend_from_slice(b": ");
-        wire.extend_from_slice(value.as_bytes());
-        wire.extend_from_slice(b"\r\n");
+        wire_line(&mut wire, format!("{name}: ").as_bytes(), value.as_bytes());
     }
     wire
 }

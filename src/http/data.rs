@@ -411,21 +411,17 @@ pub(super) fn read_key_now(
 }
 
 /// The full answer (200) to a plain `GET /{store}/{key}` found without waiting ([`found_now`]),
-/// appended to `out` as sent on the connection ([`answer::full_wire`]): for a GET that asks no
-/// range, revalidates nothing and accepts gzip if `gzip`. Why not (and `out` as it was) for
-/// anything else.
+/// begun in `out` as sent on the connection ([`answer::full_wire`]), and its body, for the
+/// caller to end ([`answer::full_wire_end`]): for a GET that asks no range, revalidates nothing
+/// and accepts gzip if `gzip`. Why not (and `out` as it was) for anything else.
 pub(super) fn read_key_wire(
     plane: &Plane,
     at: (&str, &str),
     gzip: bool,
     added: &answer::Added,
-    id: &HeaderValue,
     out: &mut Vec<u8>,
-) -> Result<(), Missed> {
-    found_now(plane, at, gzip, |found| {
-        wire(plane, found, added, id, out);
-        Some(())
-    })
+) -> Result<bytes::Bytes, Missed> {
+    found_now(plane, at, gzip, |found| Some(wire(plane, found, added, out)))
 }
 
 /// [`read_key_wire`], waiting for what this worker thread does not have at hand ([`found`]).
@@ -434,26 +430,20 @@ pub(super) async fn read_key_wire_waiting(
     at: (&str, &str),
     gzip: bool,
     added: &answer::Added,
-    id: &HeaderValue,
     out: &mut Vec<u8>,
-) -> bool {
-    found(plane, at, gzip, |found| {
-        wire(plane, found, added, id, out);
-        Some(())
-    })
-    .await
-    .is_some()
+) -> Option<bytes::Bytes> {
+    found(plane, at, gzip, |found| Some(wire(plane, found, added, out))).await
 }
 
 fn wire(
     plane: &Plane,
     Found { view, pinned, body, tag, kind }: Found<'_>,
     added: &answer::Added,
-    id: &HeaderValue,
     out: &mut Vec<u8>,
-) {
+) -> bytes::Bytes {
     let served = || plane.served(view, pinned, &Method::GET);
-    answer::full_wire(view, kind, pinned.is_some(), served, added, (&tag, id), &body, out);
+    answer::full_wire(view, kind, pinned.is_some(), served, added, &tag, out);
+    body
 }
 
 /// A version number as written in a pinned URL: digits only, no sign, no leading zero.

@@ -125,22 +125,25 @@ impl Reads {
         let Some(split) = data::key_split(path) else { return false };
         let at = data::key_at(path, split);
         let (observed, id) = Observed::start_raw(&self.observer, id);
-        let written = id.clone();
-        let (now, id) = logs::in_request(id, || data::read_key_wire(&self.plane, at, gzip, &self.cors, &written, out));
-        let answered = match now {
-            Ok(()) => true,
+        let (now, id) = logs::in_request(id, || data::read_key_wire(&self.plane, at, gzip, &self.cors, out));
+        let (body, id) = match now {
+            Ok(body) => (body, id),
             // Not waited for: the router's way looks up what this one did again, and would
             // count those lookups twice.
-            Err(data::Missed::Other) => false,
+            Err(data::Missed::Other) => return false,
             Err(data::Missed::Wait) => {
-                let waiting = data::read_key_wire_waiting(&self.plane, at, gzip, &self.cors, &written, out);
-                logs::InRequest::new(id, waiting).await
+                let waiting = data::read_key_wire_waiting(&self.plane, at, gzip, &self.cors, out);
+                let mut waiting = std::pin::pin!(logs::InRequest::new(id, waiting));
+                let Some(body) = waiting.as_mut().await else { return false };
+                // Always there once the future has completed (`InRequest` puts it back).
+                (body, waiting.take_id().unwrap_or(axum::http::HeaderValue::from_static("-")))
             }
         };
-        if answered {
-            observed.counted(&self.observer, data::KEY_ROUTE, &Method::GET, path, axum::http::StatusCode::OK);
-        }
-        answered
+        // The request id is written after the lookups, whose log lines carried it meanwhile: no
+        // copy of it is made.
+        answer::full_wire_end(&id, &body, out);
+        observed.counted(&self.observer, data::KEY_ROUTE, &Method::GET, path, axum::http::StatusCode::OK);
+        true
     }
 }
 
