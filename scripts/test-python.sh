@@ -30,6 +30,10 @@ for major in 1 2; do
     [[ -x $ic/bin/python ]] || { echo "test-python: no icechunk-$major venv at '$ic'" >&2; exit 1; }
     export "ZARRGATE_ICECHUNK${major}_PYTHON=$ic/bin/python"
 done
+# The README walkthrough's small environment (test_readme.py runs the walkthrough in it).
+walkthrough=$(scripts/python-env-walkthrough.sh | tail -n 1)
+[[ -x $walkthrough/bin/python ]] || { echo "test-python: no walkthrough venv at '$walkthrough'" >&2; exit 1; }
+export ZARRGATE_WALKTHROUGH_PYTHON="$walkthrough/bin/python"
 ZARRGATE_JS_ENV=$(scripts/js-env.sh | tail -n 1)
 export ZARRGATE_JS_ENV
 

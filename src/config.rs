@@ -323,9 +323,23 @@ impl Config {
         files
     }
 
-    /// The listen address, parsed.
+    /// The listen address: `host:port`, where the host is an address or a name that resolves
+    /// (`localhost:8080`; of the addresses a name has, the first IPv4 one, as most clients try
+    /// it).
     pub fn listen_addr(&self) -> anyhow::Result<SocketAddr> {
-        self.listen.parse().with_context(|| format!("listen address {:?} is not host:port", self.listen))
+        if let Ok(addr) = self.listen.parse() {
+            return Ok(addr);
+        }
+        let hint = "give host:port, such as 127.0.0.1:8080, localhost:8080, [::1]:8080 or 0.0.0.0:8080";
+        let resolved: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(self.listen.as_str())
+            .with_context(|| format!("listen address {:?}: {hint}", self.listen))?
+            .collect();
+        resolved
+            .iter()
+            .find(|a| a.is_ipv4())
+            .or(resolved.first())
+            .copied()
+            .with_context(|| format!("listen address {:?} resolves to no address: {hint}", self.listen))
     }
 
     fn check(&self) -> anyhow::Result<()> {
@@ -490,6 +504,15 @@ mod tests {
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn a_listen_address_may_name_its_host() {
+        let at = |listen: &str| Config { listen: listen.into(), ..Config::default() }.listen_addr();
+        assert_eq!(at("localhost:8080").map(|a| a.to_string()).unwrap_or_default(), "127.0.0.1:8080");
+        assert_eq!(at("[::1]:9000").map(|a| a.to_string()).unwrap_or_default(), "[::1]:9000");
+        let refused = at("localhost").err().map(|e| format!("{e:#}")).unwrap_or_default();
+        assert!(refused.contains("give host:port, such as 127.0.0.1:8080, localhost:8080"), "{refused}");
     }
 
     #[test]

@@ -125,6 +125,24 @@ both_backends! {
         let report: Value = server.client.post(format!("{}/api/v1/stores/s/verify", server.url)).send().await.unwrap().json().await.unwrap();
         assert_eq!(report["modified"], 1, "{report}");
         assert_eq!(report["sources"][0]["status"], "modified");
+        assert!(problem["detail"].as_str().unwrap().contains("zarrgate stores put STORE m.json --record-sources"), "{problem}");
+
+        // The recovery the 502 names: the export registered again, re-recording the facts.
+        let exported: Value = server.get("/api/v1/stores/s/manifest", &[]).await.json().await.unwrap();
+        assert!(exported["sources"].as_object().is_some_and(|s| !s.is_empty()), "{exported}");
+        let (status, answer) = server.put("/api/v1/stores/s", &exported).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "the export's recorded facts no longer hold: {answer}");
+        assert!(answer["problems"][0].as_str().unwrap().contains("?record_sources=true"), "{answer}");
+        let (status, answer) = server.put("/api/v1/stores/s?record_sources=true&verify=false", &exported).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+        let (status, answer) = server.put("/api/v1/stores/s?record_sources=true", &exported).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        assert_eq!(server.bytes("/s/x/c/0").await, f32_bytes([100.0, 101.0, 102.0, 103.0]), "read again, as it is now");
+        // Shortened: re-recording still checks every reference against the size found.
+        std::fs::write(&path, f32_bytes([1.0, 2.0])).unwrap();
+        let (status, answer) = server.put("/api/v1/stores/s?record_sources=true", &exported).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+        assert_eq!(server.get("/api/v1/stores/s/manifest", &[]).await.json::<Value>().await.unwrap()["sources"].as_object().map(|s| s.len()), Some(1));
         std::fs::remove_file(&path).unwrap();
         let report: Value = server.client.post(format!("{}/api/v1/stores/s/verify", server.url)).send().await.unwrap().json().await.unwrap();
         assert_eq!(report["missing"], 1, "{report}");

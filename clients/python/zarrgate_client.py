@@ -56,10 +56,17 @@ _CF_ENCODING_KEYS = ("dtype", "units", "calendar", "scale_factor", "add_offset",
 
 
 class ZarrgateError(RuntimeError):
-    """A non-2xx answer from zarrgate; ``detail`` is the problem+json detail."""
+    """A non-2xx answer from zarrgate; ``detail`` is the problem+json detail and ``problems``
+    the list of problems a refused document had (also in the message, one per line, as the
+    command line prints them)."""
 
     def __init__(self, status: int, title: str, detail: str, body: Any = None):
-        super().__init__(f"zarrgate answered {status} {title}: {detail}")
+        problems = body.get("problems") if isinstance(body, dict) else None
+        self.problems: list[str] = [str(p) for p in problems] if isinstance(problems, list) else []
+        message = f"zarrgate answered {status} {title}: {detail}"
+        if self.problems:
+            message += "".join(f"\n  - {p}" for p in self.problems)
+        super().__init__(message)
         self.status, self.title, self.detail, self.body = status, title, detail, body
 
 
@@ -290,14 +297,18 @@ def _json_clean(value: Any) -> Any:
 
 def register(base_url: str, store: str, doc_or_vds: Any, token: str | None = None,
              timeout: float = DEFAULT_TIMEOUT, *, verify: bool | None = None,
-             missing_chunks: str | None = None) -> dict:
+             missing_chunks: str | None = None, record_sources: bool = False) -> dict:
     """Register (or replace) ``store`` on the zarrgate at ``base_url``.
 
     ``doc_or_vds`` is a native document (a dict with ``nodes``, or kerchunk
     references, which the server detects) or anything
     :func:`manifeststore_to_native` accepts. ``verify=False`` skips asking
     every source for its ETag and size; ``missing_chunks`` is ``"404"`` or
-    ``"fill"`` (default: the store's current setting). Returns the server's
+    ``"fill"`` (default: the store's current setting). ``record_sources=True``
+    records every source's ETag and size as they are now, in place of the
+    document's ``sources`` (the recovery from ``502 source-modified`` after a
+    file was rewritten in place with its bytes where the references say:
+    register the store's export again with it). Returns the server's
     store summary; raises :class:`ZarrgateError` with the problem ``detail``
     on a non-2xx answer.
     """
@@ -307,6 +318,8 @@ def register(base_url: str, store: str, doc_or_vds: Any, token: str | None = Non
         query["verify"] = "true" if verify else "false"
     if missing_chunks is not None:
         query["missing_chunks"] = missing_chunks
+    if record_sources:
+        query["record_sources"] = "true"
     url = f"{base_url.rstrip('/')}/api/v1/stores/{store}"
     if query:
         url += "?" + urllib.parse.urlencode(query)

@@ -298,15 +298,42 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<Arc<dyn Catalog>
     }
 }
 
-/// `url` with any password replaced, for logs and errors.
+/// Query parameters whose values are secrets: libpq's `password` and `sslpassword`, and the
+/// tokens and signatures an object store URL may carry (an Azure SAS `sig`, `token`, ...).
+fn secret_query_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["password", "passwd", "secret", "token", "credential"].iter().any(|s| key.contains(s))
+        || matches!(key.as_str(), "pwd" | "sig" | "signature" | "x-amz-signature" | "x-goog-signature")
+}
+
+/// `url` with any password replaced by `***`, in its userinfo and in its query
+/// (`?password=...`, which libpq and sqlx accept too), for logs, errors and `zarrgate config`.
 pub fn redact_url(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        _ => url.to_owned(),
+    let Ok(mut u) = url::Url::parse(url) else {
+        // Not a URL: shown only when it cannot hold a password.
+        return if url.contains(['@', '=', ':']) {
+            "(a value that is no URL, not shown)".to_owned()
+        } else {
+            url.to_owned()
+        };
+    };
+    let mut changed = false;
+    if u.password().is_some() {
+        let _ = u.set_password(Some("***"));
+        changed = true;
     }
+    if u.query_pairs().any(|(k, _)| secret_query_key(&k)) {
+        let pairs: Vec<(String, String)> = u
+            .query_pairs()
+            .map(|(k, v)| {
+                let v = if secret_query_key(&k) { "***".to_owned() } else { v.into_owned() };
+                (k.into_owned(), v)
+            })
+            .collect();
+        u.query_pairs_mut().clear().extend_pairs(pairs);
+        changed = true;
+    }
+    if changed { u.to_string() } else { url.to_owned() }
 }
 
 /// Maps a unique-constraint violation to [`CatalogError::Conflict`] naming the constraint.
@@ -316,5 +343,31 @@ fn unique_violation(e: sqlx::Error) -> CatalogError {
             CatalogError::Conflict(db.constraint().unwrap_or("a unique constraint").to_owned())
         }
         _ => CatalogError::Database(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_are_redacted_in_the_userinfo_and_the_query() {
+        for (url, shown) in [
+            ("postgres://zarrgate:hunter2@db:5432/zarrgate", "postgres://zarrgate:***@db:5432/zarrgate"),
+            ("postgres://zarrgate@db/zarrgate?password=hunter2", "postgres://zarrgate@db/zarrgate?password=***"),
+            (
+                "postgres://db/zarrgate?sslmode=require&PassWord=hunter2&sslpassword=hunter3",
+                "postgres://db/zarrgate?sslmode=require&PassWord=***&sslpassword=***",
+            ),
+            (
+                "https://acct.blob.core.windows.net/c/?sv=2022&sig=hunter2%2B",
+                "https://acct.blob.core.windows.net/c/?sv=2022&sig=***",
+            ),
+            ("sqlite://data/zarrgate.db?mode=rwc", "sqlite://data/zarrgate.db?mode=rwc"),
+            ("not a url password=hunter2", "(a value that is no URL, not shown)"),
+            ("data/zarrgate.db", "data/zarrgate.db"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
     }
 }

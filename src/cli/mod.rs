@@ -72,6 +72,11 @@ pub enum StoresCommand {
         /// Do not ask each source for its ETag and size at registration.
         #[arg(long)]
         no_verify: bool,
+        /// Record each source's ETag and size as they are now, in place of those the manifest
+        /// declares (after a source was rewritten in place with its bytes where the references
+        /// say: the recovery from `502 source-modified`); every reference is checked again.
+        #[arg(long, conflicts_with = "no_verify")]
+        record_sources: bool,
     },
     /// Serve an Icechunk repository (its URL under a registered object store): the head of a
     /// branch (default main), a tag or a snapshot.
@@ -306,7 +311,7 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
             let s = api.json(api.request(Method::GET, &store_path(&name))).await?;
             print(json, &s, || show::summary(&format!("store {name}"), &s, api.server()));
         }
-        StoresCommand::Put { name, file, format, missing_chunks, no_verify } => {
+        StoresCommand::Put { name, file, format, missing_chunks, no_verify, record_sources } => {
             let mut query = Vec::new();
             if let Some(format) = format {
                 query.push(("format", name_of(format)));
@@ -316,6 +321,9 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
             }
             if no_verify {
                 query.push(("verify", "false".to_owned()));
+            }
+            if record_sources {
+                query.push(("record_sources", "true".to_owned()));
             }
             let tar = matches!(format, Some(DocumentFormat::KerchunkParquet))
                 || file.extension().is_some_and(|e| e.eq_ignore_ascii_case("tar"));

@@ -8,7 +8,7 @@ use crate::sources::redact_options;
 impl Config {
     /// The configuration as a TOML file the server accepts back. Tokens are left out (a
     /// placeholder would be refused, or worse, accepted as a token); a password in
-    /// `database_url`, and the secret options and URL credentials of object stores, read `***`.
+    /// `database_url` (in its userinfo or its query), and the secret options and URL credentials of object stores, read `***`.
     /// A header comment says what was redacted and how to give it again.
     pub fn to_redacted_toml(&self) -> anyhow::Result<String> {
         let toml::Value::Table(mut table) = toml::Value::try_from(self)? else {
@@ -25,7 +25,7 @@ impl Config {
             }
         }
         let database_url = redact_url(&self.database_url);
-        if database_url.contains(":***@") {
+        if database_url != self.database_url {
             table.insert("database_url".into(), database_url.into());
             notes.push("database_url: its password reads ***; give the real URL in DATABASE_URL".into());
         }
@@ -72,7 +72,7 @@ mod tests {
         let mut config = Config {
             admin_tokens: vec!["admin-token-0123456789".into()],
             read_tokens: vec!["read-token-0123456789".into()],
-            database_url: "postgres://zarrgate:hunter2-password@db:5432/zarrgate".into(),
+            database_url: "postgres://zarrgate:hunter2-password@db:5432/zarrgate?sslpassword=hunter3-password".into(),
             ..Config::default()
         };
         config.cache.blocks_bytes = 12345;
@@ -83,11 +83,17 @@ mod tests {
             options: store.as_object().unwrap_or(&serde_json::Map::new()).clone(),
         });
         let text = config.to_redacted_toml().unwrap_or_default();
-        for secret in ["admin-token-0123456789", "read-token-0123456789", "hunter2-password", "very-secret-key"] {
+        for secret in [
+            "admin-token-0123456789",
+            "read-token-0123456789",
+            "hunter2-password",
+            "hunter3-password",
+            "very-secret-key",
+        ] {
             assert!(!text.contains(secret), "{secret} shown:\n{text}");
         }
         assert!(text.contains("admin_tokens: 1 token(s) left out; give them in ZARRGATE_ADMIN_TOKENS"), "{text}");
-        assert!(text.contains("database_url = \"postgres://zarrgate:***@db:5432/zarrgate\""), "{text}");
+        assert!(text.contains("database_url = \"postgres://zarrgate:***@db:5432/zarrgate?sslpassword=***\""), "{text}");
 
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let file = dir.path().join("printed.toml");

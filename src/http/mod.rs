@@ -60,6 +60,7 @@ fn router(state: AppState, plane: Arc<data::Plane>, observer: Arc<observe::Obser
     }
     let routes = Router::new()
         .nest("/api/v1", api)
+        .route_service("/api/v1/", api_index.into_service())
         .merge(ops::router())
         .merge(data)
         .fallback(fallback)
@@ -95,6 +96,11 @@ fn cors() -> CorsLayer {
 async fn fallback(uri: Uri) -> ApiError {
     let path = uri.path();
     ApiError::NotFound(format!("nothing is served at {path}: Zarr keys live under /<store>/, the API under /api/v1/"))
+}
+
+/// `/api/v1/`: the index is at `/api/v1`.
+async fn api_index() -> axum::response::Redirect {
+    axum::response::Redirect::permanent("/api/v1")
 }
 
 /// Under `/api/v1`, a path the control plane does not have (not a store named `api`).

@@ -40,6 +40,9 @@ struct RegisterParams {
     missing_chunks: Option<String>,
     /// Ask every source for its facts at registration (default true).
     verify: Option<bool>,
+    /// Record every source's facts as found now, in place of those the document declares
+    /// (default false): the recovery after a source was rewritten in place.
+    record_sources: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -66,8 +69,15 @@ async fn register(
         .is_some_and(|t| t.starts_with("application/x-tar"));
     let fill_missing = missing_chunks(params.missing_chunks.as_deref())?;
     let verify = params.verify.unwrap_or(true);
+    let record_sources = params.record_sources.unwrap_or(false);
+    if record_sources && params.verify == Some(false) {
+        return Err(ApiError::BadRequest(
+            "record_sources=true asks every source for its facts now; it cannot go with verify=false".into(),
+        ));
+    }
     if params.format.as_deref() == Some("icechunk") {
-        return register_icechunk(&app, &name, body, Registration { format: None, fill_missing, verify }).await;
+        let how = Registration { format: None, fill_missing, verify, record_sources: false };
+        return register_icechunk(&app, &name, body, how).await;
     }
     let format = match params.format.as_deref() {
         Some(name) => Some(Format::parse(name).ok_or_else(|| {
@@ -78,7 +88,7 @@ async fn register(
         None if tar => Some(Format::KerchunkParquet),
         None => None,
     };
-    let how = Registration { format, fill_missing, verify };
+    let how = Registration { format, fill_missing, verify, record_sources };
     let registered = app.registrar.register(&name, byte_stream(body), how).await?;
     Ok(registered_response(&name, &registered, None))
 }
@@ -147,6 +157,7 @@ async fn patch(
         format: Some(Format::Native),
         fill_missing: missing_chunks(params.missing_chunks.as_deref())?,
         verify: params.verify.unwrap_or(true),
+        record_sources: false,
     };
     let patched = app.registrar.patch(&name, byte_stream(body), how).await?;
     Ok(Json(registered_json(&patched)))

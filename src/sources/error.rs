@@ -22,7 +22,10 @@ pub enum SourceError {
     /// The object's ETag (or, when it has none, its size) differs from the one recorded at
     /// registration.
     #[error(
-        "source object {url} changed since registration (recorded: {recorded}): its bytes no longer match the manifest; re-register the store"
+        "source object {url} changed since registration (recorded: {recorded}): its bytes no longer match the manifest. \
+         Register the store again from new references; or, if the file was rewritten with its bytes where the \
+         references say, record it as it is now: `zarrgate stores export STORE > m.json && \
+         zarrgate stores put STORE m.json --record-sources` (PUT ?record_sources=true)"
     )]
     Modified { url: String, store: String, recorded: String },
     /// The object is shorter than the manifest says.

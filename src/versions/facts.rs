@@ -13,8 +13,10 @@ use crate::zarr::source::SourceFacts;
 
 /// Asks every source the document references (under a registered object store) for its facts,
 /// checks them against the facts the document declares, and records them. A source that is
-/// missing, or that differs from what the document declares, is a problem.
-pub async fn record(sources: &SourceRegistry, concurrency: usize, doc: &mut Document) {
+/// missing, or that differs from what the document declares, is a problem; with `rerecord`,
+/// what the document declares is replaced by what is found (`?record_sources=true`: a source
+/// rewritten in place, its references checked again against the size found).
+pub async fn record(sources: &SourceRegistry, concurrency: usize, doc: &mut Document, rerecord: bool) {
     let urls: Vec<String> = doc
         .urls
         .all()
@@ -43,9 +45,11 @@ pub async fn record(sources: &SourceRegistry, concurrency: usize, doc: &mut Docu
                 let etag_differs =
                     declared.etag.as_deref().is_some_and(|e| now.etag.as_deref().map(unquoted) != Some(unquoted(e)));
                 let size_differs = declared.size.is_some_and(|s| Some(s) != now.size);
-                if etag_differs || size_differs {
+                if (etag_differs || size_differs) && !rerecord {
                     doc.problems.push(format!(
-                        "{url} changed since the manifest was made: it declares {}, the object store reports {}",
+                        "{url} changed since the manifest was made: it declares {}, the object store reports {} \
+                         (if its bytes are where the references say, register with ?record_sources=true, \
+                         `zarrgate stores put --record-sources`, to record it as it is now)",
                         declared.describe(),
                         now.describe()
                     ));

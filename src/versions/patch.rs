@@ -57,7 +57,7 @@ impl Registrar {
         let (mut doc, _) =
             ingest::read_document(body, self.settings.max_body_bytes, Some(Format::Native), &scratch).await?;
         if how.verify {
-            facts::record(&self.sources, self.settings.verify_concurrency, &mut doc).await;
+            facts::record(&self.sources, self.settings.verify_concurrency, &mut doc, false).await;
         }
         let base_sources: BTreeMap<String, SourceFacts> = self.catalog.sources(head.id).await?.into_iter().collect();
         keep_source_facts(&mut doc, &base_sources, head.id);

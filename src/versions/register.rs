@@ -65,6 +65,10 @@ pub struct Registration {
     pub fill_missing: Option<bool>,
     /// Ask every source for its facts.
     pub verify: bool,
+    /// Record the sources' facts as they are now, in place of those the document declares
+    /// (the recovery after a source was rewritten in place with the same bytes where the
+    /// references point); every reference is still checked against the sizes found.
+    pub record_sources: bool,
 }
 
 /// How a read document is to be stored.
@@ -73,6 +77,8 @@ pub(super) struct Storing {
     pub format: &'static str,
     /// Ask every source for its facts now.
     pub record_facts: bool,
+    /// Replace the document's declared facts by those found now (else they must agree).
+    pub rerecord: bool,
     /// The sources' facts were asked for (now or by the caller).
     pub verified: bool,
     /// Missing chunks are answered with fill chunks.
@@ -157,8 +163,9 @@ impl Registrar {
         let read_seconds = reading.elapsed().as_secs_f64();
         let stored = Storing {
             format: format.name(),
-            record_facts: how.verify,
-            verified: how.verify,
+            record_facts: how.verify || how.record_sources,
+            rerecord: how.record_sources,
+            verified: how.verify || how.record_sources,
             fill_missing,
             read_seconds,
             origin: None,
@@ -184,7 +191,7 @@ impl Registrar {
     /// new current version of `name`.
     pub(super) async fn store_document(&self, name: &str, mut doc: Document, how: Storing) -> Result<Registered> {
         if how.record_facts {
-            facts::record(&self.sources, self.settings.verify_concurrency, &mut doc).await;
+            facts::record(&self.sources, self.settings.verify_concurrency, &mut doc, how.rerecord).await;
         }
         facts::resolve_whole_objects(&self.sources, &mut doc, how.verified).await;
         let entries = self.sources.entries();

@@ -50,13 +50,14 @@ impl Registrar {
         scratch.check().map_err(super::ingest::scratch_error)?;
         let icechunk::Read { mut doc, modified_at, origin } = read?;
         if verify {
-            facts::record(&self.sources, self.settings.verify_concurrency, &mut doc).await;
+            facts::record(&self.sources, self.settings.verify_concurrency, &mut doc, false).await;
             icechunk::check_modified(&mut doc, &modified_at);
         }
         let origin = serde_json::to_string(&origin).map_err(|e| Error::Internal(e.to_string()))?;
         let storing = Storing {
             format: "icechunk",
             record_facts: false,
+            rerecord: false,
             verified: verify,
             fill_missing,
             read_seconds: reading.elapsed().as_secs_f64(),

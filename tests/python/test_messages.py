@@ -9,16 +9,26 @@ asserted on its words, against the real server.
 * A 405 lists the methods the path has, in its body as in ``Allow``.
 * An ``/api/v1`` path the control plane does not have is a 404 naming it, not "no store".
 * The OpenAPI document says that it, like every ``/api/v1`` call, needs the token.
+* ``/api/v1`` itself names the control plane's routes (not "no store is named api").
+* The Python client's exception lists a refused document's problems, as the command line does.
+* ``--listen localhost:PORT`` is a listen address (names resolve).
+* A database password given in the URL's query is never printed: neither by ``zarrgate
+  config`` nor in the error of a server that cannot reach its database.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 import uuid
 
+import pytest
 import requests
 
-from conftest import Server
+import zarrgate_client
+from conftest import LISTENING, Server, _binary
 
 
 def array(**changes) -> dict:
@@ -108,3 +118,64 @@ def test_the_openapi_document_says_it_needs_the_token(server: Server):
     assert "except this document" not in description and "this document and the data plane never" not in description
     assert "security" not in doc["paths"]["/api/v1/openapi.json"]["get"]
     assert "401" in doc["paths"]["/api/v1/openapi.json"]["get"]["responses"]
+
+
+def test_the_api_index_names_the_routes(server: Server):
+    for path in ["/api/v1", "/api/v1/"]:
+        answer = requests.get(f"{server.url}{path}", timeout=30)
+        assert answer.status_code == 200, (path, answer.text)
+        index = answer.json()
+        assert index["openapi"] == "/api/v1/openapi.json"
+        assert "PUT /api/v1/stores/{store}: Register or replace a store" in " ".join(index["routes"]), index
+        assert any(r.startswith("DELETE /api/v1/object-stores/{name}") for r in index["routes"]), index
+
+
+def test_the_client_error_lists_the_problems(server: Server):
+    bad = array(codecs=[{"name": "bytes"}, {"name": "no-such-codec"}],
+                manifest={"0": {"data": "AAE="}, "7": {"data": "AAE="}})
+    with pytest.raises(zarrgate_client.ZarrgateError) as refused:
+        zarrgate_client.register(server.url, f"bad-{uuid.uuid4().hex[:8]}", {"nodes": {"a": bad}})
+    message = str(refused.value)
+    assert refused.value.status == 422
+    assert len(refused.value.problems) == 2, refused.value.problems
+    assert 'array a: chunk key "7" is outside the chunk grid [2]' in message, message
+    assert "no-such-codec" in message, message
+
+
+def _env(**extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZARRGATE_") and k != "DATABASE_URL"}
+    env.update(NO_COLOR="1", **extra)
+    return env
+
+
+def test_a_listen_address_may_name_its_host(tmp_path):
+    env = _env(DATABASE_URL=f"sqlite://{tmp_path}/catalog.db")
+    proc = subprocess.Popen([str(_binary()), "--listen", "localhost:0"], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = ""
+        for line in proc.stdout:
+            if LISTENING.search(line):
+                break
+        found = LISTENING.search(line)
+        assert found and found.group(1).startswith("http://127.0.0.1:"), line
+        assert requests.get(f"{found.group(1)}/healthz", timeout=30).status_code == 200
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("url", ["postgres://zarrgate@127.0.0.1:9/zarrgate?password=hunter2-in-query",
+                                 "postgres://zarrgate:hunter2-in-userinfo@127.0.0.1:9/zarrgate"])
+def test_a_database_password_is_never_printed(tmp_path, url):
+    secret = re.search(r"hunter2-in-\w+", url).group(0)
+    printed = subprocess.run([str(_binary()), "config", "--database-url", url], env=_env(), cwd=tmp_path,
+                             capture_output=True, text=True, timeout=60)
+    assert printed.returncode == 0, printed.stderr
+    assert secret not in printed.stdout + printed.stderr
+    assert "***" in printed.stdout and "database_url: its password reads ***" in printed.stdout, printed.stdout
+    started = subprocess.run([str(_binary()), "--database-url", url], env=_env(ZARRGATE_LOG="debug"),
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert started.returncode != 0
+    assert "opening the catalog at postgres://zarrgate" in started.stderr, started.stderr
+    assert secret not in started.stdout + started.stderr, started.stderr

@@ -165,7 +165,8 @@ def server_routes() -> set[tuple[str, str]]:
         prefix = nest.group(1) if source.stem in nested else ""
         for path, expr in _route_calls(text):
             for method in _methods(expr, f"{source.name} route {path}"):
-                routes.add((method, prefix + path))
+                # A nested router's "/" is the prefix itself (axum 0.8).
+                routes.add((method, prefix if prefix and path == "/" else prefix + path))
     return routes
 
 
