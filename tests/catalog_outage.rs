@@ -127,3 +127,75 @@ async fn cached_stores_are_served_while_postgres_is_unreachable() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(server.bytes("/cached/x/c/0").await, f32_bytes([5.0, 6.0]));
 }
+
+/// What the change feed and the breaker notice first is a race; whichever wins, the very read
+/// that meets an outage is served from the last known head (issue 38), whether the database
+/// behind the proxy refuses connections, closes them during start-up, or never answers (the
+/// pool's acquire timeout bounds that read); also when the change feed came back in between
+/// and forgot every head (a flapping database), and no read came before the next outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_that_meets_an_outage_is_served_from_the_last_known_head() {
+    if std::env::var("ZARRGATE_TEST_POSTGRES").as_deref() == Ok("skip") {
+        eprintln!("ZARRGATE_TEST_POSTGRES=skip: not run");
+        return;
+    }
+    let pg = url::Url::parse(&common::postgres_url()).unwrap();
+    let target =
+        tokio::net::lookup_host((pg.host_str().unwrap(), pg.port().unwrap_or(5432))).await.unwrap().next().unwrap();
+    let proxy = TcpProxy::start(target).await;
+    let port = proxy.addr.port();
+    let server = TestServer::start_with(Backend::Postgres, |c| {
+        let mut url = url::Url::parse(&c.database_url).unwrap();
+        url.set_host(Some("127.0.0.1")).unwrap();
+        url.set_port(Some(port)).unwrap();
+        c.database_url = url.to_string();
+        c.cache.current_version_ttl_ms = 300;
+    })
+    .await;
+    let (status, body) = server.put("/api/v1/stores/hot", &doc([1.0, 2.0])).await;
+    assert_eq!(status, 201, "{body}");
+    let feed_up = |wanted: f64, why: &'static str| {
+        let server = &server;
+        async move {
+            let since = Instant::now();
+            while server.metric("zarrgate_catalog_change_feed_up").await != wanted {
+                assert!(since.elapsed() < Duration::from_secs(20), "{why}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    feed_up(1.0, "the change feed never followed").await;
+    for round in 0..21 {
+        let how = [Cut::Refuse, Cut::Close, Cut::Stall][round % 3];
+        // Every other round, nothing is read between the change feed's return (which forgot
+        // every head) and the next outage.
+        let flapping = round % 2 == 1;
+        if !flapping {
+            assert_eq!(server.bytes("/hot/x/c/0").await, f32_bytes([1.0, 2.0]));
+        }
+        proxy.cut(how).await;
+        // Past the head's time to live (300 ms): the read must ask the catalog.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let started = Instant::now();
+        let r = server.get("/hot/x/c/0", &[]).await;
+        let status = r.status();
+        let bytes = r.bytes().await.unwrap().to_vec();
+        assert_eq!(status, 200, "round {round} ({how:?}, flapping {flapping}): {}", String::from_utf8_lossy(&bytes));
+        assert_eq!(bytes, f32_bytes([1.0, 2.0]), "round {round} ({how:?})");
+        assert!(started.elapsed() < Duration::from_secs(4), "round {round} ({how:?}): {:?}", started.elapsed());
+        // A store never read: 503 with Retry-After, at once now that the breaker is open.
+        let started = Instant::now();
+        let r = server.get(&format!("/never-{round}/x/c/0"), &[]).await;
+        assert_eq!(r.status(), 503, "round {round} ({how:?})");
+        assert_eq!(r.headers().get("retry-after").map(|v| v.to_str().unwrap()), Some("1"));
+        assert!(started.elapsed() < Duration::from_millis(500), "round {round} ({how:?}): {:?}", started.elapsed());
+
+        proxy.restore().await;
+        let restored = Instant::now();
+        while server.get(&format!("/never-{round}/x/c/0"), &[]).await.status() != 404 {
+            assert!(restored.elapsed() < Duration::from_secs(20), "round {round} ({how:?}): no recovery");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        feed_up(1.0, "the change feed never came back").await;
+    }
+}

@@ -454,12 +454,12 @@ impl Caches {
     }
 
     /// Forgets every store head (when the change feed follows again after an interruption:
-    /// changes made meanwhile were missed).
+    /// changes made meanwhile were missed), so that the next read of each asks the catalog. The
+    /// last heads read from the catalog are kept: they answer only while the catalog cannot be
+    /// reached, and a database that flaps (back for the change feed to follow, gone again at
+    /// the next read) must not turn the stores this replica served into 503s.
     pub fn forget_all(&self) {
         self.heads.cache.invalidate_all();
-        if let Some(last) = &self.last_heads {
-            last.invalidate_all();
-        }
         self.heads_generation.fetch_add(1, Ordering::SeqCst);
     }
 

@@ -1,6 +1,6 @@
 //! A TCP proxy in front of a server (PostgreSQL) that a test cuts and restores: refusing new
-//! connections (nothing listens on its port), or accepting and closing them at once, and in
-//! both cases closing the connections already established.
+//! connections (nothing listens on its port), accepting and closing them at once, or accepting
+//! them and never answering, and in every case closing the connections already established.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -16,6 +16,8 @@ pub enum Cut {
     Refuse,
     /// Connections are accepted and closed at once.
     Close,
+    /// Connections are accepted and held, never answered (a half-dead network path).
+    Stall,
 }
 
 /// A running proxy.
@@ -25,6 +27,8 @@ pub struct TcpProxy {
     target: SocketAddr,
     accepting: Mutex<Option<JoinHandle<()>>>,
     piping: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    /// Connections held by [`Cut::Stall`], closed at the next change.
+    stalled: Arc<Mutex<Vec<TcpStream>>>,
 }
 
 impl TcpProxy {
@@ -32,18 +36,25 @@ impl TcpProxy {
     pub async fn start(target: SocketAddr) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let proxy = Self { addr, target, accepting: Mutex::new(None), piping: Arc::default() };
+        let proxy = Self { addr, target, accepting: Mutex::new(None), piping: Arc::default(), stalled: Arc::default() };
         proxy.serve(listener, None);
         proxy
     }
 
     fn serve(&self, listener: TcpListener, cut: Option<Cut>) {
-        let (target, piping) = (self.target, self.piping.clone());
+        let (target, piping, stalled) = (self.target, self.piping.clone(), self.stalled.clone());
         let task = tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
-                if cut == Some(Cut::Close) {
-                    drop(client);
-                    continue;
+                match cut {
+                    Some(Cut::Close) => {
+                        drop(client);
+                        continue;
+                    }
+                    Some(Cut::Stall) => {
+                        stalled.lock().unwrap().push(client);
+                        continue;
+                    }
+                    _ => {}
                 }
                 let pipe = tokio::spawn(async move {
                     if let Ok(mut server) = TcpStream::connect(target).await {
@@ -66,12 +77,13 @@ impl TcpProxy {
         for pipe in self.piping.lock().unwrap().drain(..) {
             pipe.abort();
         }
+        self.stalled.lock().unwrap().clear();
         // The aborted accept loop drops its listener; wait until the port is free again.
         tokio::task::yield_now().await;
         match how {
-            Cut::Close => {
+            Cut::Close | Cut::Stall => {
                 let listener = bind_again(self.addr).await;
-                self.serve(listener, Some(Cut::Close));
+                self.serve(listener, Some(how));
             }
             // Until the aborted accept loop has dropped the listener, a connection could still
             // be accepted.
@@ -92,6 +104,7 @@ impl TcpProxy {
         if let Some(task) = self.accepting.lock().unwrap().take() {
             task.abort();
         }
+        self.stalled.lock().unwrap().clear();
         tokio::task::yield_now().await;
         let listener = bind_again(self.addr).await;
         self.serve(listener, None);
