@@ -348,7 +348,30 @@ fn unique_violation(e: sqlx::Error) -> CatalogError {
 
 #[cfg(test)]
 mod tests {
-    use super::redact_url;
+    use super::{CatalogError, redact_url};
+
+    #[test]
+    fn every_failure_to_talk_to_the_database_is_unreachable_and_a_refusal_is_not() {
+        use std::io::{Error, ErrorKind};
+        let unreachable = [
+            sqlx::Error::Protocol("unexpected response from SSLRequest: 0x00".into()),
+            sqlx::Error::Io(Error::from(ErrorKind::ConnectionRefused)),
+            sqlx::Error::Io(Error::from(ErrorKind::ConnectionReset)),
+            sqlx::Error::Io(Error::from(ErrorKind::UnexpectedEof)),
+            sqlx::Error::Tls("handshake eof".into()),
+            sqlx::Error::PoolTimedOut,
+            sqlx::Error::PoolClosed,
+        ];
+        for e in unreachable {
+            let shown = e.to_string();
+            assert!(CatalogError::Database(e).is_unreachable(), "{shown}");
+        }
+        assert!(CatalogError::Unavailable("down".into()).is_unreachable());
+        for e in [sqlx::Error::RowNotFound, sqlx::Error::ColumnNotFound("id".into())] {
+            assert!(!CatalogError::Database(e).is_unreachable());
+        }
+        assert!(!CatalogError::Conflict("stores_pkey".into()).is_unreachable());
+    }
 
     #[test]
     fn passwords_are_redacted_in_the_userinfo_and_the_query() {
