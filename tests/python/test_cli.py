@@ -265,6 +265,17 @@ def test_the_operator_commands_end_to_end(server: Server, tmp_path: Path):
     assert changed.returncode == 1, changed
     assert "0 ok, 1 modified" in changed.stdout and f"modified   file://{data}" in changed.stdout, changed.stdout
 
+    # the recovery a 502 source-modified names: the export put again, re-recording the source
+    read = requests.get(f"{server.url}/{store}/values/c/5", timeout=10)
+    assert read.status_code == 502 and "--record-sources" in read.json()["detail"], read.text
+    ok(zarrgate("stores", "export", store, "-o", str(exported), **at))
+    refused = zarrgate("stores", "put", store, str(exported), **at)
+    assert refused.returncode == 1 and "changed since the manifest was made" in refused.stderr, refused
+    out = ok(zarrgate("stores", "put", store, str(exported), "--record-sources", **at))
+    assert f"registered {store} (replaced), version" in out, out
+    assert ok(zarrgate("stores", "verify", store, **at)).count("1 ok, 0 modified") == 1
+    assert struct.unpack("<f", requests.get(f"{server.url}/{store}/values/c/5", timeout=10).content[:4]) == (5.0,)
+
     # delete: gone, and showing it fails naming it
     assert ok(zarrgate("stores", "delete", copy, **at)) == f"deleted store {copy}\n"
     gone = zarrgate("stores", "show", copy, **at)
