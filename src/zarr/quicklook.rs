@@ -153,7 +153,7 @@ impl Overview {
 }
 
 /// Element `index` (C order) of one chunk of the array `metadata` describes, unpacked as CF
-/// says (`None`: fill or missing): the first and last values of a coordinate array.
+/// says (`None`: missing): the first and last values of a coordinate array.
 pub fn element(
     metadata: &Map<String, Value>,
     chunk_shape: &[u64],
@@ -164,6 +164,8 @@ pub fn element(
     let mut one = Overview::new(metadata, chunk_shape, chunk_shape, max_bytes)?;
     let Some(encoded) = encoded else { return Ok(None) };
     one.plan.pixels = vec![(0, index)];
+    // A coordinate equal to the fill value (0 degrees east) is a coordinate all the same.
+    one.fill.clear();
     one.values = vec![f64::NAN];
     one.add(0, Some(encoded))?;
     let v = one.packing.unpack(one.values[0]);
