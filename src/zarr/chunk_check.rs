@@ -188,6 +188,24 @@ mod tests {
     }
 
     #[test]
+    fn a_chunk_that_would_decode_past_its_size_is_refused_not_inflated() {
+        // A zstd frame declaring 2^44 bytes, holding one raw byte (zarrs would reserve 16 TiB).
+        let mut bomb = vec![0x28, 0xB5, 0x2F, 0xFD, 0xE0];
+        bomb.extend_from_slice(&(1u64 << 44).to_le_bytes());
+        bomb.extend_from_slice(&[0x09, 0, 0, 7]);
+        let zstd = array(
+            "float32",
+            4,
+            json!([{"name": "bytes"}, {"name": "zstd", "configuration": {"level": 1, "checksum": false}}]),
+        );
+        let err = zstd.decode(&bomb, &mut DecodeBudget::default()).unwrap_err();
+        assert!(err.contains("its 17 inline bytes do not decode") && err.contains("more than the 16 bytes"), "{err}");
+        // A codec that cannot be bounded is not decoded (left to readers), never decoded unbounded.
+        let pcodec = array("float32", 4, json!([{"name": "numcodecs.pcodec"}]));
+        assert_eq!(pcodec.decode(&bomb, &mut DecodeBudget::default()), Ok(()));
+    }
+
+    #[test]
     fn what_cannot_be_decoded_here_is_left_to_readers() {
         // A codec zarrs lacks (a reader's plugin): not decoded, not refused.
         let plugin = array("float32", 2, json!([{"name": "bytes"}, {"name": "numcodecs.imagecodecs_jpeg2k"}]));
