@@ -24,7 +24,7 @@ pub struct Plan {
 /// The chunk rows (or columns) read out of `n`, at most `k`: evenly strided, each at the middle
 /// of its stride.
 fn strided(n: u64, k: u64) -> Vec<u64> {
-    (0..k).map(|i| ((2 * i + 1) * n) / (2 * k)).collect()
+    (0..k).map(|i| ((2 * u128::from(i) + 1) * u128::from(n) / (2 * u128::from(k))) as u64).collect()
 }
 
 /// How many chunk rows and columns to read out of `nr` x `nc`, at most `max` together.
@@ -60,9 +60,9 @@ pub fn plan(shape: &[u64], chunk: &[u64], max_chunks: u64, max_side: u64, min_si
     // element within that chunk.
     let along = |(len, c): (u64, u64), picked: &[u64], n_chunks: u64, pixel: usize, pixels: usize| {
         let c = c.max(1);
-        let element = pixel as u64 * len / pixels as u64;
+        let element = (pixel as u128 * u128::from(len) / pixels as u128) as u64;
         let k = picked.len() as u64;
-        let at = ((element / c) * k / n_chunks).min(k - 1);
+        let at = ((u128::from(element / c) * u128::from(k) / u128::from(n_chunks)) as u64).min(k - 1);
         let start = picked[at as usize] * c;
         let within = (element % c).min(len.saturating_sub(1).saturating_sub(start));
         (at, within)
@@ -88,7 +88,7 @@ pub fn plan(shape: &[u64], chunk: &[u64], max_chunks: u64, max_side: u64, min_si
             chunks.push(coords);
         }
     }
-    Plan { plane: [rows.0, cols.0], size: [h, w], chunks, spanned: nr * nc, pixels }
+    Plan { plane: [rows.0, cols.0], size: [h, w], chunks, spanned: nr.saturating_mul(nc), pixels }
 }
 
 #[cfg(test)]
@@ -129,11 +129,12 @@ mod tests {
     proptest! {
         #[test]
         fn every_pixel_reads_an_element_of_a_chunk_read(
-            shape in proptest::collection::vec(1u64..5000, 0..4),
+            shape in proptest::collection::vec(prop_oneof![1u64..5000, (1u64 << 62)..u64::MAX], 0..4),
             chunk_seed in proptest::collection::vec(1u64..3000, 4),
             max in 1u64..100,
         ) {
             let chunk: Vec<u64> = shape.iter().zip(&chunk_seed).map(|(s, c)| (*c).min(*s).max(1)).collect();
+            prop_assume!(chunk.iter().try_fold(1u64, |n, c| n.checked_mul(*c)).is_some());
             let p = plan(&shape, &chunk, max, 64, 16);
             prop_assert!(p.chunks.len() as u64 <= max);
             prop_assert_eq!(p.pixels.len(), p.size[0] * p.size[1]);
@@ -144,7 +145,7 @@ mod tests {
             }
             for c in &p.chunks {
                 for (d, i) in c.iter().enumerate() {
-                    prop_assert!(i * chunk[d] < shape[d], "chunk {c:?} inside the array");
+                    prop_assert!(u128::from(*i) * u128::from(chunk[d]) < u128::from(shape[d]), "chunk {c:?} inside the array");
                 }
             }
         }
