@@ -442,6 +442,9 @@ pub struct LimitsConfig {
     pub max_metadata_bytes: u64,
     /// Bytes of one decoded chunk of an array of a version with `missing_chunks = "fill"`.
     pub max_fill_chunk_bytes: u64,
+    /// Bytes one Icechunk metadata file (repo info, snapshot, manifest) may inflate to: past
+    /// it, the registration (or a followed branch's sync) is refused and nothing is allocated.
+    pub max_icechunk_file_bytes: u64,
 }
 
 impl Default for LimitsConfig {
@@ -452,6 +455,7 @@ impl Default for LimitsConfig {
             max_depth: DEFAULT_MAX_DEPTH,
             max_metadata_bytes: DEFAULT_MAX_METADATA_BYTES,
             max_fill_chunk_bytes: DEFAULT_MAX_FILL_CHUNK_BYTES,
+            max_icechunk_file_bytes: DEFAULT_MAX_ICECHUNK_FILE_BYTES,
         }
     }
 }

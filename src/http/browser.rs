@@ -50,7 +50,7 @@ e.textContent.split(e.dataset.origin).join(location.origin)});\
 document.querySelectorAll('button[data-copy]').forEach(b=>b.onclick=()=>\
 navigator.clipboard.writeText(document.getElementById(b.dataset.copy).textContent));\
 const s=document.getElementById('scale');if(s){fetch('?quicklook=json').then(r=>r.json()).then(q=>{\
-s.textContent=q.min===null?'(every value of this chunk is fill)':q.min+' \\u2013 '+q.max;})}";
+s.textContent=q.caption;})}";
 
 /// True when the request explicitly accepts `text/html` (a browser does; fsspec sends `*/*`
 /// and keeps the plain listing).
@@ -224,10 +224,10 @@ async fn array(out: &mut String, app: &AppState, view: &VersionView, node: &Node
     out.push_str("</table>\n");
     attributes(out, &metadata);
     out.push_str(
-        "<h3>Quick look</h3>\n<figure><img src=\"?quicklook=png\" alt=\"the first 2-D plane of the first \
-                  chunk, in viridis\" style=\"image-rendering:pixelated;max-width:100%\">\
-                  <figcaption>first chunk, first 2-D plane (at most 512 px a side; fill values and NaN \
-                  transparent); the bar under it runs from \
+        "<h3>Quick look</h3>\n<figure><img src=\"?quicklook=png\" alt=\"an overview of the first 2-D \
+                  slice, in viridis\" style=\"image-rendering:pixelated;max-width:100%\">\
+                  <figcaption>overview of the first 2-D slice (at most 512 px a side; fill values, missing values \
+                  and NaN transparent); the bar under it runs from \
                   <span id=\"scale\"><a href=\"?quicklook=json\">min and max</a></span></figcaption></figure>\n",
     );
     documents(out);

@@ -29,6 +29,9 @@ pub type BlockKey = (i64, u32, u64);
 pub type FillKey = (i64, u32);
 /// `(version, node index, coordinates of the chunk drawn)`.
 pub type QuicklookKey = (i64, u32, Vec<u64>);
+/// A quick look, or why there is none (a refusal is kept as long as the image would be: the
+/// same version's same array is refused again without being read or decoded again).
+pub type QuicklookOutcome = std::result::Result<Arc<RenderedQuicklook>, Arc<str>>;
 
 /// One cache: values loaded once per key, hits and misses counted under the cache's name.
 pub struct Memo<K, V> {
@@ -361,7 +364,7 @@ pub struct Caches {
     /// Encoded fill-value chunks (`None`: the array's cannot be built).
     pub fills: Memo<FillKey, Option<Bytes>>,
     /// Rendered quick looks (byte-weighted).
-    pub quicklooks: Memo<QuicklookKey, Arc<RenderedQuicklook>>,
+    pub quicklooks: Memo<QuicklookKey, QuicklookOutcome>,
     /// What each store was when last read from the catalog, kept `cache.unavailable_ttl_seconds`
     /// for reads while the catalog is unreachable (`None`: no such grace).
     last_heads: Option<Cache<HeadKey, Arc<StoreHead>>>,
@@ -385,7 +388,10 @@ impl Caches {
             .build();
         let quicklooks = Cache::builder()
             .max_capacity(config.quicklooks_bytes)
-            .weigher(|_, q: &Arc<RenderedQuicklook>| q.weight())
+            .weigher(|_, q: &QuicklookOutcome| match q {
+                Ok(q) => q.weight(),
+                Err(why) => u32::try_from(why.len() + 64).unwrap_or(u32::MAX),
+            })
             .build();
         let last_heads = (config.unavailable_ttl_seconds > 0).then(|| {
             Cache::builder()

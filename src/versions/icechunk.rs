@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 
 use super::error::{Error, Result};
 use crate::sources::{SourceError, SourceRegistry};
+use crate::zarr::decode::{DecodeError, inflate_zstd};
 use crate::zarr::document::{DocNode, Document};
 use crate::zarr::manifest::{RawManifest, RawRef, normalize_source_url};
 use crate::zarr::source::SourceCheck;
@@ -173,6 +174,8 @@ fn invalid(problem: String) -> Error {
 struct Repo<'a> {
     sources: &'a SourceRegistry,
     root: String,
+    /// The most bytes one file may inflate to (`limits.max_icechunk_file_bytes`).
+    max_inflated: u64,
 }
 
 impl Repo<'_> {
@@ -216,12 +219,14 @@ impl Repo<'_> {
     async fn file(&self, key: &str, kind: FileTypeBin) -> Result<Option<(SpecVersionBin, Vec<u8>)>> {
         let Some(bytes) = self.get(key).await? else { return Ok(None) };
         let url = self.url(key);
-        tokio::task::spawn_blocking(move || decode_file(&url, &bytes, kind).map(Some)).await?
+        let max = self.max_inflated;
+        tokio::task::spawn_blocking(move || decode_file(&url, &bytes, kind, max).map(Some)).await?
     }
 }
 
-/// The spec version and decompressed body of an Icechunk metadata file.
-fn decode_file(url: &str, bytes: &[u8], kind: FileTypeBin) -> Result<(SpecVersionBin, Vec<u8>)> {
+/// The spec version and decompressed body of an Icechunk metadata file, inflated to at most
+/// `max_inflated` bytes.
+fn decode_file(url: &str, bytes: &[u8], kind: FileTypeBin, max_inflated: u64) -> Result<(SpecVersionBin, Vec<u8>)> {
     if bytes.len() > format_constants::ICECHUNK_SPEC_VERSION_OFFSET
         && bytes.starts_with(format_constants::ICECHUNK_FORMAT_MAGIC_BYTES)
     {
@@ -239,8 +244,13 @@ fn decode_file(url: &str, bytes: &[u8], kind: FileTypeBin) -> Result<(SpecVersio
     }
     let body = &bytes[format_constants::ICECHUNK_FILE_HEADER_LEN..];
     let body = match header.compression {
-        CompressionAlgorithmBin::Zstd => zstd::decode_all(body)
-            .map_err(|e| invalid(format!("{url} cannot be decompressed: {e} (a damaged Icechunk file?)")))?,
+        CompressionAlgorithmBin::Zstd => inflate_zstd(body, max_inflated).map_err(|e| match e {
+            DecodeError::TooLarge { .. } => invalid(format!(
+                "{url} inflates to more than limits.max_icechunk_file_bytes = {max_inflated} bytes: \
+                 refused (raise the bound if this repository is trusted)"
+            )),
+            e => invalid(format!("{url} cannot be decompressed: {e} (a damaged Icechunk file?)")),
+        })?,
         CompressionAlgorithmBin::None => body.to_vec(),
     };
     Ok((header.spec_version, body))
@@ -257,8 +267,8 @@ pub struct Resolved {
 
 /// The snapshot `target`'s reference names now: for a format-2 repository from its `repo`
 /// file, for format 1 from `refs/`.
-pub async fn resolve(sources: &SourceRegistry, target: &Target) -> Result<Resolved> {
-    let repo = repo_for(sources, target)?;
+pub async fn resolve(sources: &SourceRegistry, target: &Target, max_inflated: u64) -> Result<Resolved> {
+    let repo = repo_for(sources, target, max_inflated)?;
     if let Some((version, body)) = repo.file(icechunk_format::REPO_INFO_FILE_PATH, FileTypeBin::RepoInfo).await? {
         let info =
             RepoInfo::from_buffer(body).map_err(|e| invalid(format!("{} cannot be read: {e}", repo.url("repo"))))?;
@@ -326,14 +336,14 @@ async fn ref_file(repo: &Repo<'_>, key: &str) -> Result<Option<SnapshotId>> {
         .map_err(|e| invalid(format!("{} names snapshot {:?}: {e}", repo.url(key), data.snapshot)))
 }
 
-fn repo_for<'a>(sources: &'a SourceRegistry, target: &Target) -> Result<Repo<'a>> {
+fn repo_for<'a>(sources: &'a SourceRegistry, target: &Target, max_inflated: u64) -> Result<Repo<'a>> {
     if sources.resolve(&format!("{}/", target.repository)).is_none() {
         return Err(invalid(format!(
             "repository {} is not under any registered object store: register one whose URL is a prefix of it",
             target.repository
         )));
     }
-    Ok(Repo { sources, root: target.repository.clone() })
+    Ok(Repo { sources, root: target.repository.clone(), max_inflated })
 }
 
 /// What reading a snapshot made: the document, and the modification times Icechunk recorded
@@ -349,8 +359,14 @@ pub struct Read {
 
 /// Reads the snapshot `resolved` of `target` into a document drawing on `scratch`, one manifest
 /// at a time.
-pub async fn read(sources: &SourceRegistry, target: &Target, resolved: &Resolved, scratch: &Scratch) -> Result<Read> {
-    let repo = repo_for(sources, target)?;
+pub async fn read(
+    sources: &SourceRegistry,
+    target: &Target,
+    resolved: &Resolved,
+    scratch: &Scratch,
+    max_inflated: u64,
+) -> Result<Read> {
+    let repo = repo_for(sources, target, max_inflated)?;
     let id = resolved.snapshot.to_string();
     let key = format!("{}/{id}", icechunk_format::SNAPSHOTS_FILE_PATH);
     let Some((version, body)) = repo.file(&key, FileTypeBin::Snapshot).await? else {

@@ -31,7 +31,7 @@ impl Registrar {
     pub async fn register_icechunk(&self, name: &str, target: &Target, how: Registration) -> Result<Registered> {
         let fill_missing = self.fill_missing(name, how.fill_missing).await?;
         let _turn = self.turn().await?;
-        let resolved = icechunk::resolve(&self.sources, target).await?;
+        let resolved = icechunk::resolve(&self.sources, target, self.max_icechunk_file_bytes()).await?;
         self.import(name, target, &resolved, fill_missing, how.verify, false).await
     }
 
@@ -46,7 +46,7 @@ impl Registrar {
     ) -> Result<Registered> {
         let scratch = self.settings.ingest.scratch();
         let reading = Instant::now();
-        let read = icechunk::read(&self.sources, target, resolved, &scratch).await;
+        let read = icechunk::read(&self.sources, target, resolved, &scratch, self.max_icechunk_file_bytes()).await;
         scratch.check().map_err(super::ingest::scratch_error)?;
         let icechunk::Read { mut doc, modified_at, origin } = read?;
         if verify {
@@ -65,6 +65,11 @@ impl Registrar {
             unless_same_origin,
         };
         self.store_document(name, doc, storing).await
+    }
+
+    /// The most bytes one Icechunk file may inflate to (`limits.max_icechunk_file_bytes`).
+    fn max_icechunk_file_bytes(&self) -> u64 {
+        self.settings.limits.max_icechunk_file_bytes
     }
 
     /// The Icechunk origin of store `name`'s current version, with that version's id.
@@ -102,7 +107,7 @@ impl Registrar {
             reference: origin.reference.clone(),
             follow_seconds: origin.follow_seconds,
         };
-        let resolved = icechunk::resolve(&self.sources, &target).await?;
+        let resolved = icechunk::resolve(&self.sources, &target, self.max_icechunk_file_bytes()).await?;
         if resolved.snapshot.to_string() == origin.snapshot_id {
             return Ok(unmoved(origin));
         }

@@ -162,28 +162,36 @@ pub fn etag(kind: char, content: &[u8]) -> String {
     String::from_utf8(tag).unwrap_or_default()
 }
 
-/// A quick look as served: the PNG and its scale, the chunk it was drawn from and that chunk's
-/// ETag.
+/// A quick look as served: the PNG and its scale, the chunks it was drawn from and their ETags.
 #[derive(Debug, Clone)]
 pub struct RenderedQuicklook {
     /// The PNG image.
     pub png: Bytes,
-    /// The smallest value drawn (`None` when every value is fill or NaN).
+    /// The smallest value drawn, unpacked (`None` when every value is fill, missing or NaN).
     pub min: Option<f64>,
     /// The largest value drawn.
     pub max: Option<f64>,
-    /// The plane's shape before sampling (rows, columns).
+    /// The `units` of the values, when the attributes say.
+    pub units: Option<String>,
+    /// The slice's shape before sampling (rows, columns).
     pub plane: [u64; 2],
-    /// The chunk drawn, as its key names it (`c/0/0/0`, `0.0.0`...).
+    /// The first chunk drawn, as its key names it (`c/0/0/0`, `0.0.0`...).
     pub chunk: String,
-    /// The strong ETag of that chunk as stored (`missing` for a missing chunk).
+    /// The chunks read, and the chunks the slice spans (more when a strided subset was read).
+    pub chunks_read: usize,
+    /// The chunks the slice spans.
+    pub chunks_spanned: u64,
+    /// The strong ETags of the chunks drawn as stored (`missing` for a missing chunk), joined.
     pub chunk_etag: String,
+    /// The coordinates along the rows and the columns: name, first and last value, when a 1-D
+    /// coordinate array named by `dimension_names` has them.
+    pub axes: [Option<(String, f64, f64)>; 2],
 }
 
 impl RenderedQuicklook {
     /// What it weighs in the cache, in bytes.
     pub(super) fn weight(&self) -> u32 {
-        u32::try_from(self.png.len() + self.chunk.len() + self.chunk_etag.len() + 128).unwrap_or(u32::MAX)
+        u32::try_from(self.png.len() + self.chunk.len() + self.chunk_etag.len() + 256).unwrap_or(u32::MAX)
     }
 }
 

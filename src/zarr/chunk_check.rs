@@ -1,18 +1,18 @@
 //! What an array's encoded chunks must be, checked at registration so that a careless manifest
 //! is refused instead of read as wrong numbers: inline chunks are decoded through the array's
-//! own codecs (zarrs) and must give a whole chunk; virtual chunks of an array whose codecs fix
+//! own codecs and must give a whole chunk; virtual chunks of an array whose codecs fix
 //! the encoded size (`bytes`, `transpose`, `crc32c` only) must have exactly that length. The
-//! length check is arithmetic; only inline chunks are decoded, within [`DecodeBudget`].
+//! length check is arithmetic; only inline chunks are decoded, within [`DecodeBudget`], and
+//! each through the bounded decoder (`decode.rs`): a chunk that would decode past its size is
+//! refused, never inflated.
 
-use std::borrow::Cow;
 use std::cell::OnceCell;
-use std::num::NonZeroU64;
-use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use zarrs::array::{Array, ArrayMetadata, ArrayMetadataV3, ArrayToBytesCodecTraits, CodecOptions, DataType};
+use zarrs::array::DataType;
 use zarrs::metadata::v3::MetadataV3;
-use zarrs::storage::store::MemoryStore;
+
+use super::decode::{ChunkDecoder, DecodeError};
 
 /// The largest decoded chunk an inline chunk is decoded to: past it, only its length is checked.
 pub const MAX_DECODED_CHUNK_BYTES: u64 = 16 << 20;
@@ -43,9 +43,9 @@ pub struct ChunkCheck {
     chunk_shape: Vec<u64>,
     /// The length every encoded chunk has, when the codecs fix it, and how it is made.
     fixed: Option<(u64, String)>,
-    /// The array as zarrs reads it, built at the first inline chunk (`None`: zarrs cannot build
-    /// it, so inline chunks are not decoded).
-    decoder: OnceCell<Option<Array<MemoryStore>>>,
+    /// The bounded decoder, built at the first inline chunk (`Err`: zarrs cannot read the
+    /// codecs, or one cannot be bounded, so inline chunks are not decoded).
+    decoder: OnceCell<Result<ChunkDecoder, DecodeError>>,
 }
 
 impl std::fmt::Debug for ChunkCheck {
@@ -108,20 +108,18 @@ impl ChunkCheck {
     }
 
     /// Checks that an inline chunk decodes through the array's codecs to a whole chunk, while
-    /// the budget lasts and when zarrs knows every codec.
+    /// the budget lasts and when every codec can be decoded within a bound.
     pub fn decode(&self, bytes: &[u8], budget: &mut DecodeBudget) -> Result<(), String> {
         let Some(elements) = self.elements else { return Ok(()) };
-        let Some(array) = self.decoder.get_or_init(|| self.build()) else { return Ok(()) };
+        let decoder =
+            self.decoder.get_or_init(|| ChunkDecoder::new(&self.metadata, &self.chunk_shape, MAX_DECODED_CHUNK_BYTES));
+        let Ok(decoder) = decoder else { return Ok(()) };
         // An estimate of the decoded size: a byte an element for variable-sized types.
-        let decoded = elements.saturating_mul(array.data_type().fixed_size().unwrap_or(1) as u64);
+        let decoded = elements.saturating_mul(decoder.data_type().fixed_size().unwrap_or(1) as u64);
         if decoded > MAX_DECODED_CHUNK_BYTES || decoded > budget.0 {
             return Ok(());
         }
         budget.0 -= decoded;
-        let shape: Vec<NonZeroU64> = self.chunk_shape.iter().filter_map(|d| NonZeroU64::new(*d)).collect();
-        if shape.len() != self.chunk_shape.len() {
-            return Ok(());
-        }
         let fail = |e: &dyn std::fmt::Display| {
             format!(
                 "its {} inline bytes do not decode through the array's codecs [{}] to a chunk of shape {:?}: {e}",
@@ -130,19 +128,8 @@ impl ChunkCheck {
                 self.chunk_shape
             )
         };
-        let options = CodecOptions::default();
-        let chunk = array
-            .codecs()
-            .decode(Cow::Borrowed(bytes), &shape, array.data_type(), array.fill_value(), &options)
-            .map_err(|e| fail(&e))?;
-        chunk.validate(elements, array.data_type()).map_err(|e| fail(&e))
-    }
-
-    /// The array as zarrs reads it, if zarrs knows every codec.
-    fn build(&self) -> Option<Array<MemoryStore>> {
-        let seen = super::metadata::as_zarrs_sees_it(&self.metadata).ok()?;
-        let v3: ArrayMetadataV3 = serde_json::from_value(Value::Object(seen)).ok()?;
-        Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", ArrayMetadata::V3(v3)).ok()
+        let chunk = decoder.decode(bytes).map_err(|e| fail(&e))?;
+        chunk.validate(elements, decoder.data_type()).map_err(|e| fail(&e))
     }
 }
 
@@ -198,6 +185,24 @@ mod tests {
         std::io::Write::write_all(&mut short, &[0u8; 3]).unwrap();
         let err = gzip.decode(&short.finish().unwrap(), &mut budget).unwrap_err();
         assert!(err.contains("chunk of shape [2]"), "{err}");
+    }
+
+    #[test]
+    fn a_chunk_that_would_decode_past_its_size_is_refused_not_inflated() {
+        // A zstd frame declaring 2^44 bytes, holding one raw byte (zarrs would reserve 16 TiB).
+        let mut bomb = vec![0x28, 0xB5, 0x2F, 0xFD, 0xE0];
+        bomb.extend_from_slice(&(1u64 << 44).to_le_bytes());
+        bomb.extend_from_slice(&[0x09, 0, 0, 7]);
+        let zstd = array(
+            "float32",
+            4,
+            json!([{"name": "bytes"}, {"name": "zstd", "configuration": {"level": 1, "checksum": false}}]),
+        );
+        let err = zstd.decode(&bomb, &mut DecodeBudget::default()).unwrap_err();
+        assert!(err.contains("its 17 inline bytes do not decode") && err.contains("more than the 16 bytes"), "{err}");
+        // A codec that cannot be bounded is not decoded (left to readers), never decoded unbounded.
+        let pcodec = array("float32", 4, json!([{"name": "numcodecs.pcodec"}]));
+        assert_eq!(pcodec.decode(&bomb, &mut DecodeBudget::default()), Ok(()));
     }
 
     #[test]

@@ -5,6 +5,7 @@ pub mod block;
 pub mod chunk_check;
 pub mod codecs;
 pub mod consolidated;
+pub mod decode;
 pub mod document;
 pub mod fill;
 pub mod grid;

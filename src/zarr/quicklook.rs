@@ -1,21 +1,26 @@
-//! Quick-look images: one chunk of a numeric array decoded through the array's own codecs
-//! (zarrs), its first 2-D plane mapped to the viridis colour map (fill values and NaN
-//! transparent), downsampled to at most [`MAX_SIDE`] pixels a side and encoded as PNG, with a
-//! colour bar under it. Pure: the caller brings the chunk's bytes.
+//! Quick-look images: an overview of a whole 2-D slice of a numeric array (the first index of
+//! its leading dimensions, all of its last two), sampled to at most [`MAX_SIDE`] pixels a side
+//! from at most [`MAX_CHUNKS`] of its chunks (`quicklook/overview.rs` picks them), each decoded
+//! by the bounded decoder (`decode.rs`); packed values unpacked and missing ones masked as CF
+//! says (`quicklook/cf.rs`); mapped to the viridis colour map (fill values, missing values and
+//! NaN transparent) and encoded as PNG, with a colour bar under it. Pure: the caller brings
+//! each chunk's bytes.
 
-use std::borrow::Cow;
+pub mod cf;
+pub mod overview;
+
 use std::io::Write;
-use std::num::NonZeroU64;
-use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use zarrs::array::{Array, ArrayMetadata, ArrayMetadataV3, ArrayToBytesCodecTraits, CodecOptions};
-use zarrs::storage::store::MemoryStore;
 
-/// The largest side of a quick-look image, in pixels (the plane is sampled down to it).
+use super::decode::ChunkDecoder;
+
+/// The largest side of a quick-look image, in pixels (the slice is sampled down to it).
 pub const MAX_SIDE: u64 = 512;
-/// A plane smaller than this a side is enlarged by a whole factor.
+/// A slice smaller than this a side is enlarged by a whole factor.
 const MIN_SIDE: u64 = 256;
+/// The most chunks one overview reads (a strided subset when the slice spans more).
+pub const MAX_CHUNKS: u64 = 32;
 /// Height of the colour bar under the image, in pixels.
 const BAR: usize = 12;
 
@@ -33,22 +38,24 @@ pub enum QuicklookError {
         /// The bound.
         max: u64,
     },
-    /// zarrs cannot read the metadata or decode the chunk.
+    /// The metadata cannot be read or a chunk cannot be decoded (within its bound).
     #[error("the chunk cannot be decoded: {0}")]
     Decode(String),
 }
 
-/// A rendered quick look: the PNG and the range its colours span.
+/// A rendered quick look: the PNG and what its colours span.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Quicklook {
     /// The PNG image.
     pub png: Vec<u8>,
-    /// The smallest value drawn (`None` when every value is fill or NaN).
+    /// The smallest value drawn, unpacked (`None` when every value is fill, missing or NaN).
     pub min: Option<f64>,
     /// The largest value drawn.
     pub max: Option<f64>,
-    /// The plane's shape before sampling (rows, columns).
+    /// The slice's shape before sampling (rows, columns).
     pub plane: [u64; 2],
+    /// The values' `units`, when the attributes say.
+    pub units: Option<String>,
 }
 
 /// The element size of a numeric data type, `None` for anything else.
@@ -62,52 +69,120 @@ fn numeric_size(data_type: &str) -> Option<usize> {
     })
 }
 
-/// Decodes `encoded` (one chunk of the array described by `metadata`; `None` for a missing
-/// chunk, drawn as fill) and draws its first 2-D plane, provided the decoded chunk takes at
-/// most `max_bytes`; nothing is decoded before that is checked.
-pub fn render(
-    metadata: &Map<String, Value>,
-    encoded: Option<&[u8]>,
-    max_bytes: u64,
-) -> Result<Quicklook, QuicklookError> {
-    let data_type = metadata.get("data_type").and_then(Value::as_str).unwrap_or("?").to_owned();
-    let size = numeric_size(&data_type).ok_or_else(|| QuicklookError::NotNumeric(data_type.clone()))?;
-    let decode = |e: &dyn std::fmt::Display| QuicklookError::Decode(e.to_string());
-    let v3: ArrayMetadataV3 = serde_json::from_value(Value::Object(metadata.clone())).map_err(|e| decode(&e))?;
-    let array =
-        Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", ArrayMetadata::V3(v3)).map_err(|e| decode(&e))?;
-    let zeros = vec![0u64; array.dimensionality()];
-    let shape: Vec<NonZeroU64> = array.chunk_shape(&zeros).map_err(|e| decode(&e))?.to_vec();
-    let elements = shape.iter().try_fold(1u64, |n, d| n.checked_mul(d.get()));
-    let bytes = elements.and_then(|n| n.checked_mul(size as u64)).unwrap_or(u64::MAX);
-    if bytes > max_bytes || encoded.is_some_and(|e| e.len() as u64 > max_bytes) {
-        return Err(QuicklookError::TooLarge { bytes, max: max_bytes });
+/// An overview being drawn: which chunks it reads, and the values of its pixels read so far.
+pub struct Overview {
+    data_type: String,
+    size: usize,
+    elements: u64,
+    decoder: ChunkDecoder,
+    fill: Vec<u8>,
+    packing: cf::Packing,
+    plan: overview::Plan,
+    /// Each pixel's stored value (NaN: fill, missing, or not read yet).
+    values: Vec<f64>,
+}
+
+impl std::fmt::Debug for Overview {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Overview").field("plan", &self.plan.chunks).finish_non_exhaustive()
     }
-    let fill = array.fill_value().as_ne_bytes().to_vec();
-    let raw = match encoded {
-        Some(encoded) => array
-            .codecs()
-            .decode(Cow::Borrowed(encoded), &shape, array.data_type(), array.fill_value(), &CodecOptions::default())
-            .map_err(|e| decode(&e))?
-            .into_fixed()
-            .map_err(|e| decode(&e))?
-            .into_owned(),
-        None => fill.repeat(usize::try_from(elements.unwrap_or(0)).unwrap_or(0)),
-    };
-    let dims: Vec<u64> = shape.iter().map(|d| d.get()).collect();
-    let (rows, cols) = match dims.as_slice() {
-        [] => (1, 1),
-        [n] => (1, *n),
-        [.., r, c] => (*r, *c),
-    };
-    let value = |i: usize| -> f64 {
-        let b = &raw[i * size..(i + 1) * size];
-        if b == fill.as_slice() {
-            return f64::NAN;
+}
+
+impl Overview {
+    /// The overview of an array of `shape` (`metadata` describes it) in chunks of
+    /// `chunk_shape`, provided a decoded chunk takes at most `max_bytes`: nothing is read or
+    /// decoded before that is checked.
+    pub fn new(
+        metadata: &Map<String, Value>,
+        shape: &[u64],
+        chunk_shape: &[u64],
+        max_bytes: u64,
+    ) -> Result<Self, QuicklookError> {
+        let data_type = metadata.get("data_type").and_then(Value::as_str).unwrap_or("?").to_owned();
+        let size = numeric_size(&data_type).ok_or_else(|| QuicklookError::NotNumeric(data_type.clone()))?;
+        let elements = chunk_shape.iter().try_fold(1u64, |n, d| n.checked_mul(*d));
+        let bytes = elements.and_then(|n| n.checked_mul(size as u64)).unwrap_or(u64::MAX);
+        if bytes > max_bytes {
+            return Err(QuicklookError::TooLarge { bytes, max: max_bytes });
         }
-        as_f64(&data_type, b)
-    };
-    Ok(draw(rows, cols, value))
+        let decoder =
+            ChunkDecoder::new(metadata, chunk_shape, max_bytes).map_err(|e| QuicklookError::Decode(e.to_string()))?;
+        let fill = decoder.fill_value().as_ne_bytes().to_vec();
+        let attributes = metadata.get("attributes").and_then(Value::as_object);
+        let packing = cf::Packing::from_attributes(attributes, &data_type, le_f64);
+        let plan = overview::plan(shape, chunk_shape, MAX_CHUNKS, MAX_SIDE, MIN_SIDE);
+        let values = vec![f64::NAN; plan.pixels.len()];
+        Ok(Self { data_type, size, elements: elements.unwrap_or(0), decoder, fill, packing, plan, values })
+    }
+
+    /// The grid coordinates of the chunks to read, in order.
+    pub fn chunks(&self) -> &[Vec<u64>] {
+        &self.plan.chunks
+    }
+
+    /// The chunks the slice spans (more than [`Overview::chunks`] when a subset is read).
+    pub fn spanned(&self) -> u64 {
+        self.plan.spanned
+    }
+
+    /// Takes chunk number `at` of [`Overview::chunks`]: its encoded bytes (`None`: missing,
+    /// drawn as fill).
+    pub fn add(&mut self, at: usize, encoded: Option<&[u8]>) -> Result<(), QuicklookError> {
+        let Some(encoded) = encoded else { return Ok(()) };
+        let decode = |e: &dyn std::fmt::Display| QuicklookError::Decode(e.to_string());
+        let raw = self.decoder.decode(encoded).map_err(|e| decode(&e))?.into_fixed().map_err(|e| decode(&e))?;
+        if raw.len() as u64 != self.elements.saturating_mul(self.size as u64) {
+            return Err(decode(&format!("it decodes to {} bytes, not {} elements", raw.len(), self.elements)));
+        }
+        for (value, (chunk, element)) in self.values.iter_mut().zip(&self.plan.pixels) {
+            if *chunk as usize == at {
+                let b = &raw[*element as usize * self.size..][..self.size];
+                *value = if b == self.fill.as_slice() { f64::NAN } else { as_f64(&self.data_type, b) };
+            }
+        }
+        Ok(())
+    }
+
+    /// The image of what was read.
+    pub fn finish(self) -> Quicklook {
+        let samples: Vec<f64> = self.values.iter().map(|v| self.packing.unpack(*v)).collect();
+        let [h, w] = self.plan.size;
+        let (png, min, max) = draw(h, w, &samples);
+        Quicklook { png, min, max, plane: self.plan.plane, units: self.packing.units }
+    }
+}
+
+/// Element `index` (C order) of one chunk of the array `metadata` describes, unpacked as CF
+/// says (`None`: missing): the first and last values of a coordinate array.
+pub fn element(
+    metadata: &Map<String, Value>,
+    chunk_shape: &[u64],
+    encoded: Option<&[u8]>,
+    index: u64,
+    max_bytes: u64,
+) -> Result<Option<f64>, QuicklookError> {
+    let mut one = Overview::new(metadata, chunk_shape, chunk_shape, max_bytes)?;
+    let Some(encoded) = encoded else { return Ok(None) };
+    one.plan.pixels = vec![(0, index)];
+    // A coordinate equal to the fill value (0 degrees east) is a coordinate all the same.
+    one.fill.clear();
+    one.values = vec![f64::NAN];
+    one.add(0, Some(encoded))?;
+    let v = one.packing.unpack(one.values[0]);
+    Ok(v.is_finite().then_some(v))
+}
+
+/// One element of `data_type` from little-endian bytes (as attributes carry it), `None` when
+/// the length does not fit.
+fn le_f64(data_type: &str, b: &[u8]) -> Option<f64> {
+    if numeric_size(data_type) != Some(b.len()) {
+        return None;
+    }
+    let mut ne = b.to_vec();
+    if cfg!(target_endian = "big") {
+        ne.reverse();
+    }
+    Some(as_f64(data_type, &ne))
 }
 
 /// One element as a number (native byte order, as zarrs decodes).
@@ -146,17 +221,9 @@ fn half_to_f64(h: u16) -> f64 {
     }
 }
 
-/// Samples the `rows` x `cols` plane (nearest neighbour) to at most [`MAX_SIDE`] a side (a plane
-/// under [`MIN_SIDE`] a side is enlarged by a whole factor, so that a small chunk can be seen),
-/// maps it to viridis over its finite range and adds the colour bar.
-fn draw(rows: u64, cols: u64, value: impl Fn(usize) -> f64) -> Quicklook {
-    let zoom = (MIN_SIDE / rows.max(cols).max(1)).max(1);
-    let (h, w) = ((rows * zoom).clamp(1, MAX_SIDE) as usize, (cols * zoom).clamp(1, MAX_SIDE) as usize);
-    let at = |y: usize, x: usize| {
-        let (r, c) = (y as u64 * rows / h as u64, x as u64 * cols / w as u64);
-        value((r * cols + c) as usize)
-    };
-    let samples: Vec<f64> = (0..h).flat_map(|y| (0..w).map(move |x| (y, x))).map(|(y, x)| at(y, x)).collect();
+/// Maps `samples` (an `h` x `w` image, row-major) to viridis over their finite range and adds
+/// the colour bar: the PNG and that range.
+fn draw(h: usize, w: usize, samples: &[f64]) -> (Vec<u8>, Option<f64>, Option<f64>) {
     let finite = samples.iter().copied().filter(|v| v.is_finite());
     let (min, max) = finite.fold((None, None), |(lo, hi): (Option<f64>, Option<f64>), v| {
         (Some(lo.map_or(v, |l| l.min(v))), Some(hi.map_or(v, |m| m.max(v))))
@@ -181,7 +248,7 @@ fn draw(rows: u64, cols: u64, value: impl Fn(usize) -> f64) -> Quicklook {
             rgba[(y * width + x) * 4..][..4].copy_from_slice(&[r, g, b, 255]);
         }
     }
-    Quicklook { png: png_rgba(width as u32, (h + BAR) as u32, &rgba), min, max, plane: [rows, cols] }
+    (png_rgba(width as u32, (h + BAR) as u32, &rgba), min, max)
 }
 
 /// Viridis at `t` in [0, 1]: the polynomial fit of matplotlib's table (Matt Zucker, CC0).
@@ -242,60 +309,4 @@ fn crc32(data: &[u8]) -> u32 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn array(data_type: &str, shape: Value, chunks: Value, fill: Value) -> Map<String, Value> {
-        json!({"zarr_format": 3, "node_type": "array", "shape": shape, "data_type": data_type,
-               "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
-               "chunk_key_encoding": {"name": "default"}, "fill_value": fill,
-               "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]})
-        .as_object()
-        .unwrap()
-        .clone()
-    }
-
-    fn pixel(png: &[u8]) -> (u32, u32) {
-        (u32::from_be_bytes(png[16..20].try_into().unwrap()), u32::from_be_bytes(png[20..24].try_into().unwrap()))
-    }
-
-    #[test]
-    fn draws_the_first_plane_with_its_range() {
-        let m = array("float32", json!([2, 3, 4]), json!([1, 3, 4]), json!(-1.0));
-        let values: Vec<u8> = (0..12).flat_map(|i| if i == 5 { -1.0f32 } else { i as f32 }.to_le_bytes()).collect();
-        let q = render(&m, Some(&values), 1 << 20).unwrap();
-        assert_eq!((q.min, q.max), (Some(0.0), Some(11.0)), "the fill value is not part of the range");
-        assert_eq!(q.plane, [3, 4]);
-        assert_eq!(&q.png[..8], b"\x89PNG\r\n\x1a\n");
-        assert_eq!(pixel(&q.png), (256, 192 + BAR as u32), "a small plane enlarged 64 times");
-        assert_eq!(crc32(b"IEND"), 0xAE42_6082);
-    }
-
-    #[test]
-    fn big_planes_are_sampled_down_and_big_chunks_refused() {
-        let m = array("uint8", json!([2000, 1000]), json!([2000, 1000]), json!(0));
-        let q = render(&m, Some(&vec![7u8; 2_000_000]), 4 << 20).unwrap();
-        assert_eq!(pixel(&q.png), (512, 512 + BAR as u32));
-        let wide = array("uint8", json!([1, 1000]), json!([1, 1000]), json!(0));
-        assert_eq!(pixel(&render(&wide, Some(&[1u8; 1000]), 1000).unwrap().png), (512, 1 + BAR as u32));
-        assert_eq!(render(&m, None, 1000), Err(QuicklookError::TooLarge { bytes: 2_000_000, max: 1000 }));
-        let s = array("string", json!([2]), json!([2]), json!(""));
-        assert!(matches!(render(&s, None, 1000), Err(QuicklookError::NotNumeric(_))));
-    }
-
-    #[test]
-    fn a_missing_chunk_is_all_fill() {
-        let m = array("int16", json!([4, 4]), json!([2, 2]), json!(3));
-        let q = render(&m, None, 1000).unwrap();
-        assert_eq!((q.min, q.max), (None, None));
-    }
-
-    #[test]
-    fn viridis_is_close_to_matplotlibs_table() {
-        let near = |a: [u8; 3], b: [u8; 3]| a.iter().zip(b).all(|(x, y)| x.abs_diff(y) <= 4);
-        assert!(near(viridis(0.0), [68, 1, 84]), "{:?}", viridis(0.0));
-        assert!(near(viridis(0.5), [33, 145, 140]), "{:?}", viridis(0.5));
-        assert!(near(viridis(1.0), [253, 231, 37]), "{:?}", viridis(1.0));
-    }
-}
+mod tests;
