@@ -252,7 +252,7 @@ async fn respond(
     let mut attempt = 0;
     let answer = loop {
         attempt += 1;
-        let answer = serve_key(plane, flavor, store, (name, pinned), target, query, method, headers).await;
+        let answer = serve_key((plane, flavor), store, (name, pinned), target, query, method, headers).await;
         let gone = matches!(&answer, Err(ApiError::Gone(_)) | Ok((Err(ApiError::Gone(_)), _)));
         if gone && pinned.is_none() && attempt == 1 {
             plane.app.reader.forget_store(name).await;
@@ -488,11 +488,10 @@ fn version_number(text: &str) -> Option<i64> {
 }
 
 /// The answer for `key` (and `query`) in the version the URL names (store `name`, `pinned` or
-/// current), with the headers every answer about that
+/// current), in the view `flavor` names, with the headers every answer about that
 /// version carries; `Err` when the version itself cannot be found.
 async fn serve_key(
-    plane: &Plane,
-    flavor: Flavor,
+    (plane, flavor): (&Plane, Flavor),
     segment: &str,
     (name, pinned): (&str, Option<i64>),
     target: Target<'_>,
