@@ -110,6 +110,7 @@ impl App {
             loaded_object_stores: tokio::sync::Mutex::new(Vec::new()),
         };
         app.load_object_stores(true).await?;
+        warn_of_reserved_stores(app.catalog.as_ref()).await;
         let state = AppState(Arc::new(app));
         if let Some(changes) = state.catalog.changes().await {
             tokio::spawn(follow_changes(Arc::downgrade(&state.0), changes));
@@ -168,6 +169,22 @@ impl App {
         self.sources.replace(entries);
         *loaded = records;
         Ok(())
+    }
+}
+
+/// Logs a warning for a store named `v2`, registered before the name was reserved: `/v2/...`
+/// is now the Zarr v2 view of every store, so its data-plane URLs answer 404 (its control-plane
+/// routes still work: export it, register it under another name, delete it).
+async fn warn_of_reserved_stores(catalog: &dyn Catalog) {
+    match catalog.store("v2").await {
+        Ok(Some(_)) => tracing::warn!(
+            store = "v2",
+            "a store is named \"v2\", a name now reserved: /v2/<store>/ is the Zarr v2 view of every store, so \
+             this store's data-plane URLs answer 404. Export it (GET /api/v1/stores/v2/manifest), register it \
+             under another name and delete it (DELETE /api/v1/stores/v2)"
+        ),
+        Ok(None) => {}
+        Err(e) => tracing::debug!(error = %e, "cannot check for a store named \"v2\""),
     }
 }
 

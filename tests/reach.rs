@@ -1,5 +1,6 @@
-//! Reach: the Zarr v2 view at the same URL (documents, chunk keys, what is left out) and the
-//! listings (HTML, JSON, WebDAV PROPFIND), as clients see them over HTTP.
+//! Reach: the Zarr v2 view at its own URL, `/v2/{store}/` (documents, chunk keys, what is left
+//! out; none of it at the v3 URL), and the listings (HTML, JSON, WebDAV PROPFIND), as clients
+//! see them over HTTP.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -72,7 +73,75 @@ fn hrefs(body: &str) -> Vec<&str> {
     body.split("<D:href>").skip(1).filter_map(|s| s.split("</D:href>").next()).collect()
 }
 
+/// The statuses of `GET {path}` sent `n` times, pipelined on one connection: the first is read
+/// before hyper (src/http/server/connection/plain.rs), which hands what it does not answer
+/// itself, and every request after it, to hyper.
+async fn pipelined_statuses(server: &TestServer, path: &str, n: usize) -> Vec<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(server.url.trim_start_matches("http://")).await.unwrap();
+    let mut requests = format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").repeat(n - 1);
+    requests.push_str(&format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"));
+    stream.write_all(requests.as_bytes()).await.unwrap();
+    let mut answers = Vec::new();
+    let read = tokio::time::timeout(std::time::Duration::from_secs(20), stream.read_to_end(&mut answers));
+    read.await.expect("answers in time").unwrap();
+    let text = String::from_utf8_lossy(&answers);
+    text.match_indices("HTTP/1.1 ").map(|(i, _)| text[i + 9..i + 12].parse().unwrap()).collect()
+}
+
 both_backends! {
+
+    // zarr-python 3 and xarray, opened without zarr_format, ask for zarr.json and the v2
+    // documents at once, and warn on every open when both exist. A v3 URL answers 404 to the
+    // four v2 documents at its root and every node, whichever way the request comes in: read
+    // before hyper, in front of the router (a GET), or by the router (HEAD, a percent-encoded
+    // path, a pinned version); the 404 says where the v2 view is.
+    async fn a_v3_store_answers_404_to_every_v2_document(server) {
+        let v = register(&server, "demo").await;
+        for node in ["", "g/", "g/sub/", "x/", "g/sub/scalar/"] {
+            for doc in [".zgroup", ".zattrs", ".zmetadata", ".zarray"] {
+                let key = format!("{node}{doc}");
+                assert_eq!(pipelined_statuses(&server, &format!("/demo/{key}"), 2).await, [404, 404], "plain GET {key}");
+                // Twice: the second time this worker thread has the store's view at hand.
+                for _ in 0..2 {
+                    let r = server.get(&format!("/demo/{key}"), &[]).await;
+                    assert_eq!(r.status(), StatusCode::NOT_FOUND, "GET {key}");
+                    assert_eq!(header(&r, "content-type"), "application/problem+json");
+                    let detail = r.json::<Value>().await.unwrap()["detail"].as_str().unwrap().to_owned();
+                    assert!(detail.contains(&format!("/v2/demo/{key}")), "GET {key}: {detail}");
+                }
+                let r = server.head(&format!("/demo/{key}")).await;
+                assert_eq!(r.status(), StatusCode::NOT_FOUND, "HEAD {key}");
+                let encoded = format!("/demo/{node}%2E{}", &doc[1..]);
+                assert_eq!(server.get(&encoded, &[]).await.status(), StatusCode::NOT_FOUND, "routed GET {key}");
+                let pinned = format!("/demo@{v}/{key}");
+                assert_eq!(server.get(&pinned, &[]).await.status(), StatusCode::NOT_FOUND, "GET {pinned}");
+            }
+        }
+        // the v3 keys are answered as ever, on each way in
+        assert_eq!(pipelined_statuses(&server, "/demo/zarr.json", 2).await, [200, 200]);
+        assert_eq!(server.head("/demo/g/zarr.json").await.status(), StatusCode::OK);
+        // and the same documents under /v2/, on each way in too
+        for key in [".zgroup", ".zattrs", ".zmetadata", "g/.zgroup", "x/.zarray", "x/.zattrs"] {
+            assert_eq!(pipelined_statuses(&server, &format!("/v2/demo/{key}"), 2).await, [200, 200], "{key}");
+            assert_eq!(server.head(&format!("/v2/demo/{key}")).await.status(), StatusCode::OK, "HEAD {key}");
+            assert_eq!(server.get(&format!("/v2/demo@{v}/{key}"), &[]).await.status(), StatusCode::OK, "{key}");
+        }
+        let r = server.get("/v2/demo/.zmetadata", &[("Origin", "https://viewer.example")]).await;
+        assert_eq!(header(&r, "access-control-allow-origin"), "*", "CORS as on every data-plane answer");
+        assert_eq!(header(&r, "zarrgate-version"), v.to_string());
+    }
+
+    // `v2` is the first segment of the Zarr v2 view's URLs: no store may have it.
+    async fn a_store_named_v2_is_refused(server) {
+        server.local_store().await;
+        let doc = json!({"nodes": {"": {"zarr_format": 3, "node_type": "group"}}});
+        let (status, body) = server.put("/api/v1/stores/v2", &doc).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert!(body["detail"].as_str().unwrap().contains("reserved"), "{body}");
+        assert!(body["problems"][0].as_str().unwrap().contains("choose another name"), "{body}");
+        assert_eq!(server.get("/api/v1/stores/v2", &[]).await.status(), StatusCode::NOT_FOUND, "nothing was stored");
+    }
 
     // A 404 for a key that no v2 view could name does not build the version's v2 view (with
     // 100,000 arrays, ~600 MB); a v2 key does, once.
@@ -84,8 +153,13 @@ both_backends! {
         }
         let metrics = server.get("/metrics", &[]).await.text().await.unwrap();
         assert_eq!(common::metric_in(&metrics, built), 0.0, "{metrics}");
-        assert_eq!(server.get("/demo/x/1", &[]).await.status(), StatusCode::OK);
-        assert_eq!(server.get("/demo/g/.zgroup", &[]).await.status(), StatusCode::OK);
+        assert_eq!(server.get("/demo/x/c/1", &[]).await.status(), StatusCode::OK);
+        for v2_key in ["g/.zgroup", "x/.zarray", "x/1"] {
+            assert_eq!(server.get(&format!("/demo/{v2_key}"), &[]).await.status(), StatusCode::NOT_FOUND, "{v2_key}");
+        }
+        let metrics = server.get("/metrics", &[]).await.text().await.unwrap();
+        assert_eq!(common::metric_in(&metrics, built), 0.0, "{metrics}");
+        assert_eq!(server.get("/v2/demo/g/.zgroup", &[]).await.status(), StatusCode::OK);
         let metrics = server.get("/metrics", &[]).await.text().await.unwrap();
         assert_eq!(common::metric_in(&metrics, built), 1.0, "{metrics}");
     }
@@ -101,35 +175,38 @@ both_backends! {
             ("big/0", "big/c/0"),
         ];
         for (v2, v3) in pairs {
-            let (a, b) = (server.get(&format!("/demo/{v2}"), &[]).await, server.get(&format!("/demo/{v3}"), &[]).await);
+            let (a, b) = (server.get(&format!("/v2/demo/{v2}"), &[]).await, server.get(&format!("/demo/{v3}"), &[]).await);
             assert_eq!((a.status(), b.status()), (StatusCode::OK, StatusCode::OK), "{v2} {v3}");
             let tag = header(&b, "etag");
             assert_eq!(header(&a, "etag"), tag, "{v2}: the same chunk has the same ETag");
             assert_eq!(a.bytes().await.unwrap(), b.bytes().await.unwrap(), "{v2}");
-            let r = server.get(&format!("/demo/{v2}"), &[("If-None-Match", &tag)]).await;
+            let r = server.get(&format!("/v2/demo/{v2}"), &[("If-None-Match", &tag)]).await;
             assert_eq!(r.status(), StatusCode::NOT_MODIFIED, "{v2}");
             let range = [("Range", "bytes=-2")];
-            let (a, b) = (server.get(&format!("/demo/{v2}"), &range).await, server.get(&format!("/demo/{v3}"), &range).await);
+            let (a, b) = (server.get(&format!("/v2/demo/{v2}"), &range).await, server.get(&format!("/demo/{v3}"), &range).await);
             assert_eq!(a.status(), StatusCode::PARTIAL_CONTENT, "{v2}");
             assert_eq!(header(&a, "content-range"), header(&b, "content-range"), "{v2}");
             assert_eq!(a.bytes().await.unwrap(), b.bytes().await.unwrap(), "{v2}");
-            let (a, b) = (server.head(&format!("/demo/{v2}")).await, server.head(&format!("/demo/{v3}")).await);
+            let (a, b) = (server.head(&format!("/v2/demo/{v2}")).await, server.head(&format!("/demo/{v3}")).await);
             assert_eq!(a.status(), StatusCode::OK, "{v2}");
             assert_eq!(header(&a, "content-length"), header(&b, "content-length"), "{v2}");
         }
-        assert_eq!(server.bytes("/demo/x/2").await, f32_bytes([8.0, 9.0, 10.0, 11.0]));
+        assert_eq!(server.bytes("/v2/demo/x/2").await, f32_bytes([8.0, 9.0, 10.0, 11.0]));
         // a missing chunk is missing under both keys; a key outside the grid, or in the other
-        // separator, is nothing
-        assert_eq!(server.get("/demo/x/3", &[]).await.status(), StatusCode::NOT_FOUND);
+        // separator, is nothing; the v2 chunk keys are not the v3 URL's, nor the v3 keys the v2 view's
+        assert_eq!(server.get("/v2/demo/x/3", &[]).await.status(), StatusCode::NOT_FOUND);
         assert_eq!(server.get("/demo/x/c/3", &[]).await.status(), StatusCode::NOT_FOUND);
-        for nothing in ["x/4", "x/0.0", "g/dots/1/0", "g/v2slash/1.1", "g/sub/scalar/1"] {
-            assert_eq!(server.get(&format!("/demo/{nothing}"), &[]).await.status(), StatusCode::NOT_FOUND, "{nothing}");
+        for nothing in ["x/4", "x/0.0", "g/dots/1/0", "g/v2slash/1.1", "g/sub/scalar/1", "x/c/1", "zarr.json", "x/zarr.json"] {
+            assert_eq!(server.get(&format!("/v2/demo/{nothing}"), &[]).await.status(), StatusCode::NOT_FOUND, "{nothing}");
+        }
+        for v3_only in ["x/1", "g/dots/1.0", "big/0"] {
+            assert_eq!(server.get(&format!("/demo/{v3_only}"), &[]).await.status(), StatusCode::NOT_FOUND, "{v3_only}");
         }
     }
 
     async fn zmetadata_is_xarrays_v2_encoding(server) {
         register(&server, "demo").await;
-        let z = json_at(&server, "/demo/.zmetadata").await;
+        let z = json_at(&server, "/v2/demo/.zmetadata").await;
         assert_eq!(z["zarr_consolidated_format"], 1);
         let m = z["metadata"].as_object().unwrap();
         let keys: Vec<&str> = m.keys().map(String::as_str).collect();
@@ -152,20 +229,20 @@ both_backends! {
         assert_eq!(m["g/sub/scalar/.zattrs"]["_ARRAY_DIMENSIONS"], json!([]));
         // every document is served alone too, exactly as consolidated
         for (key, doc) in m {
-            assert_eq!(&json_at(&server, &format!("/demo/{key}")).await, doc, "{key}");
+            assert_eq!(&json_at(&server, &format!("/v2/demo/{key}")).await, doc, "{key}");
         }
     }
 
     async fn a_sharded_array_is_left_out_and_named(server) {
         register(&server, "demo").await;
-        let attrs = json_at(&server, "/demo/.zattrs").await;
+        let attrs = json_at(&server, "/v2/demo/.zattrs").await;
         assert_eq!(attrs["title"], "demo");
         let why = attrs["zarrgate"]["omitted_from_zarr_v2_view"]["sharded"].as_str().unwrap();
         assert!(why.contains("sharding_indexed"), "{why}");
-        let z = json_at(&server, "/demo/.zmetadata").await;
+        let z = json_at(&server, "/v2/demo/.zmetadata").await;
         assert!(z["metadata"].as_object().unwrap().keys().all(|k| !k.starts_with("sharded")));
         for key in ["sharded/.zarray", "sharded/.zattrs", "sharded/0"] {
-            let r = server.get(&format!("/demo/{key}"), &[]).await;
+            let r = server.get(&format!("/v2/demo/{key}"), &[]).await;
             assert_eq!(r.status(), StatusCode::NOT_FOUND, "{key}");
             assert!(r.text().await.unwrap().contains("not in the Zarr v2 view"), "{key}");
         }
@@ -174,33 +251,33 @@ both_backends! {
 
     async fn v2_documents_follow_zarr_json_http_rules(server) {
         let v1 = register(&server, "demo").await;
-        let r = server.get("/demo/x/.zarray", &[]).await;
+        let r = server.get("/v2/demo/x/.zarray", &[]).await;
         let tag = header(&r, "etag");
         assert!(tag.starts_with('"') && tag.ends_with(&format!("-v{v1}\"")), "{tag}");
         assert_eq!(header(&r, "content-type"), "application/json");
         assert_eq!(header(&r, "cache-control"), "public, max-age=60");
         let len = r.bytes().await.unwrap().len();
-        let r = server.head("/demo/x/.zarray").await;
+        let r = server.head("/v2/demo/x/.zarray").await;
         assert_eq!(header(&r, "content-length"), len.to_string());
         assert_eq!(r.bytes().await.unwrap().len(), 0);
-        let r = server.get("/demo/x/.zarray", &[("If-None-Match", &tag)]).await;
+        let r = server.get("/v2/demo/x/.zarray", &[("If-None-Match", &tag)]).await;
         assert_eq!(r.status(), StatusCode::NOT_MODIFIED);
-        let r = server.get("/demo/x/.zarray", &[("Range", "bytes=0-9")]).await;
+        let r = server.get("/v2/demo/x/.zarray", &[("Range", "bytes=0-9")]).await;
         assert_eq!(r.status(), StatusCode::PARTIAL_CONTENT);
         assert_eq!(r.text().await.unwrap(), r#"{"zarr_for"#);
-        let r = server.get("/demo/.zmetadata", &[("Accept-Encoding", "gzip")]).await;
+        let r = server.get("/v2/demo/.zmetadata", &[("Accept-Encoding", "gzip")]).await;
         assert_eq!(header(&r, "content-encoding"), "gzip");
         assert!(header(&r, "etag").ends_with("-gz\""));
 
         // a pinned URL is cached for good; the same document of a new version is a new response
-        let pinned = format!("/demo@{v1}/x/.zarray");
+        let pinned = format!("/v2/demo@{v1}/x/.zarray");
         let r = server.get(&pinned, &[]).await;
         assert_eq!(header(&r, "cache-control"), "public, max-age=31536000, immutable");
         assert_eq!(header(&r, "etag"), tag);
         assert_eq!(header(&r, "zarrgate-version"), v1.to_string());
         let v2 = register(&server, "demo").await;
         assert_ne!(v1, v2);
-        let r = server.get("/demo/x/.zarray", &[("If-None-Match", &tag)]).await;
+        let r = server.get("/v2/demo/x/.zarray", &[("If-None-Match", &tag)]).await;
         assert_eq!(r.status(), StatusCode::OK, "the new version's document has a new ETag");
         assert!(header(&r, "etag").ends_with(&format!("-v{v2}\"")));
         let r = server.get(&pinned, &[("If-None-Match", &tag)]).await;
@@ -215,8 +292,7 @@ both_backends! {
         assert_eq!(header(&r, "content-type"), "application/xml; charset=utf-8");
         let body = r.text().await.unwrap();
         assert!(body.starts_with("<?xml") && body.contains(r#"<D:multistatus xmlns:D="DAV:">"#), "{body}");
-        assert_eq!(hrefs(&body), ["/demo/", "/demo/zarr.json", "/demo/.zgroup", "/demo/.zattrs", "/demo/.zmetadata",
-            "/demo/big/", "/demo/g/", "/demo/sharded/", "/demo/x/"]);
+        assert_eq!(hrefs(&body), ["/demo/", "/demo/zarr.json", "/demo/big/", "/demo/g/", "/demo/sharded/", "/demo/x/"]);
         let root_doc = server.get("/demo/zarr.json", &[]).await;
         let (tag, len) = (header(&root_doc, "etag"), root_doc.bytes().await.unwrap().len());
         let entry = body.split("<D:response>").find(|r| r.contains("<D:href>/demo/zarr.json<")).unwrap();
@@ -229,18 +305,33 @@ both_backends! {
 
         // a group without its final slash (object_store's prefixes), depth 0, depth infinity
         let body = propfind(&server, "/demo/g/sub", Some("1")).await.text().await.unwrap();
-        assert_eq!(hrefs(&body), ["/demo/g/sub/", "/demo/g/sub/zarr.json", "/demo/g/sub/.zgroup", "/demo/g/sub/.zattrs",
-            "/demo/g/sub/nan/", "/demo/g/sub/scalar/"]);
+        assert_eq!(hrefs(&body), ["/demo/g/sub/", "/demo/g/sub/zarr.json", "/demo/g/sub/nan/", "/demo/g/sub/scalar/"]);
         let body = propfind(&server, "/demo", Some("0")).await.text().await.unwrap();
         assert_eq!(hrefs(&body), ["/demo/"]);
         let body = propfind(&server, &format!("/demo@{v}/g/"), Some("infinity")).await.text().await.unwrap();
         let all = hrefs(&body);
-        assert!(all.contains(&format!("/demo@{v}/g/sub/scalar/.zarray").as_str()), "{all:?}");
-        // g and its documents, then six nodes below it, each with three documents
-        assert_eq!(all.len(), 1 + 3 + 6 * 4, "{all:?}");
-        let body = propfind(&server, "/demo/x/.zarray", Some("0")).await.text().await.unwrap();
-        assert_eq!(hrefs(&body), ["/demo/x/.zarray"]);
+        assert!(all.contains(&format!("/demo@{v}/g/sub/scalar/zarr.json").as_str()), "{all:?}");
+        // g and its zarr.json, then six nodes below it, each with its zarr.json
+        assert_eq!(all.len(), 1 + 1 + 6 * 2, "{all:?}");
+        let body = propfind(&server, "/demo/x/zarr.json", Some("0")).await.text().await.unwrap();
+        assert_eq!(hrefs(&body), ["/demo/x/zarr.json"]);
+        for v2_doc in ["/demo/x/.zarray", "/demo/.zmetadata"] {
+            assert_eq!(propfind(&server, v2_doc, Some("0")).await.status(), StatusCode::NOT_FOUND, "{v2_doc}");
+        }
         assert_eq!(propfind(&server, "/demo/x/c/0", Some("1")).await.status(), StatusCode::NOT_FOUND);
+
+        // the Zarr v2 view lists its own documents (and not the sharded array it leaves out)
+        let body = propfind(&server, "/v2/demo/", Some("1")).await.text().await.unwrap();
+        assert_eq!(hrefs(&body), ["/v2/demo/", "/v2/demo/.zgroup", "/v2/demo/.zattrs", "/v2/demo/.zmetadata",
+            "/v2/demo/big/", "/v2/demo/g/", "/v2/demo/x/"]);
+        let body = propfind(&server, &format!("/v2/demo@{v}/g/"), Some("infinity")).await.text().await.unwrap();
+        let all = hrefs(&body);
+        assert!(all.contains(&format!("/v2/demo@{v}/g/sub/scalar/.zarray").as_str()), "{all:?}");
+        // g and its two documents, then six nodes below it, each with two documents
+        assert_eq!(all.len(), 1 + 2 + 6 * 3, "{all:?}");
+        let body = propfind(&server, "/v2/demo/x/.zarray", Some("0")).await.text().await.unwrap();
+        assert_eq!(hrefs(&body), ["/v2/demo/x/.zarray"]);
+        assert_eq!(propfind(&server, "/v2/demo/zarr.json", Some("0")).await.status(), StatusCode::NOT_FOUND);
         assert_eq!(propfind(&server, "/demo/", Some("2")).await.status(), StatusCode::BAD_REQUEST);
         assert_eq!(propfind(&server, "/nothing/", Some("1")).await.status(), StatusCode::NOT_FOUND);
         let brew = reqwest::Method::from_bytes(b"BREW").unwrap();
@@ -255,9 +346,15 @@ both_backends! {
         assert_eq!(header(&r, "vary"), "accept");
         let tag = header(&r, "etag");
         let html = r.text().await.unwrap();
-        for link in ["zarr.json", ".zgroup", ".zattrs", ".zmetadata", "big/", "g/", "sharded/", "x/"] {
-            assert!(html.contains(&format!("<a href=\"{link}\">")), "{link}: {html}");
+        for link in ["zarr.json", "big/", "g/", "sharded/", "x/"] {
+            assert!(html.contains(&format!("href=\"{link}\"")) || html.contains(&format!("href=\"./{link}\"")), "{link}: {html}");
         }
+        assert!(!html.contains(".zgroup") && !html.contains(".zmetadata"), "{html}");
+        let html = server.get("/v2/demo/", &[]).await.text().await.unwrap();
+        for link in [".zgroup", ".zattrs", ".zmetadata", "big/", "g/", "x/"] {
+            assert!(html.contains(&format!("href=\"{link}\"")) || html.contains(&format!("href=\"./{link}\"")), "{link}: {html}");
+        }
+        assert!(!html.contains("zarr.json") && !html.contains("sharded/"), "{html}");
         assert_eq!(server.get("/demo/", &[("If-None-Match", &tag)]).await.status(), StatusCode::NOT_MODIFIED);
 
         let r = server.get("/demo/g/", &[("Accept", "application/json")]).await;
@@ -266,14 +363,17 @@ both_backends! {
         assert_eq!((listing["store"].as_str(), listing["version"].as_i64()), (Some("demo"), Some(v)));
         assert_eq!((listing["path"].as_str(), listing["node_type"].as_str()), (Some("g"), Some("group")));
         let names: Vec<&str> = listing["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
-        assert_eq!(names, ["zarr.json", ".zgroup", ".zattrs", "dots/", "sub/", "v2/", "v2slash/"]);
-        assert_eq!(listing["entries"][3], json!({"name": "dots/", "type": "directory", "node_type": "array"}));
+        assert_eq!(names, ["zarr.json", "dots/", "sub/", "v2/", "v2slash/"]);
+        assert_eq!(listing["entries"][1], json!({"name": "dots/", "type": "directory", "node_type": "array"}));
         assert_eq!(listing["entries"][0]["type"], "file");
 
         // an array lists its documents; its chunk keys are not listed, and it says so
         let listing: Value = server.get("/demo/g/dots/", &[("Accept", "application/json")]).await.json().await.unwrap();
         let names: Vec<&str> = listing["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
-        assert_eq!(names, ["zarr.json", ".zarray", ".zattrs"]);
+        assert_eq!(names, ["zarr.json"]);
+        let listing: Value = server.get("/v2/demo/g/dots/", &[("Accept", "application/json")]).await.json().await.unwrap();
+        let names: Vec<&str> = listing["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+        assert_eq!(names, [".zarray", ".zattrs"]);
         assert_eq!(listing["chunks"]["listed"], false);
         assert_eq!((listing["chunks"]["count"].as_u64(), listing["chunks"]["example"].as_str()), (Some(4), Some("c.0.0")));
 
@@ -285,6 +385,11 @@ both_backends! {
         }
         let r = server.get("/demo/g", &[]).await;
         assert_eq!(r.url().path(), "/demo/g/");
+        for (path, location) in [("/v2/demo/g", "g/"), ("/v2/demo", "demo/")] {
+            let r = client.get(format!("{}{path}", server.url)).send().await.unwrap();
+            assert_eq!((r.status(), header(&r, "location")), (StatusCode::PERMANENT_REDIRECT, location.to_owned()), "{path}");
+        }
+        assert_eq!(server.get("/v2/demo/g", &[]).await.url().path(), "/v2/demo/g/");
         assert_eq!(server.get("/demo/nothing/", &[]).await.status(), StatusCode::NOT_FOUND);
         assert_eq!(server.get("/nothing/", &[]).await.status(), StatusCode::NOT_FOUND);
         assert_eq!(server.get("/nothing", &[]).await.status(), StatusCode::NOT_FOUND);
@@ -310,7 +415,9 @@ async fn listings_need_a_read_token_when_reads_do() {
     let propfind = reqwest::Method::from_bytes(b"PROPFIND").unwrap();
     for (method, path) in [
         (reqwest::Method::GET, "/demo/"),
-        (reqwest::Method::GET, "/demo/.zmetadata"),
+        (reqwest::Method::GET, "/v2/demo/.zmetadata"),
+        (reqwest::Method::GET, "/v2/demo/x/.zarray"),
+        (reqwest::Method::GET, "/v2/demo/"),
         (reqwest::Method::GET, "/demo"),
         (propfind.clone(), "/demo/"),
         (propfind.clone(), "/demo"),
@@ -325,4 +432,28 @@ async fn listings_need_a_read_token_when_reads_do() {
             assert_eq!(header(&r, "cache-control"), "private, max-age=60");
         }
     }
+}
+
+/// A store named `v2`, registered before the name was reserved (here through the registrar, as
+/// a catalog from an older release has it): its data-plane URLs are the v2 view's and answer
+/// 404 saying so, the v2 view of the other stores is served, and the control plane can still
+/// export and delete it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_named_v2_from_before_is_reachable_from_the_control_plane_only() {
+    use futures::StreamExt;
+    let server = TestServer::start(common::Backend::Sqlite).await;
+    register(&server, "demo").await;
+    let doc = json!({"nodes": {"": {"zarr_format": 3, "node_type": "group", "attributes": {"old": true}}}});
+    let body = futures::stream::once(async move { Ok(bytes::Bytes::from(doc.to_string())) }).boxed();
+    let how = zarrgate::versions::Registration { format: None, fill_missing: None, verify: false };
+    server.state.registrar.register("v2", body, how).await.unwrap();
+    for path in ["/v2/zarr.json", "/v2/", "/v2", "/v2@1/zarr.json"] {
+        let r = server.get(path, &[]).await;
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{path}");
+    }
+    let r = server.get("/v2/", &[]).await;
+    assert!(r.text().await.unwrap().contains("Zarr v2 view"), "the 404 says why");
+    assert_eq!(json_at(&server, "/v2/demo/.zgroup").await, json!({"zarr_format": 2}));
+    assert_eq!(server.get("/api/v1/stores/v2/manifest", &[]).await.status(), StatusCode::OK);
+    assert_eq!(server.delete("/api/v1/stores/v2").await, StatusCode::NO_CONTENT);
 }

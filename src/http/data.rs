@@ -1,6 +1,7 @@
 //! The data plane: `GET|HEAD /{store}[@{version}]/{key}`, what Zarr clients read: the v3 keys
-//! here, the Zarr v2 view (`v2.rs`) and the listings (`listing.rs`, also `PROPFIND`) beside them;
-//! for a browser, the store browser's pages and quick looks (`browser.rs`) and `GET /`.
+//! here, the listings (`listing.rs`, also `PROPFIND`) beside them, and the same routes under
+//! `/v2/{store}[@{version}]/` for the Zarr v2 view (`v2.rs`); for a browser, the store browser's
+//! pages and quick looks (`browser.rs`) and `GET /`.
 
 use std::sync::Arc;
 
@@ -63,17 +64,40 @@ impl Plane {
 /// The route of `GET /{store}/{key}`, the label of its metrics (in front of the router too).
 pub(super) const KEY_ROUTE: &str = "/{store}/{*key}";
 
-/// The data-plane routes.
+/// Which view of a store a URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Flavor {
+    /// `/{store}/...`: its Zarr v3 keys, listings and pages.
+    V3,
+    /// `/v2/{store}/...`: its Zarr v2 view (`v2.rs`) and the listings of that view. Apart from
+    /// the v3 keys: zarr-python 3 and xarray, opened without `zarr_format`, warn on every open
+    /// of a URL that answers both `zarr.json` and `.zgroup`.
+    V2,
+}
+
+/// The first path segment of the Zarr v2 view, a name no store may have.
+pub(super) const V2_SEGMENT: &str = "v2";
+
+/// What the data plane's handlers are given: the plane and the view their routes name.
+type Routed = (Arc<Plane>, Flavor);
+
+/// The data-plane routes: the v3 keys' and, the same under `/v2`, the Zarr v2 view's.
 pub(super) fn router(plane: Arc<Plane>) -> Router<AppState> {
     // PROPFIND (WebDAV listing, as object_store's HTTP store sends it) has no MethodFilter:
     // it reaches each route's fallback, which refuses every other method.
-    Router::new()
-        .route("/", get(stores_page))
+    let v3 = Router::new()
         .route("/{store}", get(read_store).fallback(other_store))
         .route("/{store}/", get(read_root).fallback(other_root))
         // The path is KEY_ROUTE, written out: tests/python/test_openapi.py reads the routes here.
         .route("/{store}/{*key}", get(read).fallback(other))
-        .with_state(plane)
+        .with_state((plane.clone(), Flavor::V3));
+    // Written out, not nested: tests/python/test_openapi.py reads them too.
+    let v2 = Router::new()
+        .route("/v2/{store}", get(read_store).fallback(other_store))
+        .route("/v2/{store}/", get(read_root).fallback(other_root))
+        .route("/v2/{store}/{*key}", get(read).fallback(other))
+        .with_state((plane.clone(), Flavor::V2));
+    Router::new().route("/", get(stores_page)).with_state(plane).merge(v3).merge(v2)
 }
 
 /// `Cache-Control` of data-plane answers: `public`, or `private` when reads need a token (a
@@ -85,8 +109,9 @@ fn cache_control(config: &Config, max_age: u64, extra: &str) -> HeaderValue {
 
 /// `GET /{store}/{key}` as the router would route it, for a path that needs no decoding: the
 /// index of the `/` between store and key (`path[1..i]` and `path[i + 1..]`), or `None` when the
-/// router must see the request. The store's segment is never `api` (nor anything a route of its
-/// own could match), nothing in the path is percent-encoded, and no `//` is in it.
+/// router must see the request. The store's segment is never `api` or `v2` (nor anything a route
+/// of its own could match: `/v2/{store}/{key}` is the Zarr v2 view's, answered by the router),
+/// nothing in the path is percent-encoded, and no `//` is in it.
 pub(super) fn key_split(path: &str) -> Option<usize> {
     // One pass over the bytes: a path of a few dozen bytes costs less so than through
     // `split_once` and `contains` (callgrind: 650 instructions a request), or `memchr` twice
@@ -105,7 +130,7 @@ pub(super) fn key_split(path: &str) -> Option<usize> {
     }
     let slash = slash?;
     let (store, key) = (&rest[..slash], &rest[slash + 1..]);
-    (!store.is_empty() && !key.is_empty() && store != "api").then_some(slash + 1)
+    (!store.is_empty() && !key.is_empty() && store != "api" && store != V2_SEGMENT).then_some(slash + 1)
 }
 
 /// `(store, key)` of `path`, split at `split` (from [`key_split`]).
@@ -116,27 +141,27 @@ pub(super) fn key_at(path: &str, split: usize) -> (&str, &str) {
 /// Answers `GET /{store}/{key}` (as split by [`key_split`]) as [`read`] does.
 pub(super) async fn read_key(plane: &Plane, (store, key): (&str, &str), request: &Parts) -> Response {
     let target = Target { key, directory: key.ends_with('/') };
-    respond(plane, store, target, request.uri.query(), &request.method, &request.headers).await
+    respond(plane, Flavor::V3, store, target, request.uri.query(), &request.method, &request.headers).await
 }
 
 async fn read(
-    State(plane): State<Arc<Plane>>,
+    State((plane, flavor)): State<Routed>,
     Path((store, key)): Path<(String, String)>,
     RawQuery(query): RawQuery,
     request: Request,
 ) -> Response {
     let target = Target { key: &key, directory: key.ends_with('/') };
-    respond(&plane, &store, target, query.as_deref(), request.method(), request.headers()).await
+    respond(&plane, flavor, &store, target, query.as_deref(), request.method(), request.headers()).await
 }
 
 async fn read_root(
-    State(plane): State<Arc<Plane>>,
+    State((plane, flavor)): State<Routed>,
     Path(store): Path<String>,
     RawQuery(query): RawQuery,
     request: Request,
 ) -> Response {
     let (method, headers) = (request.method(), request.headers());
-    respond(&plane, &store, Target { key: "", directory: true }, query.as_deref(), method, headers).await
+    respond(&plane, flavor, &store, Target { key: "", directory: true }, query.as_deref(), method, headers).await
 }
 
 /// `GET /`: the stores, for a browser (anything else gets the 404 it always got).
@@ -160,12 +185,12 @@ async fn stores_page(
     browser::root(&plane.app, query.as_deref(), &headers, &served).await.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn read_store(State(plane): State<Arc<Plane>>, Path(store): Path<String>, request: Request) -> Response {
+async fn read_store(State((plane, flavor)): State<Routed>, Path(store): Path<String>, request: Request) -> Response {
     let (method, headers) = (request.method(), request.headers());
-    respond(&plane, &store, Target { key: "", directory: false }, None, method, headers).await
+    respond(&plane, flavor, &store, Target { key: "", directory: false }, None, method, headers).await
 }
 
-async fn other(plane: State<Arc<Plane>>, path: Path<(String, String)>, request: Request) -> Response {
+async fn other(plane: State<Routed>, path: Path<(String, String)>, request: Request) -> Response {
     if request.method().as_str() != listing::PROPFIND {
         method_not_allowed()
     } else {
@@ -173,7 +198,7 @@ async fn other(plane: State<Arc<Plane>>, path: Path<(String, String)>, request: 
     }
 }
 
-async fn other_root(plane: State<Arc<Plane>>, path: Path<String>, request: Request) -> Response {
+async fn other_root(plane: State<Routed>, path: Path<String>, request: Request) -> Response {
     if request.method().as_str() != listing::PROPFIND {
         method_not_allowed()
     } else {
@@ -181,7 +206,7 @@ async fn other_root(plane: State<Arc<Plane>>, path: Path<String>, request: Reque
     }
 }
 
-async fn other_store(plane: State<Arc<Plane>>, path: Path<String>, request: Request) -> Response {
+async fn other_store(plane: State<Routed>, path: Path<String>, request: Request) -> Response {
     if request.method().as_str() != listing::PROPFIND {
         method_not_allowed()
     } else {
@@ -203,6 +228,7 @@ fn allow(mut response: Response) -> Response {
 
 async fn respond(
     plane: &Plane,
+    flavor: Flavor,
     store: &str,
     target: Target<'_>,
     query: Option<&str>,
@@ -213,12 +239,20 @@ async fn respond(
         Ok(named) => named,
         Err(e) => return e.into_response(),
     };
+    if name == V2_SEGMENT {
+        // A store registered as `v2` before the name was reserved: its keys would be the v2
+        // view's URLs (the server warns of it at startup).
+        return ApiError::NotFound(format!(
+            "no store is named {V2_SEGMENT:?} here: /{V2_SEGMENT}/<store>/ is the Zarr v2 view of a store"
+        ))
+        .into_response();
+    }
     // A current version deleted (by retention, after a newer one) while this replica still
     // had it cached is looked up again once; a pinned one is gone for good.
     let mut attempt = 0;
     let answer = loop {
         attempt += 1;
-        let answer = serve_key(plane, store, (name, pinned), target, query, method, headers).await;
+        let answer = serve_key((plane, flavor), store, (name, pinned), target, query, method, headers).await;
         let gone = matches!(&answer, Err(ApiError::Gone(_)) | Ok((Err(ApiError::Gone(_)), _)));
         if gone && pinned.is_none() && attempt == 1 {
             plane.app.reader.forget_store(name).await;
@@ -454,10 +488,10 @@ fn version_number(text: &str) -> Option<i64> {
 }
 
 /// The answer for `key` (and `query`) in the version the URL names (store `name`, `pinned` or
-/// current), with the headers every answer about that
+/// current), in the view `flavor` names, with the headers every answer about that
 /// version carries; `Err` when the version itself cannot be found.
 async fn serve_key(
-    plane: &Plane,
+    (plane, flavor): (&Plane, Flavor),
     segment: &str,
     (name, pinned): (&str, Option<i64>),
     target: Target<'_>,
@@ -468,30 +502,52 @@ async fn serve_key(
     let app = &plane.app;
     let view = app.reader.open(segment, name, pinned).await?;
     let served = plane.served(&view, pinned, method);
+    // The listings of the Zarr v2 view name its documents; those of the v3 keys `zarr.json`.
+    let v2 = (flavor == Flavor::V2).then_some(&plane.v2);
     if method.as_str() == listing::PROPFIND {
-        let listed = Box::pin(listing::propfind(&plane.app, &plane.v2, &view, segment, target, headers, &served)).await;
+        let listed = Box::pin(listing::propfind(&plane.app, v2, &view, segment, target, headers, &served)).await;
         return Ok((listed, served));
     }
-    if target.directory
+    if flavor == Flavor::V3
+        && target.directory
         && let Some(shown) = Box::pin(browse(plane, &view, segment, target.key, query, headers, &served)).await
     {
         return Ok((shown, served));
     }
     if target.directory {
-        let listed = Box::pin(listing::list(&plane.app, &plane.v2, &view, segment, target.key, headers, &served)).await;
+        let listed = Box::pin(listing::list(&plane.app, v2, &view, segment, target.key, headers, &served)).await;
         return Ok((listed, served));
     }
     let key = target.key;
-    let response = match view.hierarchy.resolve(key) {
-        Resolved::Metadata(node) => Ok(metadata(&view.docs[node.index as usize], headers, &served).await),
-        Resolved::Chunk { node, location, .. } => chunk(app, &view, node, location, key, headers, &served).await,
-        Resolved::NotFound(why) => match Box::pin(v2::serve(&plane.app, &plane.v2, &view, key, headers, &served)).await
-        {
+    let response = match flavor {
+        Flavor::V3 => match view.hierarchy.resolve(key) {
+            Resolved::Metadata(node) => Ok(metadata(&view.docs[node.index as usize], headers, &served).await),
+            Resolved::Chunk { node, location, .. } => chunk(app, &view, node, location, key, headers, &served).await,
+            Resolved::NotFound(why) => {
+                listing::redirect(&view, segment, key).ok_or_else(|| ApiError::NotFound(v2_hint(why, segment, key)))
+            }
+        },
+        Flavor::V2 => match Box::pin(v2::serve(&plane.app, &plane.v2, &view, key, headers, &served)).await {
             Some(answer) => answer,
-            None => listing::redirect(&view, segment, key).ok_or(ApiError::NotFound(why)),
+            None => listing::redirect(&view, segment, key).ok_or_else(|| {
+                ApiError::NotFound(format!(
+                    "no key {key:?} in the Zarr v2 view of {segment}: it has .zgroup, .zattrs, .zarray, .zmetadata \
+                     and v2 chunk keys (the Zarr v3 keys are at /{segment}/{key})"
+                ))
+            }),
         },
     };
     Ok((response, served))
+}
+
+/// Why a v3 key was not found, and for a Zarr v2 document (a v3 store answers 404 to the
+/// probes of zarr-python 3 and xarray), where the store's Zarr v2 view is.
+fn v2_hint(why: String, segment: &str, key: &str) -> String {
+    let name = key.rsplit_once('/').map_or(key, |(_, name)| name);
+    if !crate::zarr::v2view::V2_NAMES.contains(&name) {
+        return why;
+    }
+    format!("{key} is a Zarr v2 key and this is a Zarr v3 store: its Zarr v2 view is at /{V2_SEGMENT}/{segment}/{key}")
 }
 
 /// A node's quick look (`?quicklook=`) or, for a browser, its page; `None` for the listing.
@@ -547,6 +603,7 @@ mod tests {
             "/era%35/x",
             "/era5/t%2fx",
             "/era5//x",
+            "/v2/era5/.zmetadata",
             "/e/t//c/0",
         ] {
             assert_eq!(key_of(router), None, "{router:?} is the router's");

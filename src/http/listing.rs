@@ -1,9 +1,10 @@
 //! Listings of a version's keys: `GET /{store}/` and `GET /{store}/{node}/` as HTML links (what
 //! fsspec's HTTP filesystem parses) or JSON (`Accept: application/json`), and `PROPFIND` as a
-//! WebDAV 207 Multi-Status (what object_store's HTTP store sends). A node lists its metadata
-//! documents (`zarr.json` and its v2 documents) and its child nodes, all held by the version's
-//! views, so a listing reads no manifest block (beyond the v2 view's one bounded check per
-//! version, `v2::MISSING_SCAN_CHUNKS`). An array's chunk keys are not listed: no
+//! WebDAV 207 Multi-Status (what object_store's HTTP store sends); the same under
+//! `/v2/{store}/` for the Zarr v2 view. A node lists its metadata documents (`zarr.json`, or
+//! under `/v2/` its v2 documents) and its child nodes, all held by the version's views, so a
+//! listing reads no manifest block (beyond the v2 view's one bounded check per version,
+//! `v2::MISSING_SCAN_CHUNKS`). An array's chunk keys are not listed: no
 //! Zarr reader needs them (every chunk key follows from the metadata; a missing one reads as the
 //! fill value), and an array can have ten million; the JSON listing says so, with the grid.
 
@@ -43,8 +44,8 @@ const SEGMENT: &AsciiSet = &CONTROLS
     .add(b'/')
     .add(b'%');
 
-/// The metadata documents a node may have, in listing order.
-const DOCS: [&str; 5] = ["zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata"];
+/// The metadata documents a node of the Zarr v2 view may have, in listing order.
+const V2_DOCS: [&str; 4] = [".zgroup", ".zarray", ".zattrs", ".zmetadata"];
 
 /// One listed key, named relative to the listed node (a node's name ends with `/`).
 struct Entry<'a> {
@@ -65,10 +66,11 @@ enum Depth {
     Infinity,
 }
 
-/// `GET` of `/{store}/{key}` where `key` is `""` or ends with `/`: the node's listing.
+/// `GET` of `/{store}/{key}` where `key` is `""` or ends with `/`: the node's listing, in the
+/// Zarr v2 view (`/v2/{store}/{key}`) if `v2`.
 pub(super) async fn list(
     app: &AppState,
-    v2: &V2Views,
+    v2: Option<&V2Views>,
     view: &Arc<VersionView>,
     segment: &str,
     key: &str,
@@ -76,9 +78,9 @@ pub(super) async fn list(
     served: &Served,
 ) -> Result<Response, ApiError> {
     let node = listed_node(view, key)?;
-    let rendered = v2.get(&app.reader, view).await?;
-    let entries = entries(view, &rendered, node, Depth::One);
-    let title = format!("/{segment}/{}", dir(node.path.as_str()));
+    let rendered = v2_of(app, v2, view).await?;
+    let entries = entries(view, rendered.as_deref(), node, Depth::One);
+    let title = format!("{}/{segment}/{}", base(v2), dir(node.path.as_str()));
     let (body, content_type) = if wants_json(headers) {
         (json_listing(view, segment, node, &entries).to_string(), "application/json")
     } else {
@@ -102,10 +104,11 @@ pub(super) fn redirect(view: &VersionView, segment: &str, key: &str) -> Option<R
     Some((StatusCode::PERMANENT_REDIRECT, [(header::LOCATION, location)]).into_response())
 }
 
-/// `PROPFIND` of a node (with or without the final `/`) or of a metadata document.
+/// `PROPFIND` of a node (with or without the final `/`) or of a metadata document, in the Zarr
+/// v2 view if `v2`.
 pub(super) async fn propfind(
     app: &AppState,
-    v2: &V2Views,
+    v2: Option<&V2Views>,
     view: &Arc<VersionView>,
     segment: &str,
     target: Target<'_>,
@@ -119,19 +122,20 @@ pub(super) async fn propfind(
         Some(d) if d.eq_ignore_ascii_case("infinity") => Depth::Infinity,
         Some(other) => return Err(ApiError::BadRequest(format!("Depth {other:?} is not 0, 1 or infinity"))),
     };
-    let rendered = v2.get(&app.reader, view).await?;
+    let rendered = v2_of(app, v2, view).await?;
+    let rendered = rendered.as_deref();
     let path = target.key.trim_end_matches('/');
-    let base = format!("/{segment}/");
+    let base = format!("{}/{segment}/", base(v2));
     let mut body = String::from("<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:multistatus xmlns:D=\"DAV:\">\n");
     if let Some(node) = view.hierarchy.node(path) {
         let here = format!("{base}{}", encode(&dir(path)));
         propfind_response(&mut body, &here, &What::Node(node), served);
         if depth != Depth::Zero {
-            for entry in entries(view, &rendered, node, depth) {
+            for entry in entries(view, rendered, node, depth) {
                 propfind_response(&mut body, &format!("{here}{}", encode(&entry.name)), &entry.what, served);
             }
         }
-    } else if let Some(doc) = metadata_doc(view, &rendered, path) {
+    } else if let Some(doc) = metadata_doc(view, rendered, path) {
         propfind_response(&mut body, &format!("{base}{}", encode(path)), &What::Doc(doc), served);
     } else {
         return Err(ApiError::NotFound(format!("nothing is listed at {path:?}: only nodes and their metadata are")));
@@ -154,21 +158,43 @@ fn listed_node<'a>(view: &'a VersionView, key: &str) -> Result<&'a Node, ApiErro
         .ok_or_else(|| ApiError::NotFound(format!("no group or array at {path:?}: there is nothing to list")))
 }
 
-/// A metadata document by key (`obs/zarr.json`, `obs/.zattrs`).
-fn metadata_doc<'a>(view: &'a VersionView, rendered: &'a Rendered, key: &str) -> Option<&'a RenderedDoc> {
+/// The Zarr v2 view of `view`'s version if `v2`.
+async fn v2_of(
+    app: &AppState,
+    v2: Option<&V2Views>,
+    view: &Arc<VersionView>,
+) -> Result<Option<Arc<Rendered>>, ApiError> {
+    match v2 {
+        Some(v2) => Ok(Some(v2.get(&app.reader, view).await?)),
+        None => Ok(None),
+    }
+}
+
+/// Where the listed view's URLs begin, before the store's segment.
+fn base(v2: Option<&V2Views>) -> &'static str {
+    if v2.is_some() { "/v2" } else { "" }
+}
+
+/// A metadata document by key (`obs/zarr.json`, or in the Zarr v2 view `rendered`, `obs/.zattrs`).
+fn metadata_doc<'a>(view: &'a VersionView, rendered: Option<&'a Rendered>, key: &str) -> Option<&'a RenderedDoc> {
     let (parent, name) = key.rsplit_once('/').unwrap_or(("", key));
-    match name {
-        "zarr.json" => view.hierarchy.node(parent).map(|n| &view.docs[n.index as usize]),
-        _ => rendered.docs.get(key),
+    match (rendered, name) {
+        (None, "zarr.json") => view.hierarchy.node(parent).map(|n| &view.docs[n.index as usize]),
+        (None, _) => None,
+        (Some(rendered), _) => rendered.docs.get(key),
     }
 }
 
 /// The keys below `node`: its documents and child nodes, or (`Depth::Infinity`) every
 /// descendant's too.
-fn entries<'a>(view: &'a VersionView, rendered: &'a Rendered, node: &'a Node, depth: Depth) -> Vec<Entry<'a>> {
+fn entries<'a>(view: &'a VersionView, rendered: Option<&'a Rendered>, node: &'a Node, depth: Depth) -> Vec<Entry<'a>> {
     let mut out = docs_of(view, rendered, node, "");
     for child in view.hierarchy.nodes() {
         let Some(relative) = child.path.relative_to(&node.path) else { continue };
+        if rendered.is_some_and(|r| r.view.omitted().contains_key(child.path.as_str())) {
+            // Not in the Zarr v2 view (the root's .zattrs says why).
+            continue;
+        }
         if depth != Depth::Infinity && relative.contains('/') {
             continue;
         }
@@ -180,15 +206,18 @@ fn entries<'a>(view: &'a VersionView, rendered: &'a Rendered, node: &'a Node, de
     out
 }
 
-fn docs_of<'a>(view: &'a VersionView, rendered: &'a Rendered, node: &'a Node, prefix: &str) -> Vec<Entry<'a>> {
+/// A node's metadata documents: its `zarr.json`, or its documents in the Zarr v2 view `rendered`.
+fn docs_of<'a>(view: &'a VersionView, rendered: Option<&'a Rendered>, node: &'a Node, prefix: &str) -> Vec<Entry<'a>> {
+    let Some(rendered) = rendered else {
+        let doc = &view.docs[node.index as usize];
+        return vec![Entry { name: format!("{prefix}zarr.json"), what: What::Doc(doc) }];
+    };
     let own = dir(node.path.as_str());
-    DOCS.iter()
+    V2_DOCS
+        .iter()
         .filter_map(|name| {
-            match *name {
-                "zarr.json" => Some(&view.docs[node.index as usize]),
-                v2 => rendered.docs.get(&format!("{own}{v2}")),
-            }
-            .map(|doc| Entry { name: format!("{prefix}{name}"), what: What::Doc(doc) })
+            let doc = rendered.docs.get(&format!("{own}{name}"))?;
+            Some(Entry { name: format!("{prefix}{name}"), what: What::Doc(doc) })
         })
         .collect()
 }

@@ -2,8 +2,8 @@
 
 use crate::error::ApiError;
 
-/// First path segments the server itself uses.
-const RESERVED: &[&str] = &["api", "healthz", "readyz", "metrics"];
+/// First path segments the server itself uses (`v2`: the Zarr v2 view, `/v2/{store}/`).
+const RESERVED: &[&str] = &["api", "healthz", "readyz", "metrics", "v2"];
 
 /// Checks a store or object store name; `what` names the kind in the error.
 pub fn check(what: &str, name: &str) -> Result<(), ApiError> {
@@ -16,9 +16,14 @@ pub fn check(what: &str, name: &str) -> Result<(), ApiError> {
         )));
     }
     if RESERVED.contains(&name) {
-        return Err(ApiError::BadRequest(format!(
-            "{what} name {name:?} is reserved (api, healthz, readyz and metrics are)"
-        )));
+        // 422, not 400: the request is well formed, the name is one the server's URLs use.
+        return Err(ApiError::Invalid {
+            title: format!("{what} name {name:?} is reserved; nothing was changed"),
+            problems: vec![format!(
+                "{name:?} is the first segment of the server's own URLs ({}): choose another name",
+                RESERVED.join(", ")
+            )],
+        });
     }
     Ok(())
 }
@@ -32,8 +37,12 @@ mod tests {
         for ok in ["era5", "a", "0x", "era5.v2_final-1", &"a".repeat(128)] {
             assert!(check("store", ok).is_ok(), "{ok}");
         }
-        for bad in ["", "Era5", "-x", ".x", "a/b", "a@1", "api", "metrics", &"a".repeat(129), "é"] {
+        for bad in ["", "Era5", "-x", ".x", "a/b", "a@1", "api", "metrics", "v2", &"a".repeat(129), "é"] {
             assert!(check("store", bad).is_err(), "{bad}");
+        }
+        for reserved in ["api", "v2"] {
+            let Err(e) = check("store", reserved) else { panic!("{reserved}") };
+            assert_eq!(e.status(), axum::http::StatusCode::UNPROCESSABLE_ENTITY, "{reserved}");
         }
     }
 }

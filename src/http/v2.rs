@@ -1,4 +1,5 @@
-//! The Zarr v2 view over HTTP: a version's `.zgroup`, `.zattrs`, `.zarray` and `.zmetadata`,
+//! The Zarr v2 view over HTTP, at `/v2/{store}[@{version}]/` (the v3 URL has none of it: see
+//! `data::Flavor`): a version's `.zgroup`, `.zattrs`, `.zarray` and `.zmetadata`,
 //! rendered once per version and cached beside its view (strong ETags that include the
 //! version, as `zarr.json`'s do), and its v2 chunk keys, answered exactly as the v3 keys of the
 //! same chunks (same bytes, same ETags, same Range and 304 rules).

@@ -18,7 +18,7 @@ use super::metadata::NodeKind;
 pub const OMITTED_ATTRIBUTE: &str = "zarrgate";
 
 /// The v2 metadata keys, which no v2 node may be named.
-const V2_NAMES: [&str; 4] = [".zgroup", ".zattrs", ".zarray", ".zmetadata"];
+pub const V2_NAMES: [&str; 4] = [".zgroup", ".zattrs", ".zarray", ".zmetadata"];
 
 /// Whether some chunks of an array have no data (and so read as its fill value).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

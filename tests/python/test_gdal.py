@@ -1,7 +1,7 @@
 """GDAL, as bundled in rasterio's wheels (GDAL 3.10), reads a netCDF4 store made by VirtualiZarr
-through the snippet the store browser shows (``ZARR:"/vsicurl/<store URL>":/<array>``): the
-numbers h5py reads, and its fill value as nodata. This GDAL has no Zarr v3 ``bytes`` codec, so it
-reads the store's Zarr v2 view; and it has no ``shuffle`` filter ("Filter shuffle not handled"),
+through the snippet the store browser shows (``ZARR:"/vsicurl/<origin>/v2/<store>":/<array>``):
+the numbers h5py reads, and its fill value as nodata. This GDAL has no Zarr v3 ``bytes`` codec,
+so it reads the store's Zarr v2 view, at its own URL ``/v2/<store>``; and it has no ``shuffle`` filter ("Filter shuffle not handled"),
 so the file is compressed without HDF5's shuffle. Every probe GDAL makes on the way (the root's
 ``.zarray``, sidecars such as ``.aux.xml`` and ``.gmac``, directory listings) gets a true answer:
 404 for what is not there, and nothing else but 200 or 206. With read tokens, the snippet's
@@ -81,7 +81,7 @@ def test_gdal_reads_a_virtualizarr_store_through_the_pages_snippet(tmp_path):
 
         page = requests.get(f"{url}/{store}/air/", headers={"Accept": HTML}, timeout=30).text
         name = snippet(page)
-        assert name == f'ZARR:"/vsicurl/{url}/{store}":/air', name
+        assert name == f'ZARR:"/vsicurl/{url}/v2/{store}":/air', name
         start = len(log.read_text(errors="replace"))
         with rasterio.open(name) as ds:
             assert (ds.count, ds.height, ds.width) == (4, 5, 6), "time as bands, lat x lon"
@@ -95,14 +95,15 @@ def test_gdal_reads_a_virtualizarr_store_through_the_pages_snippet(tmp_path):
         assert statuses <= {200, 206, 404}, seen
         chunks = {p for m, s, p in seen if m == "GET" and s == 200 and re.search(r"/air/\d+[./]\d+[./]\d+$", p)}
         assert len(chunks) == 8, f"every chunk (a grid of 2 x 2 x 2) read from the server: {seen}"
-        listed = requests.get(f"{url}/{store}/.zmetadata", timeout=30).json()["metadata"]
+        assert all(p.startswith(f"/v2/{store}") for _, _, p in seen), f"GDAL read the v2 view only: {seen}"
+        listed = requests.get(f"{url}/v2/{store}/.zmetadata", timeout=30).json()["metadata"]
         for method, status, where in seen:
             if status == 404:
-                key = where.removeprefix(f"/{store}/")
+                key = where.removeprefix(f"/v2/{store}/")
                 assert key not in listed, f"{method} {where}: 404 for a key the store has"
                 assert requests.get(f"{url}{where}", timeout=30).status_code == 404, where
         probes = {p for _, s, p in seen if s == 404}
-        assert f"/{store}/.zarray" in probes, "GDAL asks whether the root is an array: it is not"
+        assert f"/v2/{store}/.zarray" in probes, "GDAL asks whether the root is an array: it is not"
         assert any(p.endswith((".aux.xml", ".gmac")) for p in probes), f"sidecar probes: {seen}"
 
         # the same file from kerchunk references: v2 chunk keys `0.0.0`, which sit in the array's
@@ -112,16 +113,16 @@ def test_gdal_reads_a_virtualizarr_store_through_the_pages_snippet(tmp_path):
         resp = requests.put(f"{url}/api/v1/stores/{store}-refs", data=json.dumps(refs), timeout=60)
         assert resp.status_code == 201, resp.text
         start = len(log.read_text(errors="replace"))
-        with rasterio.open(f'ZARR:"/vsicurl/{url}/{store}-refs":/air') as ds:
+        with rasterio.open(f'ZARR:"/vsicurl/{url}/v2/{store}-refs":/air') as ds:
             np.testing.assert_array_equal(ds.read(), raw)
         seen = requests_since(log, start)
-        assert ("GET", 200, f"/{store}-refs/air/") in seen, f"GDAL read the array's listing: {seen}"
-        assert ("GET", 200, f"/{store}-refs/air/1.1.1") in seen, seen
+        assert ("GET", 200, f"/v2/{store}-refs/air/") in seen, f"GDAL read the array's listing: {seen}"
+        assert ("GET", 200, f"/v2/{store}-refs/air/1.1.1") in seen, seen
 
         # the store's page: its group opens as its one 3-D array
         root = requests.get(f"{url}/{store}/", headers={"Accept": HTML}, timeout=30).text
         group = snippet(root)
-        assert group == f'ZARR:"/vsicurl/{url}/{store}"', group
+        assert group == f'ZARR:"/vsicurl/{url}/v2/{store}"', group
         with rasterio.open(group) as ds:
             np.testing.assert_array_equal(ds.read(), raw)
 

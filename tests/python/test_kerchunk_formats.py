@@ -277,11 +277,11 @@ def test_scaled_fits_images_read_as_their_physical_values(server, source_dir, st
     assert array.dtype == np.float64, "declared as what the filter decodes to"
     np.testing.assert_array_equal(array[...], expected)
 
-    # zarr-python 2 reads the same numbers from the v2 view
+    # zarr-python 2 reads the same numbers from the v2 view, at /v2/{store}
     out = tmp_path / "v2.npy"
     code = ("import sys, numpy, zarr; a = zarr.open_array(sys.argv[1], mode='r'); "
             "assert zarr.__version__.startswith('2.'); numpy.save(sys.argv[2], a[...])")
-    done = subprocess.run([zarr2_python, "-c", code, f"{server.url}/{store_name}/U16", str(out)],
+    done = subprocess.run([zarr2_python, "-c", code, f"{server.url}/v2/{store_name}/U16", str(out)],
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert done.returncode == 0, done.stderr[-3000:]
     np.testing.assert_array_equal(np.load(out), expected)

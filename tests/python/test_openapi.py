@@ -45,7 +45,8 @@ METHODS = ("get", "put", "post", "patch", "delete")
 # The data plane (what Zarr clients read, its listings, the browser pages and the root page for
 # browsers, GET /) is what the control-plane description leaves out on purpose: README.md
 # documents it.
-DATA_PLANE = {("GET", "/{store}/{*key}"), ("GET", "/{store}/"), ("GET", "/{store}"), ("GET", "/")}
+DATA_PLANE = {("GET", "/{store}/{*key}"), ("GET", "/{store}/"), ("GET", "/{store}"), ("GET", "/"),
+              ("GET", "/v2/{store}/{*key}"), ("GET", "/v2/{store}/"), ("GET", "/v2/{store}")}
 
 
 def served_spec(server: Server) -> dict:

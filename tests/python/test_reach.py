@@ -1,7 +1,8 @@
-"""Reach: the Zarr v2 view of a store at its own URL, read by zarr-python 2 and xarray (in
-their own venv, scripts/python-env-zarr2.sh, through zarr2_reader.py), gives the numbers the
-v3 view gives zarr-python 3 and xarray; and the store's listings let fsspec, obstore and
-zarr-python 3 find its members without consolidated metadata.
+"""Reach: the Zarr v2 view of a store at its own URL, ``/v2/{store}/``, read by zarr-python 2
+and xarray (in their own venv, scripts/python-env-zarr2.sh, through zarr2_reader.py), gives the
+numbers the v3 view gives zarr-python 3 and xarray; the v3 URL has no v2 document, so xarray and
+zarr-python 3 open it without ``zarr_format`` and without a warning; and the store's listings
+let fsspec, obstore and zarr-python 3 find its members without consolidated metadata.
 
 Real netCDF files (fixtures.py), virtualized with VirtualiZarr and registered as in
 test_netcdf.py: zlib + shuffle, packed int16 with scale_factor/add_offset, big-endian, a NaN
@@ -14,9 +15,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import warnings
 from pathlib import Path
 
 import fsspec
+import h5py
 import netCDF4
 import numpy as np
 import obstore
@@ -29,7 +32,7 @@ import fixtures
 import zarrgate_client
 from zarr2_reader import plain
 from conftest import REPO, register
-from virtual import open_served, virtual_dataset, virtual_datatree
+from virtual import assert_same_dataset, open_file, open_served, virtual_dataset, virtual_datatree
 
 READER = Path(__file__).with_name("zarr2_reader.py")
 
@@ -46,8 +49,16 @@ def zarr2_python() -> str:
     return str(Path(done.stdout.strip().splitlines()[-1]) / "bin" / "python")
 
 
+def v2_url(url: str) -> str:
+    """The URL of the Zarr v2 view of the store at ``url``: ``/v2/{store}``."""
+    origin, store = url.rsplit("/", 1)
+    return f"{origin}/v2/{store}"
+
+
 def read_v2(zarr2_python: str, url: str, out: Path, groups=("",)) -> tuple[dict, dict, dict]:
-    """What zarr 2 and xarray read from the v2 view at ``url``: meta, raw arrays, xarray values."""
+    """What zarr 2 and xarray read from the v2 view of the store at ``url`` (its v3 URL), at
+    ``/v2/{store}``: meta, raw arrays, xarray values."""
+    url = v2_url(url)
     done = subprocess.run([zarr2_python, str(READER), url, str(out), *groups], capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, f"zarr2_reader.py {url} failed:\n{done.stderr[-8000:]}"
@@ -202,12 +213,17 @@ def test_fsspec_lists_a_store(server, source_dir, store_name):
     url = _groups_store(server, source_dir, store_name)
     fs = fsspec.filesystem("http")
     names = {entry["name"].removeprefix(url + "/"): entry["type"] for entry in fs.ls(url + "/")}
-    assert names == {"zarr.json": "file", ".zgroup": "file", ".zattrs": "file", ".zmetadata": "file",
-                     "a/": "directory", "obs/": "directory"}
+    assert names == {"zarr.json": "file", "a/": "directory", "obs/": "directory"}
     # a subgroup without its final slash, as zarr's FsspecStore asks for it
-    assert sorted(fs.ls(f"{url}/obs", detail=False)) == [
-        f"{url}/obs/.zattrs", f"{url}/obs/.zgroup", f"{url}/obs/b/", f"{url}/obs/deep/", f"{url}/obs/zarr.json"]
+    assert sorted(fs.ls(f"{url}/obs", detail=False)) == [f"{url}/obs/b/", f"{url}/obs/deep/", f"{url}/obs/zarr.json"]
     assert f"{url}/obs/deep/c/zarr.json" in fs.find(url + "/")
+    # the Zarr v2 view lists its own documents
+    v2 = v2_url(url)
+    names = {entry["name"].removeprefix(v2 + "/"): entry["type"] for entry in fs.ls(v2 + "/")}
+    assert names == {".zgroup": "file", ".zattrs": "file", ".zmetadata": "file", "a/": "directory",
+                     "obs/": "directory"}
+    assert sorted(fs.ls(f"{v2}/obs", detail=False)) == [
+        f"{v2}/obs/.zattrs", f"{v2}/obs/.zgroup", f"{v2}/obs/b/", f"{v2}/obs/deep/"]
 
 
 def test_obstore_lists_a_store(server, source_dir, store_name):
@@ -215,10 +231,7 @@ def test_obstore_lists_a_store(server, source_dir, store_name):
     store = HTTPStore.from_url(url, client_options={"allow_http": True})
     # object_store's HTTP store names what it lists by the whole URL path (PROPFIND Depth: infinity)
     listed = sorted(meta["path"].removeprefix(f"{store_name}/") for meta in obstore.list(store).collect())
-    assert listed == sorted(
-        [f"{node}{doc}" for node in ("", "obs/") for doc in ("zarr.json", ".zgroup", ".zattrs")]
-        + [".zmetadata", "obs/deep/zarr.json", "obs/deep/.zgroup", "obs/deep/.zattrs"]
-        + [f"{node}/{doc}" for node in ("a", "obs/b", "obs/deep/c") for doc in ("zarr.json", ".zarray", ".zattrs")])
+    assert listed == sorted(f"{node}zarr.json" for node in ("", "obs/", "obs/deep/", "a/", "obs/b/", "obs/deep/c/"))
     # PROPFIND Depth: 1: the documents, and the child nodes as prefixes (by whole URL path
     # again, so the listed collection itself is one of them)
     one = obstore.list_with_delimiter(store)
@@ -229,13 +242,69 @@ def test_obstore_lists_a_store(server, source_dir, store_name):
 
 def test_zarr_finds_members_without_consolidated_metadata(server, source_dir, store_name):
     url = _groups_store(server, source_dir, store_name)
-    group = zarr.open_group(url, mode="r", zarr_format=3, use_consolidated=False)
-    assert group.metadata.consolidated_metadata is None
-    with pytest.warns(UserWarning, match="not recognized as a component"):
-        # the v2 documents are listed beside zarr.json: zarr 3 names each, then skips it
+    with warnings.catch_warnings():
+        # no v2 document is listed beside zarr.json, so zarr 3 has nothing to skip and warn of
+        # ("Object at .zattrs is not recognized"). The file's zlib and shuffle are numcodecs
+        # codecs, which zarr 3 warns of whatever serves them: that warning alone is let through.
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", message="Numcodecs codecs are not in the Zarr version 3 specification")
+        group = zarr.open_group(url, mode="r", use_consolidated=False)
+        assert group.metadata.consolidated_metadata is None
         found = sorted(name for name, _ in group.members(max_depth=None))
-    assert found == ["a", "obs", "obs/b", "obs/deep", "obs/deep/c"]
-    np.testing.assert_array_equal(group["obs/deep/c"][...], [0, -1, 2, 3, 4, 5])
-    with xr.open_zarr(url, zarr_format=3, consolidated=False) as ds:
-        assert sorted(ds.data_vars) == ["a"]
-        np.testing.assert_array_equal(ds.a.values, np.arange(6.0))
+        assert found == ["a", "obs", "obs/b", "obs/deep", "obs/deep/c"]
+        np.testing.assert_array_equal(group["obs/deep/c"][...], [0, -1, 2, 3, 4, 5])
+        with xr.open_zarr(url, consolidated=False) as ds:
+            assert sorted(ds.data_vars) == ["a"]
+            np.testing.assert_array_equal(ds.a.values, np.arange(6.0))
+
+
+def make_netcdf4_uncompressed(directory: Path) -> Path:
+    """netCDF4: float32 ``air(time, lat, lon)`` in chunks (2, 3, 4) with no filter (so every codec
+    is a Zarr v3 one, which zarr 3 does not warn of), ``_FillValue`` -9999 with three masked
+    cells, CF attributes, and coordinates time (int32 "hours since"), lat and lon."""
+    path = directory / "uncompressed.nc"
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+        nc.title = "zarrgate test: opened by default"
+        for name, size in (("time", 4), ("lat", 5), ("lon", 6)):
+            nc.createDimension(name, size)
+        time = nc.createVariable("time", "i4", ("time",))
+        time[:] = [0, 6, 12, 18]
+        time.units = "hours since 2000-01-01 00:00:00"
+        nc.createVariable("lat", "f4", ("lat",))[:] = np.linspace(40.0, 50.0, 5)
+        nc.createVariable("lon", "f4", ("lon",))[:] = np.linspace(-10.0, 15.0, 6)
+        air = nc.createVariable("air", "f4", ("time", "lat", "lon"), chunksizes=(2, 3, 4),
+                                fill_value=np.float32(-9999.0))
+        values = np.ma.masked_array(270.0 + np.arange(120, dtype="f4").reshape(4, 5, 6) / 4, mask=False)
+        values.mask[0, 0, :3] = True
+        air[:] = values
+        air.units = "K"
+    return path
+
+
+def test_default_opens_read_the_file_without_a_warning(server, source_dir, store_name):
+    """xarray and zarr-python 3 opened as their documentation shows, without ``zarr_format``,
+    every warning an error: they ask for ``zarr.json`` and ``.zgroup`` at once, and warned on
+    every open while the store's URL answered both ("Both zarr.json (Zarr format 3) and .zgroup
+    (Zarr format 2) metadata objects exist"; with ``consolidated=False``, "Object at .zattrs is
+    not recognized")."""
+    path = make_netcdf4_uncompressed(source_dir)
+    register(server, store_name, zarrgate_client.manifeststore_to_native(virtual_dataset(path)))
+    url = f"{server.url}/{store_name}"
+    expected = open_file(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with xr.open_zarr(url) as ds:
+            served = ds.load()
+        with xr.open_zarr(url, consolidated=False) as ds:
+            unconsolidated = ds.load()
+        group = zarr.open_group(url, mode="r")
+        air = group["air"][...]
+    assert_same_dataset(served, expected)
+    assert_same_dataset(unconsolidated, expected)
+    assert int(np.isnan(served.air.values).sum()) == 3
+    assert served.air.values[3, 4, 5] == np.float32(270 + 119 / 4)
+    assert str(served.time.values[1]).startswith("2000-01-01T06:00")
+    assert group.metadata.zarr_format == 3
+    with h5py.File(path) as f:
+        np.testing.assert_array_equal(air, f["air"][...])
+    np.testing.assert_array_equal(air[0, 0, :3], [-9999.0] * 3)

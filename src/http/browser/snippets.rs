@@ -48,12 +48,17 @@ pub(super) fn snippets(base: &str, node: &Node, token: bool) -> Vec<Snippet> {
         zarrita.push_str("const { data, shape } = await zarr.get(node);\n");
     }
     let gdal_env = if token { "GDAL_HTTP_HEADERS=\"Authorization: Bearer <read token>\" " } else { "" };
-    // GDAL (3.10, as in rasterio's wheels) reads the Zarr v2 view: it has no v3 `bytes` codec.
-    // A group lists its arrays as subdatasets (or is its one array with two dimensions or more).
+    // GDAL (3.10, as in rasterio's wheels) reads the Zarr v2 view, at `/v2/{store}`: it has no
+    // v3 `bytes` codec. A group lists its arrays as subdatasets (or is its one array with two
+    // dimensions or more).
+    let v2_base =
+        base.rsplit_once('/').map_or_else(|| base.to_owned(), |(origin, store)| format!("{origin}/v2/{store}"));
     let gdal = if array {
-        format!("{gdal_env}gdalinfo 'ZARR:\"/vsicurl/{base}\":/{path}'\n")
+        format!("{gdal_env}gdalinfo 'ZARR:\"/vsicurl/{v2_base}\":/{path}'\n")
+    } else if path.is_empty() {
+        format!("{gdal_env}gdalinfo 'ZARR:\"/vsicurl/{v2_base}\"'\n")
     } else {
-        format!("{gdal_env}gdalinfo 'ZARR:\"/vsicurl/{url}\"'\n")
+        format!("{gdal_env}gdalinfo 'ZARR:\"/vsicurl/{v2_base}/{path}\"'\n")
     };
     vec![
         Snippet { id: "snippet-xarray", label: "xarray", text: xarray },
