@@ -323,7 +323,10 @@ async fn the_versions_are_listed_by_the_api_and_on_the_page(server) {
 async fn the_root_page_lists_the_stores_a_reader_may_see() {
     let server = TestServer::start_with(Backend::Sqlite, |c| c.read_tokens = vec!["reader".into()]).await;
     register(&server, "demo").await;
-    assert_eq!(server.get("/", &[("accept", HTML)]).await.status(), StatusCode::UNAUTHORIZED);
+    let refused = server.get("/", &[("accept", HTML)]).await;
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    assert_secured(&refused, "a browser's 401");
+    assert!(refused.text().await.unwrap().contains("reading this server&#39;s stores needs a token"));
     let r = server.get("/", &[("accept", HTML), ("authorization", "Bearer reader")]).await;
     assert_eq!(r.status(), StatusCode::OK);
     assert!(r.headers()["cache-control"].to_str().unwrap().starts_with("private"));
