@@ -212,10 +212,10 @@ pub async fn last_as_problem(response: Response) -> Response {
 
 async fn render_as_problem(response: Response) -> Response {
     let status = response.status();
-    let is_problem = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/problem+json"));
+    // A problem already, or the page a browser gets for one (`http/html/problem.rs`).
+    let is_problem = response.headers().get(header::CONTENT_TYPE).is_some_and(|v| {
+        v.as_bytes().starts_with(b"application/problem+json") || v.as_bytes().starts_with(b"text/html")
+    });
     if !(status.is_client_error() || status.is_server_error()) || is_problem {
         return response;
     }

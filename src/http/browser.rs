@@ -2,9 +2,12 @@
 //! a page a person reads at a glance (the group tree, an array's shape, type, chunking,
 //! codecs, dimensions and attributes, its chunks by kind, the store's versions, snippets, a
 //! quick-look image); `GET /` lists the stores. Plain HTML and CSS, a few lines of script for
-//! the copy buttons and the quick look's scale; every link relative, so it works behind a CDN
-//! or a prefix. Every string from a store is escaped (attributes are user data).
+//! the copy buttons and the quick look's scale (`html/page.js`); every link relative, so it works
+//! behind a CDN or a prefix. Every string from a store is escaped (names and attributes are user
+//! data: a node may be named `javascript:...`), and every page carries the policy of `html.rs`.
 
+mod display;
+mod gdal;
 mod history;
 mod quicklook;
 mod snippets;
@@ -18,7 +21,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::answer::{Served, bytes_response};
-use super::listing::{encode, escape};
+use super::html::{SCRIPT, STYLE, escape, href, secure};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::versions::VersionView;
@@ -26,6 +29,7 @@ use crate::versions::view::etag;
 use crate::zarr::hierarchy::Node;
 use crate::zarr::metadata::NodeKind;
 
+pub(super) use super::html::wants_page;
 pub(super) use quicklook::{Format as QuicklookFormat, answer as quicklook};
 pub(super) use stores::root;
 
@@ -36,27 +40,8 @@ const COUNTED_TILES: u64 = 16;
 /// Characters of one attribute value shown at most.
 const ATTRIBUTE_CHARS: usize = 2_000;
 
-const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#222}\
-header{background:#2c3e50;color:#fff;padding:.6em 1em}header a{color:#cde}\
-main{display:flex;gap:1.5em;padding:1em}nav{min-width:16em;max-width:24em}\
-nav ul{list-style:none;padding:0;margin:0}nav li{white-space:nowrap;overflow:hidden;text-overflow:ellipsis}\
-section{flex:1;min-width:0}table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:.2em .5em;\
-text-align:left;vertical-align:top}pre{background:#f6f8fa;padding:.6em;overflow:auto;margin:.2em 0}\
-.dim{color:#777}.here{font-weight:bold}figure{margin:0}";
-
-/// Copy buttons, the quick look's scale, and the snippets' origin as the browser sees it.
-const SCRIPT: &str = "document.querySelectorAll('[data-origin]').forEach(e=>{e.textContent=\
-e.textContent.split(e.dataset.origin).join(location.origin)});\
-document.querySelectorAll('button[data-copy]').forEach(b=>b.onclick=()=>\
-navigator.clipboard.writeText(document.getElementById(b.dataset.copy).textContent));\
-const s=document.getElementById('scale');if(s){fetch('?quicklook=json').then(r=>r.json()).then(q=>{\
-s.textContent=q.caption;})}";
-
-/// True when the request explicitly accepts `text/html` (a browser does; fsspec sends `*/*`
-/// and keeps the plain listing).
-pub(super) fn wants_page(headers: &HeaderMap) -> bool {
-    headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).any(|v| v.contains("text/html"))
-}
+/// Depths of the tree indented (a class of `html/page.css` each); deeper nodes stay there.
+const INDENTED: usize = 8;
 
 /// The page of node `key` (`""` or ending with `/`) of `view`.
 pub(super) async fn page(
@@ -76,11 +61,17 @@ pub(super) async fn page(
     let origin = origin(headers);
     let base = format!("{origin}/{segment}");
     let mut out = shell_start(&format!("{segment}/{path}"));
-    let _ = write!(out, "<header><a href=\"{up}../\">stores</a> / <a href=\"{}\">{}</a>", or_dot(&up), escape(segment));
+    let _ = write!(
+        out,
+        "<header><a href=\"{}\">stores</a> / <a href=\"{}\">{}</a>",
+        href(&format!("{up}../"), ""),
+        href(&up, ""),
+        escape(segment)
+    );
     let mut walked = String::new();
     for part in path.split('/').filter(|p| !p.is_empty()) {
         walked = if walked.is_empty() { part.to_owned() } else { format!("{walked}/{part}") };
-        let _ = write!(out, " / <a href=\"{up}{}/\">{}</a>", escape(&encode(&walked)), escape(part));
+        let _ = write!(out, " / <a href=\"{}\">{}</a>", href(&up, &walked), escape(part));
     }
     out.push_str("</header>\n<main>\n<nav><h3>Tree</h3>\n");
     tree(&mut out, view, node, &up);
@@ -92,6 +83,16 @@ pub(super) async fn page(
     history::section(&mut out, app, view, &up).await;
     out.push_str("<h3>Read it</h3>\n");
     for s in snippets::snippets(&base, node, app.read_auth_required()) {
+        if let Some(why) = (s.id == "snippet-gdal").then(|| gdal::cannot_read(node)).flatten() {
+            let _ = writeln!(
+                out,
+                "<p id=\"{}\"><b>{}</b>: GDAL cannot read this array: {}.</p>",
+                s.id,
+                s.label,
+                escape(&why)
+            );
+            continue;
+        }
         let _ = writeln!(
             out,
             "<p><b>{}</b> <button data-copy=\"{id}\">copy</button></p><pre id=\"{id}\" data-origin=\"{}\">{}</pre>",
@@ -119,6 +120,7 @@ fn html_response(body: String, version: i64, headers: &HeaderMap, served: &Serve
         .unwrap_or(HeaderValue::from_static("\"\""));
     let mut response = bytes_response(Bytes::from(body), &tag, "text/html; charset=utf-8", headers, served);
     response.headers_mut().insert(header::VARY, HeaderValue::from_static("accept"));
+    secure(response.headers_mut());
     response
 }
 
@@ -134,10 +136,6 @@ fn origin(headers: &HeaderMap) -> String {
     format!("{scheme}://{host}")
 }
 
-fn or_dot(up: &str) -> &str {
-    if up.is_empty() { "./" } else { up }
-}
-
 fn tree(out: &mut String, view: &VersionView, here: &Node, up: &str) {
     out.push_str("<ul>\n");
     let mut shown = 0;
@@ -149,19 +147,17 @@ fn tree(out: &mut String, view: &VersionView, here: &Node, up: &str) {
         let path = node.path.as_str();
         let depth = if path.is_empty() { 0 } else { path.split('/').count() };
         let name = if path.is_empty() { "/" } else { path.rsplit('/').next().unwrap_or(path) };
-        let href = if path.is_empty() { or_dot(up).to_owned() } else { format!("{up}{}/", encode(path)) };
-        let class = if node.index == here.index { " class=\"here\"" } else { "" };
+        let class = match (depth.min(INDENTED), node.index == here.index) {
+            (0, false) => String::new(),
+            (0, true) => " class=\"here\"".into(),
+            (d, false) => format!(" class=\"d{d}\""),
+            (d, true) => format!(" class=\"d{d} here\""),
+        };
         let what = match &node.kind {
             NodeKind::Group => String::new(),
             NodeKind::Array(layout) => format!(" <span class=\"dim\">{:?}</span>", layout.grid.shape()),
         };
-        let _ = writeln!(
-            out,
-            "<li style=\"padding-left:{}em\"{class}><a href=\"{}\">{}</a>{what}</li>",
-            depth,
-            escape(&href),
-            escape(name)
-        );
+        let _ = writeln!(out, "<li{class}><a href=\"{}\">{}</a>{what}</li>", href(up, path), escape(name));
     }
     let total = view.hierarchy.nodes().count();
     if total > shown {
@@ -181,8 +177,8 @@ fn group(out: &mut String, view: &VersionView, node: &Node) {
         let kind = if matches!(child.kind, NodeKind::Group) { "group" } else { "array" };
         let _ = writeln!(
             out,
-            "<li><a href=\"{}/\">{}/</a> <span class=\"dim\">{kind}</span></li>",
-            escape(&encode(relative)),
+            "<li><a href=\"{}\">{}/</a> <span class=\"dim\">{kind}</span></li>",
+            href("", relative),
             escape(relative)
         );
     }
@@ -209,8 +205,8 @@ async fn array(out: &mut String, app: &AppState, view: &VersionView, node: &Node
         (
             "chunk grid",
             format!(
-                "{grid:?}: {} chunks, named like {}",
-                layout.grid.chunk_count(),
+                "{grid:?}: {}, named like {}",
+                display::count(layout.grid.chunk_count(), "chunk"),
                 layout.encoding.encode(&vec![0; grid.len()])
             ),
         ),
@@ -225,7 +221,7 @@ async fn array(out: &mut String, app: &AppState, view: &VersionView, node: &Node
     attributes(out, &metadata);
     out.push_str(
         "<h3>Quick look</h3>\n<figure><img src=\"?quicklook=png\" alt=\"an overview of the first 2-D \
-                  slice, in viridis\" style=\"image-rendering:pixelated;max-width:100%\">\
+                  slice, in viridis\">\
                   <figcaption>overview of the first 2-D slice (at most 512 px a side; fill values, missing values \
                   and NaN transparent); the bar under it runs from \
                   <span id=\"scale\"><a href=\"?quicklook=json\">min and max</a></span></figcaption></figure>\n",
@@ -235,7 +231,7 @@ async fn array(out: &mut String, app: &AppState, view: &VersionView, node: &Node
 
 fn documents(out: &mut String) {
     out.push_str(
-        "<p class=\"dim\">Documents: <a href=\"zarr.json\">zarr.json</a> \
+        "<p class=\"dim\">Documents: <a href=\"./zarr.json\">zarr.json</a> \
                   (the listing: <code>Accept: application/json</code>)</p>\n",
     );
 }
@@ -247,7 +243,7 @@ async fn chunk_counts(app: &AppState, view: &VersionView, node: &Node) -> String
     let grid = &layout.grid;
     let tiles: u64 = grid.grid_shape().iter().zip(grid.tile_shape()).map(|(g, t)| g.div_ceil(*t)).product();
     if tiles > COUNTED_TILES {
-        return format!("not counted ({tiles} blocks; the store's counts are under Version)");
+        return format!("not counted ({}; the store's counts are under Versions)", display::count(tiles, "block"));
     }
     let (mut virtual_, mut inline) = (0, 0);
     for tile in 0..tiles {
@@ -270,8 +266,13 @@ fn attributes(out: &mut String, metadata: &serde_json::Map<String, Value>) {
     else {
         return;
     };
+    let data_type = metadata.get("data_type").and_then(Value::as_str);
     out.push_str("<h3>Attributes</h3>\n<table>\n");
     for (k, v) in attributes {
+        if let Some(shown) = display::fill_attribute(k, v, data_type) {
+            let _ = writeln!(out, "<tr><th>{}</th><td>{shown}</td></tr>", escape(k));
+            continue;
+        }
         let mut text = match v {
             Value::String(s) => s.clone(),
             other => compact(other),

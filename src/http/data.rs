@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use super::answer::{Served, Target, chunk, metadata};
-use super::{answer, browser, listing, range, v2};
+use super::{answer, browser, html, listing, range, v2};
 use crate::app::AppState;
 use crate::config::Config;
 use crate::error::ApiError;
@@ -141,7 +141,10 @@ pub(super) fn key_at(path: &str, split: usize) -> (&str, &str) {
 /// Answers `GET /{store}/{key}` (as split by [`key_split`]) as [`read`] does.
 pub(super) async fn read_key(plane: &Plane, (store, key): (&str, &str), request: &Parts) -> Response {
     let target = Target { key, directory: key.ends_with('/') };
-    respond(plane, Flavor::V3, store, target, request.uri.query(), &request.method, &request.headers).await
+    let response =
+        respond(plane, Flavor::V3, store, target, request.uri.query(), &request.method, &request.headers).await;
+    // The router's layer for this read: an error as a page for a browser.
+    html::error_page(response, &request.headers, request.uri.path()).await
 }
 
 async fn read(

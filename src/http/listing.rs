@@ -14,10 +14,11 @@ use std::sync::Arc;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
+use percent_encoding::utf8_percent_encode;
 use serde_json::{Value, json};
 
 use super::answer::{Served, Target, bytes_response};
+use super::html::{SEGMENT, encode, escape, secure};
 use super::v2::Rendered;
 use super::v2::V2Views;
 use crate::app::AppState;
@@ -29,20 +30,6 @@ use crate::zarr::metadata::NodeKind;
 
 /// The WebDAV listing method.
 pub(super) const PROPFIND: &str = "PROPFIND";
-
-/// What may not appear unescaped in one segment of a URL path (the url crate's set).
-const SEGMENT: &AsciiSet = &CONTROLS
-    .add(b' ')
-    .add(b'"')
-    .add(b'#')
-    .add(b'<')
-    .add(b'>')
-    .add(b'`')
-    .add(b'?')
-    .add(b'{')
-    .add(b'}')
-    .add(b'/')
-    .add(b'%');
 
 /// The metadata documents a node of the Zarr v2 view may have, in listing order.
 const V2_DOCS: [&str; 4] = [".zgroup", ".zarray", ".zattrs", ".zmetadata"];
@@ -81,7 +68,8 @@ pub(super) async fn list(
     let rendered = v2_of(app, v2, view).await?;
     let entries = entries(view, rendered.as_deref(), node, Depth::One);
     let title = format!("{}/{segment}/{}", base(v2), dir(node.path.as_str()));
-    let (body, content_type) = if wants_json(headers) {
+    let json = wants_json(headers);
+    let (body, content_type) = if json {
         (json_listing(view, segment, node, &entries).to_string(), "application/json")
     } else {
         (html(&title, node, &entries), "text/html; charset=utf-8")
@@ -91,6 +79,9 @@ pub(super) async fn list(
         .unwrap_or(HeaderValue::from_static("\"\""));
     let mut response = bytes_response(Bytes::from(body), &tag, content_type, headers, served);
     response.headers_mut().insert(header::VARY, HeaderValue::from_static("accept"));
+    if !json {
+        secure(response.headers_mut());
+    }
     Ok(response)
 }
 
@@ -231,27 +222,6 @@ fn dir(path: &str) -> String {
     if path.is_empty() { String::new() } else { format!("{path}/") }
 }
 
-/// A relative key as a URL path: each segment percent-encoded.
-pub(super) fn encode(name: &str) -> String {
-    name.split('/').map(|s| utf8_percent_encode(s, SEGMENT).to_string()).collect::<Vec<_>>().join("/")
-}
-
-/// `text` safe in HTML text and attribute values.
-pub(super) fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// What an array's listing says instead of its chunk keys.
 fn chunks_not_listed(node: &Node) -> Option<Value> {
     let NodeKind::Array(layout) = &node.kind else { return None };
@@ -273,6 +243,8 @@ fn html(title: &str, node: &Node, entries: &[Entry<'_>]) -> String {
     );
     for entry in entries {
         let name = escape(&entry.name);
+        // Not `./name` (fsspec joins the link to the directory's URL as written); a name such as
+        // `javascript:...` stays a path all the same: its `:` is percent-encoded.
         let _ = writeln!(out, "<li><a href=\"{}\">{name}</a></li>", escape(&encode(&entry.name)));
     }
     out.push_str("</ul>\n");
@@ -339,10 +311,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_are_escaped_for_urls_and_html() {
-        assert_eq!(encode("a b/c#d/"), "a%20b/c%23d/");
-        assert_eq!(encode("zarr.json"), "zarr.json");
-        assert_eq!(escape("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+    fn a_directory_ends_with_a_slash() {
         assert_eq!(dir(""), "");
         assert_eq!(dir("a/b"), "a/b/");
     }

@@ -7,6 +7,7 @@ mod browser;
 pub mod data;
 mod export;
 mod front;
+mod html;
 mod listing;
 pub mod names;
 mod object_stores;
@@ -55,6 +56,8 @@ fn router(state: AppState, plane: Arc<data::Plane>, observer: Arc<observe::Obser
         // Inside the CORS layer: a browser's preflight carries no token and is answered there.
         data = data.route_layer(middleware::from_fn_with_state(state.clone(), auth::require_read_token));
     }
+    // Outside the read-token check: a browser gets its 401 as a page too.
+    data = data.layer(middleware::from_fn(html::error_pages));
     if state.config.http.cors {
         data = data.layer(cors());
     }

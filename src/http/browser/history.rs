@@ -5,8 +5,8 @@
 
 use std::fmt::Write;
 
-use super::super::listing::escape;
-use super::rfc3339;
+use super::super::html::{escape, href};
+use super::{display, rfc3339};
 use crate::app::AppState;
 use crate::versions::VersionView;
 
@@ -37,20 +37,23 @@ pub(super) async fn section(out: &mut String, app: &AppState, view: &VersionView
                 if v.head.id == head.id {
                     notes.push("shown here");
                 }
+                let pinned = format!("{}@{}", head.store, v.head.id);
                 let _ = writeln!(
                     out,
-                    "<tr><td><a href=\"{up}../{name}@{id}/\">{name}@{id}</a></td><td>{}</td><td>{}</td></tr>",
+                    "<tr><td><a href=\"{}\">{}</a></td><td>{}</td><td>{}</td></tr>",
+                    href(&format!("{up}../"), &pinned),
+                    escape(&pinned),
                     rfc3339(v.head.created_at_ms),
                     notes.join(", "),
-                    id = v.head.id,
                 );
             }
             out.push_str("</table>\n");
             let kept = if listed.len() > LISTED as usize { format!("the {LISTED} newest; ") } else { String::new() };
             let _ = writeln!(
                 out,
-                "<p class=\"dim\">{kept}<a href=\"{up}../{name}/\">/{name}/</a> always serves the current version; \
-                 retention removes old versions (their URLs then answer 410).</p>"
+                "<p class=\"dim\">{kept}<a href=\"{}\">/{name}/</a> always serves the current version; \
+                 retention removes old versions (their URLs then answer 410).</p>",
+                href(&format!("{up}../"), &head.store)
             );
         }
         Err(e) => {
@@ -62,9 +65,16 @@ pub(super) async fn section(out: &mut String, app: &AppState, view: &VersionView
         let (s, c) = (&record.summary, &record.summary.chunks);
         let _ = writeln!(
             out,
-            "<p>Store (current version {}): {} arrays, {} groups, chunks {} virtual / {} inline / {} missing, \
-             {} sources, {} bytes referenced.</p>",
-            record.head.id, s.arrays, s.groups, c.virtual_, c.inline, c.missing, s.sources, s.referenced_bytes
+            "<p id=\"counts\">Store (current version {}): {}, {}, chunks {} virtual / {} inline / {} missing, \
+             {}, {} referenced.</p>",
+            record.head.id,
+            display::count(s.arrays, "array"),
+            display::count(s.groups, "group"),
+            c.virtual_,
+            c.inline,
+            c.missing,
+            display::count(s.sources, "source"),
+            display::size(s.referenced_bytes)
         );
     }
 }

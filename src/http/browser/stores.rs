@@ -7,7 +7,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 
 use super::super::answer::Served;
-use super::super::listing::{encode, escape};
+use super::super::html::{encode, escape, href};
 use super::{html_response, rfc3339, shell_start};
 use crate::app::AppState;
 use crate::error::ApiError;
@@ -34,7 +34,8 @@ pub(in crate::http) async fn root(
         let c = &s.summary.chunks;
         let _ = writeln!(
             out,
-            "<tr><td><a href=\"{name}/\">{name}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{} / {} / {}</td><td>{}</td></tr>",
+            "<tr><td><a href=\"{}\">{name}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{} / {} / {}</td><td>{}</td></tr>",
+            href("", &s.head.store),
             s.head.id,
             s.summary.arrays,
             s.summary.groups,
@@ -50,7 +51,7 @@ pub(in crate::http) async fn root(
         out.push_str("<p>No stores here.</p>\n");
     }
     if let Some(last) = stores.last().filter(|_| stores.len() == STORES_PER_PAGE as usize) {
-        let _ = writeln!(out, "<p><a href=\"?after={}\">next page</a></p>", escape(&encode(&last.head.store)));
+        let _ = writeln!(out, "<p><a href=\"./?after={}\">next page</a></p>", escape(&encode(&last.head.store)));
     }
     out.push_str("</section></main></body></html>\n");
     Ok(html_response(out, 0, headers, served))
