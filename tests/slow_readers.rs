@@ -74,6 +74,32 @@ async fn stalled_readers(server: &TestServer, request: &str, count: usize, close
     (peak.load(Ordering::Relaxed).saturating_sub(before), took)
 }
 
+/// The bodies of plain GETs of `paths`, sent pipelined on one connection.
+async fn pipelined(server: &TestServer, paths: &[&str]) -> Vec<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut stream = TcpStream::connect(server.url.trim_start_matches("http://")).await.unwrap();
+    let requests: String = paths.iter().map(|p| format!("GET {p} HTTP/1.1\r\nHost: zarrgate\r\n\r\n")).collect();
+    stream.write_all(requests.as_bytes()).await.unwrap();
+    let (mut buf, mut bodies) = (Vec::new(), Vec::new());
+    while bodies.len() < paths.len() {
+        let mut piece = vec![0; 1 << 20];
+        let n = stream.read(&mut piece).await.unwrap();
+        assert!(n > 0, "the server closed the connection");
+        buf.extend_from_slice(&piece[..n]);
+        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+            assert!(head.starts_with("http/1.1 200 "), "{head}");
+            let len: usize = head.lines().find_map(|l| l.strip_prefix("content-length: ")).unwrap().parse().unwrap();
+            if buf.len() < end + 4 + len {
+                break;
+            }
+            bodies.push(buf[end + 4..end + 4 + len].to_vec());
+            buf.drain(..end + 4 + len);
+        }
+    }
+    bodies
+}
+
 /// 100 clients that ask for the 12.6 MB root `zarr.json` of a store of 20,000 arrays (a plain
 /// read, answered before hyper) and 50 that ask for its `PROPFIND` with no `Depth` (infinity:
 /// 28 MB) read none of it. Each held a copy of its answer: +1.3 GB and +1.4 GB. Shared (the
@@ -95,6 +121,19 @@ async fn stalled_readers_of_large_answers_hold_no_copies() {
     assert!(responses > 1 + ARRAYS * 2, "{responses} entries: each array's directory and documents are listed");
     assert!(listing.contains("<D:href>/wide/a019999/zarr.json</D:href>"));
     assert!(listing.ends_with("</D:multistatus>\n"));
+
+    // Pipelined, a large answer (sent from the shared bytes) and small ones (copied behind their
+    // heads) come back whole and in order.
+    let small = server.bytes("/wide/a000001/zarr.json").await;
+    let answers = pipelined(
+        &server,
+        &["/wide/zarr.json", "/wide/a000001/zarr.json", "/wide/zarr.json", "/wide/a000001/zarr.json"],
+    )
+    .await;
+    assert!(
+        answers == [root.clone(), small.clone(), root.clone(), small],
+        "pipelined answers differ from single reads"
+    );
 
     let get = "GET /wide/zarr.json HTTP/1.1\r\nHost: zarrgate\r\n\r\n";
     let (growth, took) = stalled_readers(&server, get, 100, 0.0).await;
