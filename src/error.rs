@@ -41,6 +41,9 @@ pub enum ApiError {
     /// 409: the request conflicts with the current state.
     #[error("{0}")]
     Conflict(String),
+    /// 412: a write's `If-Match` or `If-None-Match` does not hold of the store's current version.
+    #[error("{0}")]
+    PreconditionFailed(String),
     /// 413: the body is larger than the limit (bytes) that the second field names.
     #[error("the request body is larger than the limit of {0} bytes ({1}); nothing was changed")]
     TooLarge(u64, &'static str),
@@ -83,6 +86,7 @@ impl ApiError {
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
             Self::TooLarge(..) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
@@ -106,6 +110,7 @@ impl ApiError {
             Self::Forbidden(_) => "forbidden",
             Self::Invalid { .. } => "invalid",
             Self::Conflict(_) => "conflict",
+            Self::PreconditionFailed(_) => "precondition-failed",
             Self::TooLarge(..) => "too-large",
             Self::UnsupportedMediaType(_) => "unsupported-media-type",
             Self::RangeNotSatisfiable { .. } => "range-not-satisfiable",
@@ -148,6 +153,7 @@ impl ApiError {
                 Self::Unavailable(e.to_string())
             }
             CatalogError::Conflict(what) => Self::Conflict(format!("conflict on {what}")),
+            CatalogError::PreconditionFailed { .. } => Self::PreconditionFailed(e.to_string()),
             CatalogError::Scratch(e) => Self::Scratch(e.to_string()),
             other => Self::Internal(other.to_string()),
         }

@@ -203,3 +203,126 @@ both_backends! {
         assert_eq!(server.bytes("/s/t/c/1/0").await, f32_bytes([7.0, 7.5]));
     }
 }
+
+/// One float32 value as the base64 of an inline chunk.
+fn inline_f32(value: f32) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(f32_bytes([value]))
+}
+
+/// Appends `value` to the 1-d array `t` of store `s` as a concurrent writer must: read the
+/// store's ETag, the array's shape in that very version (pinned), PATCH with `If-Match`, and on
+/// `412` start again. How many times it was refused.
+async fn append(server: &TestServer, value: f32) -> u32 {
+    let mut refused = 0;
+    loop {
+        let r = server.get("/api/v1/stores/s", &[]).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        let tag = r.headers()["etag"].to_str().unwrap().to_owned();
+        let version: i64 = tag.trim_matches('"').trim_start_matches('v').parse().unwrap();
+        let meta: Value = server.get(&format!("/s@{version}/t/zarr.json"), &[]).await.json().await.unwrap();
+        let n = meta["shape"][0].as_u64().unwrap();
+        let body =
+            json!({"nodes": {"t": {"shape": [n + 1], "manifest": {n.to_string(): {"data": inline_f32(value)}}}}});
+        let url = format!("{}/api/v1/stores/s", server.url);
+        let r = server.client.patch(url).header("if-match", &tag).json(&body).send().await.unwrap();
+        match r.status() {
+            StatusCode::OK => {
+                let new_tag = r.headers()["etag"].to_str().unwrap().to_owned();
+                let answer: Value = r.json().await.unwrap();
+                assert_eq!(new_tag, format!("\"v{}\"", answer["version"]), "the 200 carries the new version's ETag");
+                return refused;
+            }
+            StatusCode::PRECONDITION_FAILED => refused += 1,
+            other => panic!("PATCH answered {other}: {}", r.text().await.unwrap()),
+        }
+    }
+}
+
+both_backends! {
+    // Six writers append 15 values each to one array: with If-Match and a retry on 412, every
+    // append lands (without it, two PATCHes made from the same version both succeeded and the
+    // later replaced the earlier's chunk: shapes of 31 to 35 instead of 91).
+    async fn concurrent_appends_with_if_match_all_land(server) {
+        let server = std::sync::Arc::new(server);
+        let doc = json!({"nodes": {"t": f32_array(&[1], &[1], json!({"manifest": {"0": {"data": inline_f32(-1.0)}}}))}});
+        assert_eq!(server.put("/api/v1/stores/s", &doc).await.0, StatusCode::CREATED);
+        let writers: Vec<_> = (0..6)
+            .map(|w| {
+                let server = server.clone();
+                tokio::spawn(async move {
+                    let mut refused = 0;
+                    for i in 0..15 {
+                        refused += append(&server, (w * 100 + i) as f32).await;
+                    }
+                    refused
+                })
+            })
+            .collect();
+        let mut refused = 0;
+        for w in writers {
+            refused += w.await.unwrap();
+        }
+        let meta: Value = server.get("/s/t/zarr.json", &[]).await.json().await.unwrap();
+        eprintln!("90 appends, {refused} refused with 412 and sent again");
+        assert_eq!(meta["shape"], json!([91]), "every append landed");
+        let mut values = Vec::new();
+        for k in 0..91 {
+            let bytes = server.bytes(&format!("/s/t/c/{k}")).await;
+            values.push(f32::from_le_bytes(bytes.try_into().unwrap()) as i32);
+        }
+        values.sort_unstable();
+        let mut expected: Vec<i32> = (0..6).flat_map(|w| (0..15).map(move |i| w * 100 + i)).collect();
+        expected.push(-1);
+        expected.sort_unstable();
+        assert_eq!(values, expected, "each value once, none replaced by another");
+    }
+
+    async fn a_stale_precondition_is_refused_and_changes_nothing(server) {
+        let doc = json!({"nodes": {"t": f32_array(&[1], &[1], json!({"manifest": {"0": {"data": inline_f32(1.0)}}}))}});
+        let created = server.client.put(format!("{}/api/v1/stores/s", server.url)).header("if-none-match", "*")
+            .json(&doc).send().await.unwrap();
+        assert_eq!(created.status(), StatusCode::CREATED, "If-None-Match: * creates a store that does not exist");
+        let first = created.headers()["etag"].to_str().unwrap().to_owned();
+        let grow = json!({"nodes": {"t": {"shape": [2], "manifest": {"1": {"data": inline_f32(2.0)}}}}});
+        let r = server.client.patch(format!("{}/api/v1/stores/s", server.url)).header("if-match", &first)
+            .json(&grow).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let second = r.headers()["etag"].to_str().unwrap().to_owned();
+        let described = server.get("/api/v1/stores/s", &[]).await;
+        assert_eq!(described.headers()["etag"].to_str().unwrap(), second);
+        assert_ne!(first, second);
+
+        // The first ETag is stale now: a PATCH, a PUT and a create-only PUT are all refused.
+        let refusals = [
+            server.client.patch(format!("{}/api/v1/stores/s", server.url)).header("if-match", &first).json(&grow),
+            server.client.put(format!("{}/api/v1/stores/s", server.url)).header("if-match", &first).json(&doc),
+            server.client.put(format!("{}/api/v1/stores/s", server.url)).header("if-none-match", "*").json(&doc),
+        ];
+        for request in refusals {
+            let r = request.send().await.unwrap();
+            assert_eq!(r.status(), StatusCode::PRECONDITION_FAILED);
+            assert_eq!(r.headers()["content-type"], "application/problem+json");
+            let problem: Value = r.json().await.unwrap();
+            assert_eq!(problem["type"], "urn:zarrgate:problem:precondition-failed");
+            let detail = problem["detail"].as_str().unwrap();
+            assert!(detail.contains(&format!("is at version {}", second.trim_matches('"').trim_start_matches('v'))), "{detail}");
+            assert!(detail.contains("nothing was changed"), "{detail}");
+        }
+        let after = server.get("/api/v1/stores/s", &[]).await;
+        assert_eq!(after.headers()["etag"].to_str().unwrap(), second, "no version was written");
+        let meta: Value = server.get("/s/t/zarr.json", &[]).await.json().await.unwrap();
+        assert_eq!(meta["shape"], json!([2]));
+        assert_eq!(server.bytes("/s/t/c/1").await, f32_bytes([2.0]));
+
+        // If-Match on a store that does not exist, and a malformed one.
+        let r = server.client.put(format!("{}/api/v1/stores/none", server.url)).header("if-match", "\"v1\"")
+            .json(&doc).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::PRECONDITION_FAILED);
+        assert_eq!(server.get("/api/v1/stores/none", &[]).await.status(), StatusCode::NOT_FOUND, "nothing was created");
+        let r = server.client.patch(format!("{}/api/v1/stores/s", server.url)).header("if-match", "7")
+            .json(&grow).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        assert!(r.text().await.unwrap().contains("\\\"v12\\\" for version 12"));
+    }
+}

@@ -445,8 +445,13 @@ async fn a_store_named_v2_from_before_is_reachable_from_the_control_plane_only()
     register(&server, "demo").await;
     let doc = json!({"nodes": {"": {"zarr_format": 3, "node_type": "group", "attributes": {"old": true}}}});
     let body = futures::stream::once(async move { Ok(bytes::Bytes::from(doc.to_string())) }).boxed();
-    let how =
-        zarrgate::versions::Registration { format: None, fill_missing: None, verify: false, record_sources: false };
+    let how = zarrgate::versions::Registration {
+        format: None,
+        fill_missing: None,
+        verify: false,
+        record_sources: false,
+        expected: None,
+    };
     server.state.registrar.register("v2", body, how).await.unwrap();
     for path in ["/v2/zarr.json", "/v2/", "/v2", "/v2@1/zarr.json"] {
         let r = server.get(path, &[]).await;

@@ -41,6 +41,7 @@ import requests
 __all__ = [
     "ZarrgateError",
     "manifeststore_to_native",
+    "patch",
     "register",
     "register_icechunk",
     "register_object_store",
@@ -297,7 +298,8 @@ def _json_clean(value: Any) -> Any:
 
 def register(base_url: str, store: str, doc_or_vds: Any, token: str | None = None,
              timeout: float = DEFAULT_TIMEOUT, *, verify: bool | None = None,
-             missing_chunks: str | None = None, record_sources: bool = False) -> dict:
+             missing_chunks: str | None = None, record_sources: bool = False,
+             if_match: int | str | None = None) -> dict:
     """Register (or replace) ``store`` on the zarrgate at ``base_url``.
 
     ``doc_or_vds`` is a native document (a dict with ``nodes``, or kerchunk
@@ -308,9 +310,11 @@ def register(base_url: str, store: str, doc_or_vds: Any, token: str | None = Non
     records every source's ETag and size as they are now, in place of the
     document's ``sources`` (the recovery from ``502 source-modified`` after a
     file was rewritten in place with its bytes where the references say:
-    register the store's export again with it). Returns the server's
-    store summary; raises :class:`ZarrgateError` with the problem ``detail``
-    on a non-2xx answer.
+    register the store's export again with it). ``if_match`` (a
+    version, or its ETag ``'"v12"'``) replaces the store only while that
+    version is current, ``if_match="*"`` only if it exists; else the answer is
+    412 and nothing changes. Returns the server's store summary; raises
+    :class:`ZarrgateError` with the problem ``detail`` on a non-2xx answer.
     """
     doc = doc_or_vds if isinstance(doc_or_vds, dict) else manifeststore_to_native(doc_or_vds)
     query = {}
@@ -323,7 +327,47 @@ def register(base_url: str, store: str, doc_or_vds: Any, token: str | None = Non
     url = f"{base_url.rstrip('/')}/api/v1/stores/{store}"
     if query:
         url += "?" + urllib.parse.urlencode(query)
-    return _put(url, doc, token, timeout)
+    return _send("PUT", url, doc, token, timeout, _if_match(if_match))
+
+
+def patch(base_url: str, store: str, update: Any, token: str | None = None,
+          timeout: float = DEFAULT_TIMEOUT, *, verify: bool | None = None,
+          if_match: int | str | None = None, attempts: int = 20) -> dict:
+    """Update ``store`` with a partial native document (``PATCH``): new or
+    replaced nodes and chunks, a grown shape, deletions.
+
+    ``update`` is that document, or a function that makes it from the
+    store's current version number. With concurrent writers (appenders that
+    each grow an array by one step), give a function: the store is read, the
+    function makes the document from that version (read it pinned, at
+    ``{base_url}/{store}@{version}/...``), and it is sent with ``If-Match``;
+    when another write came first (412, nothing changed) this starts again,
+    up to ``attempts`` times. A document is sent once, with ``If-Match:
+    if_match`` when given (a version or its ETag ``'"v12"'``). Returns the new
+    version's summary; raises :class:`ZarrgateError` on a non-2xx answer.
+    """
+    url = f"{base_url.rstrip('/')}/api/v1/stores/{store}"
+    if verify is not None:
+        url += "?" + urllib.parse.urlencode({"verify": "true" if verify else "false"})
+    if not callable(update):
+        return _send("PATCH", url, update, token, timeout, _if_match(if_match))
+    for attempt in range(attempts):
+        current = _send("GET", f"{base_url.rstrip('/')}/api/v1/stores/{store}", None, token, timeout)
+        version = int(current["version"])
+        try:
+            return _send("PATCH", url, update(version), token, timeout, _if_match(version))
+        except ZarrgateError as e:
+            if e.status != 412 or attempt + 1 == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _if_match(version: int | str | None) -> dict:
+    """The ``If-Match`` header naming a store's version (``12``, ``"v12"``, ``'"v12"'`` or ``*``)."""
+    if version is None:
+        return {}
+    text = str(version).strip().strip('"')
+    return {"If-Match": "*" if text == "*" else f'"v{int(text.removeprefix("v"))}"'}
 
 
 def register_object_store(base_url: str, name: str, url: str, options: dict | None = None,
@@ -360,8 +404,9 @@ def _put(url: str, body: dict, token: str | None, timeout: float) -> dict:
     return _send("PUT", url, body, token, timeout)
 
 
-def _send(method: str, url: str, body: dict | None, token: str | None, timeout: float) -> dict:
-    headers = {"Content-Type": "application/json"}
+def _send(method: str, url: str, body: dict | None, token: str | None, timeout: float,
+          extra: dict | None = None) -> dict:
+    headers = {"Content-Type": "application/json", **(extra or {})}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     data = None if body is None else json.dumps(body, allow_nan=False, separators=(",", ":")).encode()

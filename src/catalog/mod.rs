@@ -39,6 +39,72 @@ pub enum CatalogError {
     /// The database was found unreachable moments ago and was not asked again ([`Guarded`]).
     #[error("{0}")]
     Unavailable(String),
+    /// The write expected another current version ([`Expected`]); nothing was written.
+    #[error("{}", precondition_failed(.store, .expected, .current))]
+    PreconditionFailed {
+        /// The store written.
+        store: String,
+        /// What the write expected.
+        expected: Expected,
+        /// The store's current version when the write was refused.
+        current: Option<i64>,
+    },
+}
+
+/// What a write of a store expects its current version to be (`If-Match`, `If-None-Match: *`),
+/// checked in the write's own transaction: of two writers who read the same version, one
+/// writes and the other is told, never both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expected {
+    /// The current version is this one.
+    Version(i64),
+    /// The store has a current version (`If-Match: *`).
+    Any,
+    /// It has none: the write creates the store (`If-None-Match: *`).
+    Absent,
+}
+
+impl Expected {
+    /// Whether it holds when the current version is `current`.
+    pub fn holds(self, current: Option<i64>) -> bool {
+        match self {
+            Self::Version(id) => current == Some(id),
+            Self::Any => current.is_some(),
+            Self::Absent => current.is_none(),
+        }
+    }
+
+    /// `Ok` when it holds of `store`'s current version `current`, else
+    /// [`CatalogError::PreconditionFailed`].
+    pub fn check(expected: Option<Self>, store: &str, current: Option<i64>) -> Result<(), CatalogError> {
+        match expected {
+            Some(e) if !e.holds(current) => {
+                Err(CatalogError::PreconditionFailed { store: store.to_owned(), expected: e, current })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The ETag of a store's version `id`, as the control plane gives it and `If-Match` takes it.
+pub fn version_etag(id: i64) -> String {
+    format!("\"v{id}\"")
+}
+
+fn precondition_failed(store: &str, expected: &Expected, current: &Option<i64>) -> String {
+    let now = match current {
+        Some(id) => format!("is at version {id} (ETag {})", version_etag(*id)),
+        None => "does not exist".to_owned(),
+    };
+    let asked = match expected {
+        Expected::Version(id) => format!("the request expected version {id} (If-Match: {})", version_etag(*id)),
+        Expected::Any => "the request expected it to exist (If-Match: *)".to_owned(),
+        Expected::Absent => "the request expected no store of that name (If-None-Match: *)".to_owned(),
+    };
+    format!(
+        "store {store:?} {now}, but {asked}: another write came first; nothing was changed. Read the store again \
+         (GET /api/v1/stores/{store}), make the change against what it holds now and send it with that ETag"
+    )
 }
 
 impl CatalogError {
@@ -100,6 +166,9 @@ pub struct VersionOptions {
     /// Write nothing when the current version has this same origin: replicas syncing the same
     /// branch at once make one version, not one each.
     pub unless_same_origin: bool,
+    /// Write only if the store's current version is as expected ([`CatalogError::PreconditionFailed`]
+    /// otherwise).
+    pub expected: Option<Expected>,
 }
 
 /// What retention keeps of a store's versions (the current one always stays).

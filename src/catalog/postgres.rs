@@ -13,8 +13,8 @@ use super::rows::{
     ORIGINS, SOURCES, SOURCES_CONFLICT, SourceColumns, Statements, TILES, UNMARK_DELETED,
 };
 use super::{
-    Catalog, CatalogError, Change, DerivedVersion, ListedVersion, ObjectStoreRecord, Retention, StoreHead, StoreRecord,
-    StoredNode, VersionHead, VersionOptions, Written, unique_violation,
+    Catalog, CatalogError, Change, DerivedVersion, Expected, ListedVersion, ObjectStoreRecord, Retention, StoreHead,
+    StoreRecord, StoredNode, VersionHead, VersionOptions, Written, unique_violation,
 };
 use crate::zarr::document::SourceFacts;
 use crate::zarr::validate::{Summary, ValidNode, ValidatedStore};
@@ -227,6 +227,14 @@ impl Catalog for PostgresCatalog {
         .bind(name)
         .fetch_one(&mut *tx)
         .await?;
+        if options.expected.is_some() {
+            // The row is this transaction's now: the version read is the one replaced.
+            let current: Option<i64> = sqlx::query_scalar("select current_version from stores where name = $1")
+                .bind(name)
+                .fetch_one(&mut *tx)
+                .await?;
+            Expected::check(options.expected, name, current)?;
+        }
         if created {
             sqlx::query(UNMARK_DELETED).bind(name).execute(&mut *tx).await?;
         } else if options.unless_same_origin {
@@ -268,6 +276,7 @@ impl Catalog for PostgresCatalog {
                 .bind(name)
                 .fetch_optional(&mut *tx)
                 .await?;
+        Expected::check(options.expected, name, current.flatten())?;
         if current != Some(Some(version.base)) {
             return Err(CatalogError::Conflict(format!(
                 "the current version of store {name:?}, which changed during this update"

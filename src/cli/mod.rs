@@ -77,6 +77,11 @@ pub enum StoresCommand {
         /// say: the recovery from `502 source-modified`); every reference is checked again.
         #[arg(long, conflicts_with = "no_verify")]
         record_sources: bool,
+        /// Replace the store only while its current version is this one (`12`, or its ETag
+        /// `"v12"`, as `stores show` and every write report it); else nothing is changed and the
+        /// command fails (HTTP 412).
+        #[arg(long, value_name = "VERSION")]
+        if_match: Option<String>,
     },
     /// Serve an Icechunk repository (its URL under a registered object store): the head of a
     /// branch (default main), a tag or a snapshot.
@@ -115,6 +120,12 @@ pub enum StoresCommand {
         /// Do not ask the new sources for their ETag and size.
         #[arg(long)]
         no_verify: bool,
+        /// Apply the update only while the store's current version is this one (`12`, or its
+        /// ETag `"v12"`): with concurrent writers, read the store (`stores show`), make the
+        /// document from that version and send it with `--if-match`; when another write came
+        /// first the command fails (HTTP 412) and nothing is changed: read again and retry.
+        #[arg(long, value_name = "VERSION")]
+        if_match: Option<String>,
     },
     /// Delete a store.
     Delete {
@@ -311,7 +322,7 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
             let s = api.json(api.request(Method::GET, &store_path(&name))).await?;
             print(json, &s, || show::summary(&format!("store {name}"), &s, api.server()));
         }
-        StoresCommand::Put { name, file, format, missing_chunks, no_verify, record_sources } => {
+        StoresCommand::Put { name, file, format, missing_chunks, no_verify, record_sources, if_match } => {
             let mut query = Vec::new();
             if let Some(format) = format {
                 query.push(("format", name_of(format)));
@@ -327,7 +338,8 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
             }
             let tar = matches!(format, Some(DocumentFormat::KerchunkParquet))
                 || file.extension().is_some_and(|e| e.eq_ignore_ascii_case("tar"));
-            let (status, s) = send_file(api, Method::PUT, &name, &file, &query, tar).await?;
+            let if_match = if_match.as_deref().map(version_etag).transpose()?;
+            let (status, s) = send_file(api, Method::PUT, &name, &file, &query, tar, if_match.as_deref()).await?;
             let what = if status == StatusCode::CREATED { "new store" } else { "replaced" };
             print(json, &s, || show::summary(&format!("registered {name} ({what})"), &s, api.server()));
         }
@@ -364,9 +376,10 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
                 }
             });
         }
-        StoresCommand::Patch { name, file, no_verify } => {
+        StoresCommand::Patch { name, file, no_verify, if_match } => {
             let query = if no_verify { vec![("verify", "false".to_owned())] } else { Vec::new() };
-            let (_, s) = send_file(api, Method::PATCH, &name, &file, &query, false).await?;
+            let if_match = if_match.as_deref().map(version_etag).transpose()?;
+            let (_, s) = send_file(api, Method::PATCH, &name, &file, &query, false, if_match.as_deref()).await?;
             print(json, &s, || show::summary(&format!("patched {name}"), &s, api.server()));
         }
         StoresCommand::Delete { name } => {
@@ -389,8 +402,20 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
     Ok(true)
 }
 
-/// Sends `file` as the body of a store's PUT or PATCH, with a progress bar: the answer's status
-/// and JSON.
+/// The store ETag `--if-match` names: `12`, `v12` or `"v12"` are version 12's, `"v12"`.
+fn version_etag(given: &str) -> Result<String, Failure> {
+    let digits = given.trim().trim_matches('"').trim_start_matches('v');
+    match digits.parse::<u64>() {
+        Ok(version) if !digits.starts_with('+') => Ok(format!("\"v{version}\"")),
+        _ => Err(Failure::Usage(format!(
+            "--if-match {given:?} is not a version: give the store's current version, 12 or \"v12\", as `stores show` \
+             reports it"
+        ))),
+    }
+}
+
+/// Sends `file` as the body of a store's PUT or PATCH (`If-Match: if_match` when given), with a
+/// progress bar: the answer's status and JSON.
 async fn send_file(
     api: &Api,
     method: Method,
@@ -398,14 +423,18 @@ async fn send_file(
     file: &Path,
     query: &[(&str, String)],
     tar: bool,
+    if_match: Option<&str>,
 ) -> Result<(StatusCode, Value), Failure> {
     let (body, upload) = upload::open(file).await?;
     let content_type = if tar { "application/x-tar" } else { "application/json" };
-    let request = api
+    let mut request = api
         .request(method, &with_query(&store_path(name), query))
         .header(header::CONTENT_TYPE, content_type)
-        .header(header::CONTENT_LENGTH, upload.length)
-        .body(body);
+        .header(header::CONTENT_LENGTH, upload.length);
+    if let Some(tag) = if_match {
+        request = request.header(header::IF_MATCH, tag);
+    }
+    let request = request.body(body);
     let answer = api.send(request).await;
     upload.done();
     let response = answer?;

@@ -309,14 +309,14 @@ pub(super) fn full_wire(
     wire_line(out, b"etag: ", tag.as_bytes());
 }
 
-/// The end of an answer [`full_wire`] began: `id` (the request id), the `Date` and the body's
-/// length, then `body`.
-pub(super) fn full_wire_end(id: &HeaderValue, body: &[u8], out: &mut Vec<u8>) {
+/// The end of the head of an answer [`full_wire`] began: `id` (the request id), the `Date` and
+/// the body's length (`len`). The body is the caller's to send after it: copying a large one
+/// here would give every connection a copy of its own, held while its client reads slowly.
+pub(super) fn full_wire_end(id: &HeaderValue, len: usize, out: &mut Vec<u8>) {
     wire_line(out, b"x-request-id: ", id.as_bytes());
     with_date(|date| wire_line(out, b"date: ", date));
-    wire_line(out, b"content-length: ", itoa::Buffer::new().format(body.len()).as_bytes());
+    wire_line(out, b"content-length: ", itoa::Buffer::new().format(len).as_bytes());
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(body);
 }
 
 fn wire_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {

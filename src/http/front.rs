@@ -19,6 +19,7 @@ use axum::extract::Request;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, Uri, header};
 use axum::response::Response;
+use bytes::Bytes;
 use futures::FutureExt;
 use hyper::body::Incoming;
 use tower::{Layer, ServiceExt};
@@ -116,13 +117,21 @@ impl Front {
 
 impl Reads {
     /// The full answer to `GET {path}` (no query), for a request that asks no range, revalidates
-    /// nothing, accepts gzip if `gzip` and sent `id` as its `x-request-id` (if any), appended to
-    /// `out` as sent on the connection: the bytes hyper would send for [`Reads::answer`]'s
-    /// answer, without hyper (bench/README.md, "Stop 22"). Waits only when this worker thread
-    /// does not have what it needs at hand. `false` (and `out` as it was) when that answer is not
-    /// a full one of a metadata document or an inline chunk: the request is then hyper's.
-    pub(super) async fn answer_wire(&self, path: &str, gzip: bool, id: Option<&[u8]>, out: &mut Vec<u8>) -> bool {
-        let Some(split) = data::key_split(path) else { return false };
+    /// nothing, accepts gzip if `gzip` and sent `id` as its `x-request-id` (if any): its head
+    /// appended to `out` as sent on the connection, and its body, to be sent right after it (the
+    /// shared bytes the version or the cache holds, not a copy): the bytes hyper would send for
+    /// [`Reads::answer`]'s answer, without hyper (bench/README.md, "Stop 22"). Waits only when
+    /// this worker thread does not have what it needs at hand. `None` (and `out` as it was) when
+    /// that answer is not a full one of a metadata document or an inline chunk: the request is
+    /// then hyper's.
+    pub(super) async fn answer_wire(
+        &self,
+        path: &str,
+        gzip: bool,
+        id: Option<&[u8]>,
+        out: &mut Vec<u8>,
+    ) -> Option<Bytes> {
+        let split = data::key_split(path)?;
         let at = data::key_at(path, split);
         let (observed, id) = Observed::start_raw(&self.observer, id);
         let (now, id) = logs::in_request(id, || data::read_key_wire(&self.plane, at, gzip, &self.cors, out));
@@ -130,20 +139,20 @@ impl Reads {
             Ok(body) => (body, id),
             // Not waited for: the router's way looks up what this one did again, and would
             // count those lookups twice.
-            Err(data::Missed::Other) => return false,
+            Err(data::Missed::Other) => return None,
             Err(data::Missed::Wait) => {
                 let waiting = data::read_key_wire_waiting(&self.plane, at, gzip, &self.cors, out);
                 let mut waiting = std::pin::pin!(logs::InRequest::new(id, waiting));
-                let Some(body) = waiting.as_mut().await else { return false };
+                let body = waiting.as_mut().await?;
                 // Always there once the future has completed (`InRequest` puts it back).
                 (body, waiting.take_id().unwrap_or(axum::http::HeaderValue::from_static("-")))
             }
         };
         // The request id is written after the lookups, whose log lines carried it meanwhile: no
         // copy of it is made.
-        answer::full_wire_end(&id, &body, out);
+        answer::full_wire_end(&id, body.len(), out);
         observed.counted(&self.observer, data::KEY_ROUTE, &Method::GET, path, axum::http::StatusCode::OK);
-        true
+        Some(body)
     }
 }
 

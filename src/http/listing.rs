@@ -17,7 +17,7 @@ use bytes::Bytes;
 use percent_encoding::utf8_percent_encode;
 use serde_json::{Value, json};
 
-use super::answer::{Served, Target, bytes_response};
+use super::answer::{Served, bytes_response};
 use super::html::{SEGMENT, encode, escape, secure};
 use super::v2::Rendered;
 use super::v2::V2Views;
@@ -27,6 +27,10 @@ use crate::versions::VersionView;
 use crate::versions::view::{RenderedDoc, etag};
 use crate::zarr::hierarchy::Node;
 use crate::zarr::metadata::NodeKind;
+
+mod propfind;
+
+pub(super) use propfind::propfind;
 
 /// The WebDAV listing method.
 pub(super) const PROPFIND: &str = "PROPFIND";
@@ -93,53 +97,6 @@ pub(super) fn redirect(view: &VersionView, segment: &str, key: &str) -> Option<R
     let location = format!("{}/", utf8_percent_encode(last, SEGMENT));
     let location = HeaderValue::from_str(&location).ok()?;
     Some((StatusCode::PERMANENT_REDIRECT, [(header::LOCATION, location)]).into_response())
-}
-
-/// `PROPFIND` of a node (with or without the final `/`) or of a metadata document, in the Zarr
-/// v2 view if `v2`.
-pub(super) async fn propfind(
-    app: &AppState,
-    v2: Option<&V2Views>,
-    view: &Arc<VersionView>,
-    segment: &str,
-    target: Target<'_>,
-    headers: &HeaderMap,
-    served: &Served,
-) -> Result<Response, ApiError> {
-    let depth = match headers.get("depth").map(|v| v.to_str().unwrap_or_default().trim()) {
-        None => Depth::Infinity,
-        Some("0") => Depth::Zero,
-        Some("1") => Depth::One,
-        Some(d) if d.eq_ignore_ascii_case("infinity") => Depth::Infinity,
-        Some(other) => return Err(ApiError::BadRequest(format!("Depth {other:?} is not 0, 1 or infinity"))),
-    };
-    let rendered = v2_of(app, v2, view).await?;
-    let rendered = rendered.as_deref();
-    let path = target.key.trim_end_matches('/');
-    let base = format!("{}/{segment}/", base(v2));
-    let mut body = String::from("<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:multistatus xmlns:D=\"DAV:\">\n");
-    if let Some(node) = view.hierarchy.node(path) {
-        let here = format!("{base}{}", encode(&dir(path)));
-        propfind_response(&mut body, &here, &What::Node(node), served);
-        if depth != Depth::Zero {
-            for entry in entries(view, rendered, node, depth) {
-                propfind_response(&mut body, &format!("{here}{}", encode(&entry.name)), &entry.what, served);
-            }
-        }
-    } else if let Some(doc) = metadata_doc(view, rendered, path) {
-        propfind_response(&mut body, &format!("{base}{}", encode(path)), &What::Doc(doc), served);
-    } else {
-        return Err(ApiError::NotFound(format!("nothing is listed at {path:?}: only nodes and their metadata are")));
-    }
-    body.push_str("</D:multistatus>\n");
-    let len = body.len();
-    let mut response = Response::new(axum::body::Body::from(body));
-    *response.status_mut() = StatusCode::MULTI_STATUS;
-    let h = response.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/xml; charset=utf-8"));
-    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-    h.insert(header::LAST_MODIFIED, served.last_modified.clone());
-    Ok(response)
 }
 
 fn listed_node<'a>(view: &'a VersionView, key: &str) -> Result<&'a Node, ApiError> {
@@ -283,27 +240,6 @@ fn node_type(node: &Node) -> &'static str {
         NodeKind::Group => "group",
         NodeKind::Array(_) => "array",
     }
-}
-
-fn propfind_response(out: &mut String, href: &str, what: &What<'_>, served: &Served) {
-    let _ = write!(out, "<D:response><D:href>{}</D:href><D:propstat><D:prop>", escape(href));
-    match what {
-        What::Node(_) => out.push_str("<D:resourcetype><D:collection/></D:resourcetype>"),
-        What::Doc(doc) => {
-            let _ = write!(
-                out,
-                "<D:resourcetype/><D:getcontentlength>{}</D:getcontentlength>\
-                 <D:getcontenttype>application/json</D:getcontenttype><D:getetag>{}</D:getetag>",
-                doc.identity.len(),
-                escape(doc.etag.to_str().unwrap_or_default())
-            );
-        }
-    }
-    let _ = writeln!(
-        out,
-        "<D:getlastmodified>{}</D:getlastmodified></D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>",
-        served.last_modified.to_str().unwrap_or_default()
-    );
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ mod object_stores;
 mod observe;
 mod openapi;
 mod ops;
+mod preconditions;
 pub mod range;
 mod server;
 mod stores;

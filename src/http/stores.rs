@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::names;
+use super::preconditions;
 use super::summary::{no_store, record_json, registered_json, versions_json};
 use crate::app::AppState;
 use crate::error::ApiError;
@@ -75,8 +76,9 @@ async fn register(
             "record_sources=true asks every source for its facts now; it cannot go with verify=false".into(),
         ));
     }
+    let expected = preconditions::expected(&headers, &name, true)?;
     if params.format.as_deref() == Some("icechunk") {
-        let how = Registration { format: None, fill_missing, verify, record_sources: false };
+        let how = Registration { format: None, fill_missing, verify, record_sources: false, expected };
         return register_icechunk(&app, &name, body, how).await;
     }
     let format = match params.format.as_deref() {
@@ -88,12 +90,13 @@ async fn register(
         None if tar => Some(Format::KerchunkParquet),
         None => None,
     };
-    let how = Registration { format, fill_missing, verify, record_sources };
+    let how = Registration { format, fill_missing, verify, record_sources, expected };
     let registered = app.registrar.register(&name, byte_stream(body), how).await?;
     Ok(registered_response(&name, &registered, None))
 }
 
-/// 201 for a new store, 200 for a new version of one, with its summary (and Icechunk origin).
+/// 201 for a new store, 200 for a new version of one, with its summary (and Icechunk origin)
+/// and the new version's ETag.
 fn registered_response(name: &str, registered: &Registered, origin: Option<Value>) -> Response {
     let status = if registered.created { StatusCode::CREATED } else { StatusCode::OK };
     let location = format!("/api/v1/stores/{name}");
@@ -101,7 +104,8 @@ fn registered_response(name: &str, registered: &Registered, origin: Option<Value
     if let (Some(origin), Some(answer)) = (origin, answer.as_object_mut()) {
         answer.insert("icechunk".into(), origin);
     }
-    (status, [(header::LOCATION, location)], Json(answer)).into_response()
+    let tag = preconditions::etag(registered.head.id);
+    (status, [(header::LOCATION, location)], [(header::ETAG, tag)], Json(answer)).into_response()
 }
 
 /// The largest `?format=icechunk` body: a repository URL and a reference.
@@ -150,7 +154,7 @@ async fn patch(
     Query(params): Query<PatchParams>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     names::check("store", &name)?;
     check_declared_length(&headers, app.config.http.max_body_bytes)?;
     let how = Registration {
@@ -158,9 +162,10 @@ async fn patch(
         fill_missing: missing_chunks(params.missing_chunks.as_deref())?,
         verify: params.verify.unwrap_or(true),
         record_sources: false,
+        expected: preconditions::expected(&headers, &name, false)?,
     };
     let patched = app.registrar.patch(&name, byte_stream(body), how).await?;
-    Ok(Json(registered_json(&patched)))
+    Ok(([(header::ETAG, preconditions::etag(patched.head.id))], Json(registered_json(&patched))).into_response())
 }
 
 /// The `missing_chunks` parameter: `404` or `fill`, or the store's current setting when absent.
@@ -219,15 +224,16 @@ async fn verify(State(app): State<AppState>, Path(name): Path<String>) -> Result
     })))
 }
 
-async fn describe(State(app): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn describe(State(app): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
     let record = app.catalog.store(&name).await?.ok_or_else(|| no_store(&name))?;
+    let tag = preconditions::etag(record.head.id);
     let mut answer = record_json(&record);
     if let (Some(text), Some(answer)) = (app.catalog.origin(record.head.id).await?, answer.as_object_mut())
         && let Ok(origin) = serde_json::from_str::<icechunk::Origin>(&text)
     {
         answer.insert("icechunk".into(), origin.to_json());
     }
-    Ok(Json(answer))
+    Ok(([(header::ETAG, tag)], Json(answer)).into_response())
 }
 
 #[derive(Debug, Deserialize)]

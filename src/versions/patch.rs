@@ -9,7 +9,7 @@ use super::facts;
 use super::ingest::{self, Body, Format};
 use super::read::time_catalog;
 use super::register::{Registered, Registrar, Registration};
-use crate::catalog::{CatalogError, DerivedVersion, VersionOptions};
+use crate::catalog::{CatalogError, DerivedVersion, Expected, VersionOptions};
 use crate::zarr::document::Document;
 use crate::zarr::metadata::NodeKind;
 use crate::zarr::patch::{OwnedRef, PatchPlan, plan};
@@ -44,14 +44,19 @@ impl Registrar {
         let record =
             self.catalog.store(name).await?.ok_or_else(|| Error::NotFound(format!("no store is named {name:?}")))?;
         let head = record.head.clone();
+        // Checked again in the write's transaction (`write_derived`): this only spares the work.
+        Expected::check(how.expected, name, Some(head.id))?;
         if self.catalog.origin(head.id).await?.is_some() {
             return Err(Error::Conflict(format!(
                 "store {name:?} serves an Icechunk repository, which its versions follow: commit the change to \
                  the repository, then POST /api/v1/stores/{name}/sync (a PATCH here would be lost at the next sync)"
             )));
         }
-        let options =
-            VersionOptions { fill_missing: how.fill_missing.unwrap_or(head.fill_missing), ..VersionOptions::default() };
+        let options = VersionOptions {
+            fill_missing: how.fill_missing.unwrap_or(head.fill_missing),
+            expected: how.expected,
+            ..VersionOptions::default()
+        };
         let view = self.reader.view(&head).await?;
         let scratch = self.settings.ingest.scratch();
         let (mut doc, _) =

@@ -9,7 +9,7 @@ use super::error::{Error, Result};
 use super::facts;
 use super::ingest::{self, Body, Format};
 use super::read::{Reader, time_catalog};
-use crate::catalog::{Catalog, VersionHead, VersionOptions};
+use crate::catalog::{Catalog, Expected, VersionHead, VersionOptions};
 use crate::config::{IngestConfig, LimitsConfig, RetentionConfig};
 use crate::metrics::Metrics;
 use crate::sources::SourceRegistry;
@@ -69,6 +69,8 @@ pub struct Registration {
     /// (the recovery after a source was rewritten in place with the same bytes where the
     /// references point); every reference is still checked against the sizes found.
     pub record_sources: bool,
+    /// Write only if the store's current version is as expected (`If-Match`, `If-None-Match`).
+    pub expected: Option<Expected>,
 }
 
 /// How a read document is to be stored.
@@ -89,6 +91,8 @@ pub(super) struct Storing {
     pub origin: Option<String>,
     /// Write nothing when the current version has the same origin.
     pub unless_same_origin: bool,
+    /// Write only if the store's current version is as expected.
+    pub expected: Option<Expected>,
 }
 
 /// A version written.
@@ -170,6 +174,7 @@ impl Registrar {
             read_seconds,
             origin: None,
             unless_same_origin: false,
+            expected: how.expected,
         };
         self.store_document(name, doc, stored).await
     }
@@ -219,7 +224,12 @@ impl Registrar {
         };
         let validate_seconds = validating.elapsed().as_secs_f64();
         let started = Instant::now();
-        let options = VersionOptions { fill_missing, origin: how.origin, unless_same_origin: how.unless_same_origin };
+        let options = VersionOptions {
+            fill_missing,
+            origin: how.origin,
+            unless_same_origin: how.unless_same_origin,
+            expected: how.expected,
+        };
         let written = self.catalog.write_version(name, &store, options).await?;
         time_catalog(&self.metrics, "write_version", started);
         if written.unchanged {

@@ -32,18 +32,21 @@ impl Registrar {
         let fill_missing = self.fill_missing(name, how.fill_missing).await?;
         let _turn = self.turn().await?;
         let resolved = icechunk::resolve(&self.sources, target, self.max_icechunk_file_bytes()).await?;
-        self.import(name, target, &resolved, fill_missing, how.verify, false).await
+        self.import(name, target, &resolved, fill_missing, how, false).await
     }
 
+    /// Reads the snapshot `resolved` and writes it as the new current version of `name`, as
+    /// `how` says (its `fill_missing` already resolved to `fill_missing`).
     async fn import(
         &self,
         name: &str,
         target: &Target,
         resolved: &Resolved,
         fill_missing: bool,
-        verify: bool,
+        how: Registration,
         unless_same_origin: bool,
     ) -> Result<Registered> {
+        let verify = how.verify;
         let scratch = self.settings.ingest.scratch();
         let reading = Instant::now();
         let read = icechunk::read(&self.sources, target, resolved, &scratch, self.max_icechunk_file_bytes()).await;
@@ -63,6 +66,7 @@ impl Registrar {
             read_seconds: reading.elapsed().as_secs_f64(),
             origin: Some(origin),
             unless_same_origin,
+            expected: how.expected,
         };
         self.store_document(name, doc, storing).await
     }
@@ -113,7 +117,14 @@ impl Registrar {
         }
         let fill_missing = self.fill_missing(name, None).await?;
         let _turn = self.turn().await?;
-        let registered = self.import(name, &target, &resolved, fill_missing, true, true).await?;
+        let how = Registration {
+            format: None,
+            fill_missing: Some(fill_missing),
+            verify: true,
+            record_sources: false,
+            expected: None,
+        };
+        let registered = self.import(name, &target, &resolved, fill_missing, how, true).await?;
         let (_, now) = self.origin(name).await?.ok_or_else(|| Error::Internal("the origin was not kept".into()))?;
         Ok(Synced {
             version: registered.head.id,

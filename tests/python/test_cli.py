@@ -256,6 +256,14 @@ def test_the_operator_commands_end_to_end(server: Server, tmp_path: Path):
     assert out.startswith(f"patched {store}, version "), out
     assert f"chunks: {CHUNKS - 1} virtual, 1 inline, 0 missing" in out, out
     assert requests.get(f"{server.url}/{store}/values/c/3", timeout=10).content == inline
+    # patch --if-match: a stale version is refused (412) and changes nothing; the current one applies
+    current = json.loads(ok(zarrgate("stores", "show", store, "--json", **at)))["version"]
+    stale = zarrgate("stores", "patch", store, str(patch), "--if-match", str(current - 1), **at)
+    assert stale.returncode == 1 and "error: 412 Precondition Failed" in stale.stderr, stale
+    assert f"is at version {current}" in stale.stderr, stale.stderr
+    assert json.loads(ok(zarrgate("stores", "show", store, "--json", **at)))["version"] == current
+    out = ok(zarrgate("stores", "patch", store, str(patch), "--if-match", f'"v{current}"', **at))
+    assert out.startswith(f"patched {store}, version "), out
 
     # verify: all ok, then a rewritten source is named and the exit status is 1
     out = ok(zarrgate("stores", "verify", store, **at))
