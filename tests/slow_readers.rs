@@ -102,7 +102,7 @@ async fn pipelined(server: &TestServer, paths: &[&str]) -> Vec<Vec<u8>> {
 
 /// 100 clients that ask for the 12.6 MB root `zarr.json` of a store of 20,000 arrays (a plain
 /// read, answered before hyper) and 50 that ask for its `PROPFIND` with no `Depth` (infinity:
-/// 28 MB) read none of it. Each held a copy of its answer: +1.3 GB and +1.4 GB. Shared (the
+/// 13 MB since the v2 documents moved to `/v2/`, 28 MB before) read none of it. Each held a copy of its answer: +1.3 GB and +1.4 GB. Shared (the
 /// document) and streamed (the listing), the server's memory barely moves; the send timeout
 /// closes them all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,7 +116,7 @@ async fn stalled_readers_of_large_answers_hold_no_copies() {
     let listing = server.client.request(propfind, format!("{}/wide/", server.url)).send().await.unwrap();
     assert_eq!(listing.status(), StatusCode::MULTI_STATUS);
     let listing = listing.text().await.unwrap();
-    assert!(listing.len() > 20 << 20, "the listing is {} bytes", listing.len());
+    assert!(listing.len() > 10 << 20, "the listing is {} bytes", listing.len());
     let responses = listing.matches("<D:response>").count();
     assert!(responses > 1 + ARRAYS * 2, "{responses} entries: each array's directory and documents are listed");
     assert!(listing.contains("<D:href>/wide/a019999/zarr.json</D:href>"));

@@ -1,5 +1,5 @@
 //! `PROPFIND`: a node's listing as a WebDAV 207 Multi-Status, written a piece at a time as the
-//! connection takes it. `Depth: infinity` (the default) lists every key of a store: 28.6 MB for
+//! connection takes it. `Depth: infinity` (the default) lists every key of a store: 28.6 MB (13 MB since the v2 documents moved to `/v2/`) for
 //! one of 20,000 arrays, which built whole per request held that much per slow client (50 of
 //! them took 1.5 GB). Streamed, a request holds one piece and what hyper queues of it.
 
