@@ -20,11 +20,12 @@ fn doc(values: [f32; 2]) -> Value {
     json!({"nodes": {"x": f32_array(&[2], &[2], json!({"manifest": {"0": {"data": data}}}))}})
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cached_stores_are_served_while_postgres_is_unreachable() {
+/// A server on PostgreSQL reached through a [`TcpProxy`] the test cuts, a store's current
+/// version kept `ttl_ms`; `None` when ZARRGATE_TEST_POSTGRES=skip.
+async fn behind_proxy(ttl_ms: u64) -> Option<(TcpProxy, TestServer)> {
     if std::env::var("ZARRGATE_TEST_POSTGRES").as_deref() == Ok("skip") {
         eprintln!("ZARRGATE_TEST_POSTGRES=skip: not run");
-        return;
+        return None;
     }
     let pg = url::Url::parse(&common::postgres_url()).unwrap();
     let target =
@@ -36,11 +37,17 @@ async fn cached_stores_are_served_while_postgres_is_unreachable() {
         url.set_host(Some("127.0.0.1")).unwrap();
         url.set_port(Some(port)).unwrap();
         c.database_url = url.to_string();
-        // Every read asks the catalog for the store's current version: only the degraded mode
-        // can serve it while the catalog is away.
-        c.cache.current_version_ttl_ms = 1;
+        c.cache.current_version_ttl_ms = ttl_ms;
     })
     .await;
+    Some((proxy, server))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_stores_are_served_while_postgres_is_unreachable() {
+    // Every read asks the catalog for the store's current version: only the degraded mode can
+    // serve it while the catalog is away.
+    let Some((proxy, server)) = behind_proxy(1).await else { return };
     for (name, values) in [("cached", [1.0, 2.0]), ("unread-refuse", [3.0, 4.0]), ("unread-close", [3.0, 4.0])] {
         let (status, body) = server.put(&format!("/api/v1/stores/{name}"), &doc(values)).await;
         assert_eq!(status, 201, "{body}");
@@ -135,23 +142,7 @@ async fn cached_stores_are_served_while_postgres_is_unreachable() {
 /// and forgot every head (a flapping database), and no read came before the next outage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_read_that_meets_an_outage_is_served_from_the_last_known_head() {
-    if std::env::var("ZARRGATE_TEST_POSTGRES").as_deref() == Ok("skip") {
-        eprintln!("ZARRGATE_TEST_POSTGRES=skip: not run");
-        return;
-    }
-    let pg = url::Url::parse(&common::postgres_url()).unwrap();
-    let target =
-        tokio::net::lookup_host((pg.host_str().unwrap(), pg.port().unwrap_or(5432))).await.unwrap().next().unwrap();
-    let proxy = TcpProxy::start(target).await;
-    let port = proxy.addr.port();
-    let server = TestServer::start_with(Backend::Postgres, |c| {
-        let mut url = url::Url::parse(&c.database_url).unwrap();
-        url.set_host(Some("127.0.0.1")).unwrap();
-        url.set_port(Some(port)).unwrap();
-        c.database_url = url.to_string();
-        c.cache.current_version_ttl_ms = 300;
-    })
-    .await;
+    let Some((proxy, server)) = behind_proxy(300).await else { return };
     let (status, body) = server.put("/api/v1/stores/hot", &doc([1.0, 2.0])).await;
     assert_eq!(status, 201, "{body}");
     let feed_up = |wanted: f64, why: &'static str| {

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::fmt::Write;
 use std::time::Instant;
 
 use reqwest::StatusCode;
@@ -14,14 +13,7 @@ use serde_json::{Value, json};
 /// A native document of `n` one-chunk arrays `a000000`.., each chunk inline.
 fn wide_store(n: usize) -> Vec<u8> {
     let node = common::f32_array(&[1], &[1], json!({"manifest": {"0": {"data": "AACAPw=="}}})).to_string();
-    let mut body = String::with_capacity(n * (node.len() + 12) + 16);
-    body.push_str(r#"{"nodes": {"#);
-    for i in 0..n {
-        let comma = if i == 0 { "" } else { "," };
-        write!(body, "{comma}\"a{i:06}\": {node}").unwrap();
-    }
-    body.push_str("}}");
-    body.into_bytes()
+    common::wide_store(n, &node)
 }
 
 /// A store of 100,000 one-chunk arrays registers on both databases within bounded memory; its

@@ -5,9 +5,6 @@
 
 mod common;
 
-use std::fmt::Write as _;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::TestServer;
@@ -25,32 +22,16 @@ fn wide_store(n: usize) -> Vec<u8> {
     let attributes =
         json!({"long_name": "a variable of a wide store", "units": "K", "valid_range": [0, 400], "history": history});
     let node = common::f32_array(&[1000, 100], &[100, 100], json!({"attributes": attributes})).to_string();
-    let mut body = String::with_capacity(n * (node.len() + 12) + 16);
-    body.push_str(r#"{"nodes": {"#);
-    for i in 0..n {
-        let comma = if i == 0 { "" } else { "," };
-        write!(body, "{comma}\"a{i:06}\": {node}").unwrap();
-    }
-    body.push_str("}}");
-    body.into_bytes()
+    common::wide_store(n, &node)
 }
 
 /// Sends `request` on `count` connections that never read, and samples this process's memory
 /// until the server has closed all of them for reading nothing (`send_timeout` counted
-/// `closed_before + count` times): the peak growth of resident memory, and how long that took.
+/// `closed_before + count` times): the peak growth of resident memory (the kernel's high-water
+/// mark, reset first), and how long that took.
 async fn stalled_readers(server: &TestServer, request: &str, count: usize, closed_before: f64) -> (u64, Duration) {
+    common::reset_peak_rss();
     let before = common::rss();
-    let peak = Arc::new(AtomicU64::new(before));
-    let sampling = Arc::new(AtomicBool::new(true));
-    let sampler = {
-        let (peak, sampling) = (peak.clone(), sampling.clone());
-        tokio::spawn(async move {
-            while sampling.load(Ordering::Relaxed) {
-                peak.fetch_max(common::rss(), Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-    };
     let address = server.url.trim_start_matches("http://").to_owned();
     let mut readers = Vec::new();
     for _ in 0..count {
@@ -65,13 +46,12 @@ async fn stalled_readers(server: &TestServer, request: &str, count: usize, close
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let took = started.elapsed();
-    sampling.store(false, Ordering::Relaxed);
-    sampler.await.unwrap();
+    let peak = common::peak_rss();
     // What is left open is the test client's own (this metrics request's, and any it keeps).
     let open = server.metric("zarrgate_http_connections_open").await;
     assert!(open < 5.0, "{open} connections still open: the stalled ones are not all closed");
     drop(readers);
-    (peak.load(Ordering::Relaxed).saturating_sub(before), took)
+    (peak.saturating_sub(before), took)
 }
 
 /// The bodies of plain GETs of `paths`, sent pipelined on one connection.

@@ -317,6 +317,19 @@ pub fn peak_rss() -> u64 {
     status_bytes("VmHWM:")
 }
 
+/// A native document of `n` arrays `a000000`, `a000001`..., each the array `node` (JSON text).
+pub fn wide_store(n: usize, node: &str) -> Vec<u8> {
+    use std::fmt::Write as _;
+    let mut body = String::with_capacity(n * (node.len() + 12) + 16);
+    body.push_str(r#"{"nodes": {"#);
+    for i in 0..n {
+        let comma = if i == 0 { "" } else { "," };
+        write!(body, "{comma}\"a{i:06}\": {node}").unwrap();
+    }
+    body.push_str("}}");
+    body.into_bytes()
+}
+
 /// Starts measuring [`peak_rss`] afresh from the present resident memory (Linux's
 /// `/proc/self/clear_refs`, value 5).
 pub fn reset_peak_rss() {

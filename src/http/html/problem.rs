@@ -29,11 +29,15 @@ pub(in crate::http) async fn error_pages(request: axum::extract::Request, next: 
 /// `path` is the request's path (`/{store}/...`), from which the links back are made relative.
 pub(in crate::http) async fn error_page(response: Response, request: &axum::http::HeaderMap, path: &str) -> Response {
     let status = response.status();
+    // Every read through the router bypass comes here: a success leaves at the first test.
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
     let is_problem = response
         .headers()
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/problem+json"));
-    if !(status.is_client_error() || status.is_server_error()) || !is_problem || !wants_page(request) {
+    if !is_problem || !wants_page(request) {
         return response;
     }
     let (mut parts, body) = response.into_parts();
