@@ -1,5 +1,5 @@
 //! The composition root: the configuration, the catalog, the object stores, the metrics and
-//! the read and write services built from them, shared by every request (the HTTP edge runs
+//! the services built from them (read, write, stores, object stores), shared by every request (the HTTP edge runs
 //! the HTTP server over it); and the policies of the whole server (tokens, exposure).
 
 use std::ops::Deref;
@@ -10,12 +10,12 @@ use anyhow::Context;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::catalog::{self, Catalog, Change, ObjectStoreRecord};
+use crate::catalog::{self, Catalog, Change};
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::sources::{ObjectStoreEntry, Origin, ReadAheadSettings, SourceRegistry, SourceSettings};
+use crate::sources::{ReadAheadSettings, SourceRegistry, SourceSettings};
 use crate::versions::cache::Caches;
-use crate::versions::{Reader, Registrar, Settings};
+use crate::versions::{ObjectStoreSettings, ObjectStores, Reader, Registrar, Settings, Stores};
 
 /// Everything a request needs: the parts, and the services built from them.
 pub struct App {
@@ -31,11 +31,14 @@ pub struct App {
     pub reader: Arc<Reader>,
     /// The write service: register, patch, delete.
     pub registrar: Arc<Registrar>,
+    /// The stores service: list, describe, versions, recorded sources, verify.
+    pub stores: Arc<Stores>,
+    /// The object stores service: register, remove, load into the source registry.
+    pub object_stores: Arc<ObjectStores>,
     /// The metrics.
     pub metrics: Metrics,
     token_digests: Vec<[u8; 32]>,
     read_digests: Vec<[u8; 32]>,
-    loaded_object_stores: tokio::sync::Mutex<Vec<ObjectStoreRecord>>,
 }
 
 /// The shared application handle given to handlers.
@@ -54,7 +57,7 @@ impl App {
     pub async fn start(config: Config) -> anyhow::Result<AppState> {
         let catalog = catalog::connect(&config.database_url, config.database_max_connections)
             .await
-            .with_context(|| format!("opening the catalog at {}", catalog::redact_url(&config.database_url)))?;
+            .with_context(|| format!("opening the catalog at {}", crate::redact::redact_url(&config.database_url)))?;
         Self::with_catalog(config, catalog).await
     }
 
@@ -97,19 +100,28 @@ impl App {
             Arc::new(Registrar::new(catalog.clone(), sources.clone(), reader.clone(), metrics.clone(), registration));
         // Icechunk branch stores that follow their branch (`follow_seconds`), checked every 2 s.
         tokio::spawn(crate::versions::sync::follow(Arc::downgrade(&registrar), Duration::from_secs(2)));
+        let stores = Arc::new(Stores::new(catalog.clone(), sources.clone(), config.sources.verify_concurrency));
+        let object_store_settings = ObjectStoreSettings {
+            declared: config.object_stores.clone(),
+            allow_files: config.allow_file_object_stores,
+            own_files: config.own_files(),
+        };
+        let object_stores =
+            Arc::new(ObjectStores::new(catalog.clone(), sources.clone(), registrar.clone(), object_store_settings));
         let app = App {
             token_digests: digests(&config.admin_tokens),
             read_digests: digests(&config.read_tokens),
             sources,
             reader,
             registrar,
+            stores,
+            object_stores,
             catalog,
             catalog_guard,
             metrics,
             config,
-            loaded_object_stores: tokio::sync::Mutex::new(Vec::new()),
         };
-        app.load_object_stores(true).await?;
+        app.object_stores.load(true).await?;
         warn_of_reserved_stores(app.catalog.as_ref()).await;
         let state = AppState(Arc::new(app));
         if let Some(changes) = state.catalog.changes().await {
@@ -137,38 +149,6 @@ impl App {
     /// True when data-plane reads require a token.
     pub fn read_auth_required(&self) -> bool {
         !self.read_digests.is_empty()
-    }
-
-    /// Rebuilds the source registry from the configuration file and the catalog. Unless `force`,
-    /// nothing is rebuilt when the catalog's object stores have not changed.
-    pub async fn load_object_stores(&self, force: bool) -> anyhow::Result<()> {
-        let records = self.catalog.object_stores().await?;
-        let mut loaded = self.loaded_object_stores.lock().await;
-        if !force && *loaded == records {
-            return Ok(());
-        }
-        let settings = &self.sources.settings;
-        let mut entries = Vec::new();
-        for o in &self.config.object_stores {
-            let entry = ObjectStoreEntry::build(&o.name, &o.url, &o.options, Origin::Config, settings)
-                .with_context(|| format!("object store {} in the configuration file", o.name))?;
-            entries.push(Arc::new(entry));
-        }
-        for r in &records {
-            if entries.iter().any(|e| e.name == r.name) {
-                tracing::warn!(name = %r.name, "object store registered over the API is shadowed by the configuration file");
-                continue;
-            }
-            match ObjectStoreEntry::build(&r.name, &r.url, &r.options, Origin::Api, settings) {
-                Ok(entry) => entries.push(Arc::new(entry)),
-                Err(e) => {
-                    tracing::error!(name = %r.name, url = %r.url, error = %e, "cannot build a registered object store; its sources will fail")
-                }
-            }
-        }
-        self.sources.replace(entries);
-        *loaded = records;
-        Ok(())
     }
 }
 
@@ -205,7 +185,7 @@ async fn follow_changes(app: std::sync::Weak<App>, mut changes: tokio::sync::mps
         match change {
             Change::Store(store) => app.reader.forget_store(&store).await,
             Change::ObjectStores => {
-                if let Err(e) = app.load_object_stores(false).await {
+                if let Err(e) = app.object_stores.load(false).await {
                     tracing::error!(error = %e, "cannot reload object stores after a change");
                 }
             }
@@ -215,7 +195,7 @@ async fn follow_changes(app: std::sync::Weak<App>, mut changes: tokio::sync::mps
             Change::Following => {
                 app.metrics.catalog_change_feed_up.set(1);
                 app.reader.caches().forget_all();
-                if let Err(e) = app.load_object_stores(false).await {
+                if let Err(e) = app.object_stores.load(false).await {
                     tracing::error!(error = %e, "cannot reload object stores after the change feed came back");
                 }
             }

@@ -4,11 +4,22 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
+mod limits;
 mod redacted;
+
+pub use limits::LimitsConfig;
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+
+/// The default `block_chunks`, the chunks of one stored manifest block: the pure layer's own
+/// default (`zarr::grid::DEFAULT_TILE_CHUNKS`, which says why; a test keeps them equal).
+pub const DEFAULT_BLOCK_CHUNKS: u32 = 1_024;
+
+/// The largest `block_chunks`, the most chunks one stored manifest block holds (as
+/// `zarr::grid::MAX_TILE_CHUNKS`; a test keeps them equal).
+pub const MAX_BLOCK_CHUNKS: u32 = 65_536;
 
 /// The whole configuration.
 #[derive(Clone, Serialize, Deserialize)]
@@ -121,14 +132,6 @@ impl Default for IngestConfig {
     }
 }
 
-impl IngestConfig {
-    /// The scratch space of one registration.
-    pub fn scratch(&self) -> crate::zarr::spill::Scratch {
-        let dir = (!self.scratch_dir.is_empty()).then(|| std::path::PathBuf::from(&self.scratch_dir));
-        crate::zarr::spill::Scratch::new(usize::try_from(self.memory_bytes).unwrap_or(usize::MAX), dir)
-    }
-}
-
 /// Cache sizes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -199,7 +202,7 @@ impl Default for Config {
             listen: "127.0.0.1:8080".into(),
             database_url: "sqlite://./data/zarrgate.db".into(),
             database_max_connections: 16,
-            block_chunks: crate::zarr::grid::DEFAULT_TILE_CHUNKS as u32,
+            block_chunks: DEFAULT_BLOCK_CHUNKS,
             admin_tokens: Vec::new(),
             read_tokens: Vec::new(),
             insecure: false,
@@ -271,7 +274,7 @@ impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
             .field("listen", &self.listen)
-            .field("database_url", &crate::catalog::redact_url(&self.database_url))
+            .field("database_url", &crate::redact::redact_url(&self.database_url))
             .field("admin_tokens", &format_args!("[{} redacted]", self.admin_tokens.len()))
             .field("read_tokens", &format_args!("[{} redacted]", self.read_tokens.len()))
             .field("insecure", &self.insecure)
@@ -351,8 +354,8 @@ impl Config {
             bail!("http.missing_chunks must be \"404\" or \"fill\", not {:?}", self.http.missing_chunks);
         }
         self.http.check()?;
-        if !(1..=crate::zarr::grid::MAX_TILE_CHUNKS).contains(&u64::from(self.block_chunks)) {
-            bail!("block_chunks must be between 1 and 65536, not {}", self.block_chunks);
+        if !(1..=MAX_BLOCK_CHUNKS).contains(&self.block_chunks) {
+            bail!("block_chunks must be between 1 and {MAX_BLOCK_CHUNKS}, not {}", self.block_chunks);
         }
         if self.ingest.max_concurrent == 0 {
             bail!("ingest.max_concurrent must be at least 1");
@@ -426,50 +429,6 @@ fn apply_env(
         }
     }
     Ok(())
-}
-
-/// Bounds on what one store version may make a reader cost: a store past one is refused at
-/// registration (PUT and PATCH) with a problem naming the bound.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct LimitsConfig {
-    /// Nodes (arrays and groups, implicit parents and the root included) of one version.
-    pub max_nodes: u64,
-    /// Names in a node's path.
-    pub max_depth: u64,
-    /// Bytes of the root `zarr.json` with its consolidated metadata; also the budget of the
-    /// consolidated metadata of the other groups together.
-    pub max_metadata_bytes: u64,
-    /// Bytes of one decoded chunk of an array of a version with `missing_chunks = "fill"`.
-    pub max_fill_chunk_bytes: u64,
-    /// Bytes one Icechunk metadata file (repo info, snapshot, manifest) may inflate to: past
-    /// it, the registration (or a followed branch's sync) is refused and nothing is allocated.
-    pub max_icechunk_file_bytes: u64,
-}
-
-impl Default for LimitsConfig {
-    fn default() -> Self {
-        use crate::zarr::limits::*;
-        Self {
-            max_nodes: DEFAULT_MAX_NODES,
-            max_depth: DEFAULT_MAX_DEPTH,
-            max_metadata_bytes: DEFAULT_MAX_METADATA_BYTES,
-            max_fill_chunk_bytes: DEFAULT_MAX_FILL_CHUNK_BYTES,
-            max_icechunk_file_bytes: DEFAULT_MAX_ICECHUNK_FILE_BYTES,
-        }
-    }
-}
-
-impl LimitsConfig {
-    /// The bounds of a version that answers missing chunks with fill-value chunks or not.
-    pub fn for_version(&self, fill_missing: bool) -> crate::zarr::Limits {
-        crate::zarr::Limits {
-            max_nodes: self.max_nodes,
-            max_depth: self.max_depth,
-            max_metadata_bytes: self.max_metadata_bytes,
-            max_fill_chunk_bytes: fill_missing.then_some(self.max_fill_chunk_bytes),
-        }
-    }
 }
 
 impl HttpConfig {

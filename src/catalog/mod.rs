@@ -362,47 +362,10 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<Arc<dyn Catalog>
         Ok(Arc::new(SqliteCatalog::connect(url, max_connections).await?))
     } else {
         Err(CatalogError::Database(sqlx::Error::Configuration(
-            format!("DATABASE_URL must start with postgres:// or sqlite:, got {}", redact_url(url)).into(),
+            format!("DATABASE_URL must start with postgres:// or sqlite:, got {}", crate::redact::redact_url(url))
+                .into(),
         )))
     }
-}
-
-/// Query parameters whose values are secrets: libpq's `password` and `sslpassword`, and the
-/// tokens and signatures an object store URL may carry (an Azure SAS `sig`, `token`, ...).
-fn secret_query_key(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    ["password", "passwd", "secret", "token", "credential"].iter().any(|s| key.contains(s))
-        || matches!(key.as_str(), "pwd" | "sig" | "signature" | "x-amz-signature" | "x-goog-signature")
-}
-
-/// `url` with any password replaced by `***`, in its userinfo and in its query
-/// (`?password=...`, which libpq and sqlx accept too), for logs, errors and `zarrgate config`.
-pub fn redact_url(url: &str) -> String {
-    let Ok(mut u) = url::Url::parse(url) else {
-        // Not a URL: shown only when it cannot hold a password.
-        return if url.contains(['@', '=', ':']) {
-            "(a value that is no URL, not shown)".to_owned()
-        } else {
-            url.to_owned()
-        };
-    };
-    let mut changed = false;
-    if u.password().is_some() {
-        let _ = u.set_password(Some("***"));
-        changed = true;
-    }
-    if u.query_pairs().any(|(k, _)| secret_query_key(&k)) {
-        let pairs: Vec<(String, String)> = u
-            .query_pairs()
-            .map(|(k, v)| {
-                let v = if secret_query_key(&k) { "***".to_owned() } else { v.into_owned() };
-                (k.into_owned(), v)
-            })
-            .collect();
-        u.query_pairs_mut().clear().extend_pairs(pairs);
-        changed = true;
-    }
-    if changed { u.to_string() } else { url.to_owned() }
 }
 
 /// Maps a unique-constraint violation to [`CatalogError::Conflict`] naming the constraint.
@@ -417,7 +380,7 @@ fn unique_violation(e: sqlx::Error) -> CatalogError {
 
 #[cfg(test)]
 mod tests {
-    use super::{CatalogError, redact_url};
+    use super::CatalogError;
 
     #[test]
     fn every_failure_to_talk_to_the_database_is_unreachable_and_a_refusal_is_not() {
@@ -440,26 +403,5 @@ mod tests {
             assert!(!CatalogError::Database(e).is_unreachable());
         }
         assert!(!CatalogError::Conflict("stores_pkey".into()).is_unreachable());
-    }
-
-    #[test]
-    fn passwords_are_redacted_in_the_userinfo_and_the_query() {
-        for (url, shown) in [
-            ("postgres://zarrgate:hunter2@db:5432/zarrgate", "postgres://zarrgate:***@db:5432/zarrgate"),
-            ("postgres://zarrgate@db/zarrgate?password=hunter2", "postgres://zarrgate@db/zarrgate?password=***"),
-            (
-                "postgres://db/zarrgate?sslmode=require&PassWord=hunter2&sslpassword=hunter3",
-                "postgres://db/zarrgate?sslmode=require&PassWord=***&sslpassword=***",
-            ),
-            (
-                "https://acct.blob.core.windows.net/c/?sv=2022&sig=hunter2%2B",
-                "https://acct.blob.core.windows.net/c/?sv=2022&sig=***",
-            ),
-            ("sqlite://data/zarrgate.db?mode=rwc", "sqlite://data/zarrgate.db?mode=rwc"),
-            ("not a url password=hunter2", "(a value that is no URL, not shown)"),
-            ("data/zarrgate.db", "data/zarrgate.db"),
-        ] {
-            assert_eq!(redact_url(url), shown, "{url}");
-        }
     }
 }

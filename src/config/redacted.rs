@@ -2,8 +2,7 @@
 //! secrets redacted and what was redacted said in comments.
 
 use super::Config;
-use crate::catalog::redact_url;
-use crate::sources::redact_options;
+use crate::redact::{redact_options, redact_url};
 
 impl Config {
     /// The configuration as a TOML file the server accepts back. Tokens are left out (a

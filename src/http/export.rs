@@ -64,7 +64,7 @@ pub(super) async fn export(
         }
     }
     let tiles = app.reader.tiles(&head).await?;
-    let sources = app.catalog.sources(head.id).await?;
+    let sources = app.stores.recorded_sources(&head).await?;
     let (mut tx, rx) = futures::channel::mpsc::channel::<Result<Bytes, io::Error>>(4);
     tokio::spawn(async move {
         let mut out = Writer { out: String::new(), tx: &mut tx, first: true };

@@ -11,9 +11,9 @@ use serde_json::{Map, Value, json};
 
 use super::names;
 use crate::app::AppState;
-use crate::catalog::ObjectStoreRecord;
 use crate::error::ApiError;
-use crate::sources::{ObjectStoreEntry, Origin, redact_options};
+use crate::redact::redact_options;
+use crate::sources::ObjectStoreEntry;
 use crate::zarr::json_stream::{ErrorKind, JsonStream};
 
 /// The object store routes, relative to `/api/v1`.
@@ -29,14 +29,6 @@ struct Registration {
     url: String,
     #[serde(default)]
     options: Map<String, Value>,
-}
-
-/// True when `file` (or, if it does not exist yet, its directory) lies under `root`.
-fn exposes(root: &std::path::Path, file: &std::path::Path) -> bool {
-    let canonical = std::fs::canonicalize(file).or_else(|_| {
-        std::fs::canonicalize(file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(".".as_ref()))
-    });
-    canonical.is_ok_and(|c| c.starts_with(root))
 }
 
 fn entry_json(e: &ObjectStoreEntry) -> Value {
@@ -78,94 +70,24 @@ async fn register(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     names::check("object store", &name)?;
     let reg = read_registration(body).await?;
-    if app.config.object_stores.iter().any(|o| o.name == name) {
-        return Err(ApiError::Conflict(format!(
-            "object store {name:?} is declared in the configuration file and cannot be changed over the API"
-        )));
-    }
-    // Decided on the parsed URL, as the builder reads it (the parser drops tabs, newlines and
-    // leading control characters that a test of the text would miss), before the builder looks
-    // at the file system.
-    let local = url::Url::parse(&reg.url).is_ok_and(|u| u.scheme() == "file");
-    if local && !app.config.allow_file_object_stores {
-        return Err(ApiError::Conflict(
-            "file:// object stores may not be registered over the API here (allow_file_object_stores = false)".into(),
-        ));
-    }
-    let settings = app.sources.settings.clone();
-    let entry = ObjectStoreEntry::build(&name, &reg.url, &reg.options, Origin::Api, &settings).map_err(|e| {
-        ApiError::Invalid {
-            title: format!("object store {name:?} cannot be registered: {e}"),
-            problems: vec![e.to_string()],
-        }
-    })?;
-    if let Some(root) = entry.local_root()
-        && let Some(own) = app.config.own_files().into_iter().find(|f| exposes(root, f))
-    {
-        return Err(ApiError::Invalid {
-            title: format!("object store {name:?} cannot be registered: it would expose zarrgate's own files"),
-            problems: vec![format!(
-                "{} holds {}, which is zarrgate's own (its catalog or configuration) and must never be served; \
-                 register a directory that holds only source files",
-                root.display(),
-                own.display()
-            )],
-        });
-    }
-    let _change = app.registrar.object_store_change().await?;
-    if let Some(other) = app.sources.entries().iter().find(|e| e.prefix == entry.prefix && e.name != name) {
-        return Err(ApiError::Conflict(format!("object store {:?} already serves {}", other.name, entry.prefix)));
-    }
-    if let Some(old) = app.sources.get(&name).filter(|old| old.prefix != entry.prefix) {
-        let users = app.catalog.stores_using(&old.prefix).await?;
-        if !users.is_empty() {
-            return Err(ApiError::Conflict(format!(
-                "object store {name:?} serves sources of stores {}: changing its URL from {} would break them; delete those stores or register a new object store",
-                users.join(", "),
-                old.prefix
-            )));
-        }
-    }
-    let record = ObjectStoreRecord { name: name.clone(), url: entry.prefix.clone(), options: reg.options.clone() };
-    let created = app.catalog.put_object_store(&record).await?;
-    app.load_object_stores(true).await.map_err(|e| ApiError::Internal(format!("{e:#}")))?;
-    tracing::info!(object_store = %name, url = %entry.prefix, created, "object store registered");
-    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(entry_json(&entry))))
+    let registered = app.object_stores.register(&name, &reg.url, &reg.options).await?;
+    let status = if registered.created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(entry_json(&registered.entry))))
 }
 
 async fn list(State(app): State<AppState>) -> Json<Value> {
-    let mut entries: Vec<Value> = app.sources.entries().iter().map(|e| entry_json(e)).collect();
-    entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    let entries: Vec<Value> = app.object_stores.list().iter().map(|e| entry_json(e)).collect();
     Json(json!({"object_stores": entries}))
 }
 
 async fn show(State(app): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
-    app.sources
+    app.object_stores
         .get(&name)
         .map(|e| Json(entry_json(&e)))
         .ok_or_else(|| ApiError::NotFound(format!("no object store is named {name:?}")))
 }
 
 async fn remove(State(app): State<AppState>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
-    let _change = app.registrar.object_store_change().await?;
-    let Some(entry) = app.sources.get(&name) else {
-        return Err(ApiError::NotFound(format!("no object store is named {name:?}")));
-    };
-    if entry.origin == Origin::Config {
-        return Err(ApiError::Conflict(format!(
-            "object store {name:?} is declared in the configuration file and cannot be removed over the API"
-        )));
-    }
-    let users = app.catalog.stores_using(&entry.prefix).await?;
-    if !users.is_empty() {
-        return Err(ApiError::Conflict(format!(
-            "object store {name:?} serves sources of stores {}: delete those stores first",
-            users.join(", ")
-        )));
-    }
-    app.catalog.delete_object_store(&name).await?;
-    app.load_object_stores(true).await.map_err(|e| ApiError::Internal(format!("{e:#}")))?;
-    tracing::info!(object_store = %name, "object store removed");
+    app.object_stores.remove(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -17,8 +17,9 @@ use super::preconditions;
 use super::summary::{no_store, record_json, registered_json, versions_json};
 use crate::app::AppState;
 use crate::error::ApiError;
-use crate::versions::facts::{self, SourceStatus};
+use crate::versions::facts::SourceStatus;
 use crate::versions::icechunk;
+use crate::versions::stores::{Described, Verified, Versions};
 use crate::versions::{Format, Registered, Registration};
 
 /// The store routes, relative to `/api/v1`.
@@ -200,7 +201,7 @@ struct ListParams {
 
 async fn list(State(app): State<AppState>, Query(params): Query<ListParams>) -> Result<Json<Value>, ApiError> {
     let limit = params.limit.unwrap_or(100).clamp(1, 1000);
-    let records = app.catalog.list_stores(params.after.as_deref(), limit).await?;
+    let records = app.stores.list(params.after.as_deref(), limit).await?;
     let next = (records.len() as u32 == limit).then(|| records.last().map(|r| r.head.store.clone())).flatten();
     Ok(Json(json!({"stores": records.iter().map(record_json).collect::<Vec<_>>(), "next": next})))
 }
@@ -208,9 +209,7 @@ async fn list(State(app): State<AppState>, Query(params): Query<ListParams>) -> 
 /// `POST /api/v1/stores/{store}/verify`: whether each source of the current version still
 /// matches what was recorded.
 async fn verify(State(app): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
-    let head = app.reader.current(&name).await?.ok_or_else(|| no_store(&name))?;
-    let recorded = app.catalog.sources(head.id).await?;
-    let checked = facts::compare(&app.sources, app.config.sources.verify_concurrency, recorded).await;
+    let Verified { head, checked } = app.stores.verify(&name).await?.ok_or_else(|| no_store(&name))?;
     let count = |s: SourceStatus| checked.iter().filter(|c| c.status == s).count();
     Ok(Json(json!({
         "store": name,
@@ -225,12 +224,10 @@ async fn verify(State(app): State<AppState>, Path(name): Path<String>) -> Result
 }
 
 async fn describe(State(app): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
-    let record = app.catalog.store(&name).await?.ok_or_else(|| no_store(&name))?;
+    let Described { record, origin } = app.stores.describe(&name).await?.ok_or_else(|| no_store(&name))?;
     let tag = preconditions::etag(record.head.id);
     let mut answer = record_json(&record);
-    if let (Some(text), Some(answer)) = (app.catalog.origin(record.head.id).await?, answer.as_object_mut())
-        && let Ok(origin) = serde_json::from_str::<icechunk::Origin>(&text)
-    {
+    if let (Some(origin), Some(answer)) = (origin, answer.as_object_mut()) {
         answer.insert("icechunk".into(), origin.to_json());
     }
     Ok(([(header::ETAG, tag)], Json(answer)).into_response())
@@ -250,12 +247,10 @@ async fn versions(
     Query(params): Query<VersionsParams>,
 ) -> Result<Json<Value>, ApiError> {
     let limit = params.limit.unwrap_or(100).clamp(1, 1000);
-    let mut listed = app.catalog.versions(&name, limit + 1).await?;
+    let Versions { listed, more } = app.stores.versions(&name, limit).await?;
     if listed.is_empty() {
         return Err(no_store(&name));
     }
-    let more = listed.len() > limit as usize;
-    listed.truncate(limit as usize);
     Ok(Json(versions_json(&name, &listed, more)))
 }
 

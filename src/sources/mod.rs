@@ -14,6 +14,5 @@ mod resume;
 
 pub use error::{SourceConfigError, SourceError};
 pub use fetch::Fetched;
-pub use options::redact_options;
 pub use readahead::ReadAheadSettings;
 pub use registry::{ObjectStoreEntry, Origin, SourceRegistry, SourceSettings};

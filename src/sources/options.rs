@@ -1,5 +1,6 @@
 //! Object store options: which builder keys an object store registered over the API may use,
-//! whether it carries credentials of its own, and which values the API may show.
+//! and whether it carries credentials of its own (which values the API may show:
+//! `crate::redact`).
 //!
 //! Whoever holds an admin token may register object stores, but must not be able to make the
 //! server act with more than the options give it: no ambient cloud identity (instance metadata,
@@ -13,44 +14,6 @@ use serde_json::{Map, Value};
 use url::Url;
 
 use super::error::SourceConfigError;
-
-/// Option keys whose values are not secret and may be shown by the API.
-const PUBLIC_OPTIONS: &[&str] = &[
-    "region",
-    "aws_region",
-    "endpoint",
-    "aws_endpoint",
-    "aws_endpoint_url",
-    "allow_http",
-    "skip_signature",
-    "aws_skip_signature",
-    "virtual_hosted_style_request",
-    "aws_virtual_hosted_style_request",
-    "account_name",
-    "azure_storage_account_name",
-    "use_emulator",
-    "azure_storage_use_emulator",
-    "timeout",
-    "connect_timeout",
-    "first_byte_timeout",
-    "readahead",
-    "readahead_window",
-    "readahead_gap",
-    "readahead_cache",
-    "allow_invalid_certificates",
-    "bucket",
-    "aws_bucket",
-    "container_name",
-    "google_bucket",
-    "aws_unsigned_payload",
-    "access_key_id",
-    "aws_access_key_id",
-    "imdsv1_fallback",
-    "aws_imdsv1_fallback",
-    "requester_pays",
-    "request_payer",
-    "aws_request_payer",
-];
 
 /// The kinds of object store with builder options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -232,51 +195,9 @@ pub(super) fn plain_http(url: &Url, opts: &mut Vec<(String, String)>) -> Result<
     }
 }
 
-/// `options` with every value that may be a secret replaced by `"***"`; a URL among the public
-/// ones (an endpoint) loses any credentials written into it.
-pub fn redact_options(options: &Map<String, Value>) -> Map<String, Value> {
-    options
-        .iter()
-        .map(|(k, v)| {
-            let public = PUBLIC_OPTIONS.contains(&k.to_ascii_lowercase().as_str());
-            let shown = match v {
-                _ if !public => Value::from("***"),
-                Value::String(s) => Value::from(without_userinfo(s)),
-                other => other.clone(),
-            };
-            (k.clone(), shown)
-        })
-        .collect()
-}
-
-fn without_userinfo(text: &str) -> String {
-    match Url::parse(text) {
-        Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
-            let _ = u.set_username("***");
-            let _ = u.set_password(None);
-            u.to_string()
-        }
-        _ => text.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn secrets_are_redacted() {
-        let shown = redact_options(
-            json!({"region": "r", "secret_access_key": "s", "token": "t", "endpoint": "https://u:p@minio:9000"})
-                .as_object()
-                .unwrap(),
-        );
-        assert_eq!(
-            Value::Object(shown),
-            json!({"region": "r", "secret_access_key": "***", "token": "***", "endpoint": "https://***@minio:9000/"})
-        );
-    }
 
     #[test]
     fn api_stores_read_anonymously_unless_they_bring_credentials() {

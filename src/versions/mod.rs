@@ -1,24 +1,30 @@
 //! The read and write use cases of store versions, between the HTTP edge and the stores: the
 //! [`Reader`] (which version a URL names, its view, blocks, chunks and source reads, with their
-//! caches) and the [`Registrar`] (register, patch, delete, settle). Services take the parts they
-//! need and answer with their own [`Error`]; nothing here knows about HTTP requests or responses.
+//! caches), the [`Registrar`] (register, patch, delete, settle), [`Stores`] (list, describe,
+//! versions, recorded sources, verify) and [`ObjectStores`] (register, remove, load). Services
+//! take the parts they need and answer with their own [`Error`]; nothing here knows about HTTP
+//! requests or responses.
 
 pub mod cache;
 pub mod error;
 pub mod facts;
 pub mod icechunk;
 pub mod ingest;
+pub mod object_stores;
 mod patch;
 pub mod quicklook;
 pub mod read;
 pub mod register;
 mod retention;
+pub mod stores;
 pub mod sync;
 pub mod view;
 
 pub use error::Error;
 pub use ingest::Format;
+pub use object_stores::{ObjectStoreSettings, ObjectStores};
 pub use read::{Chunk, Reader, VirtualChunk};
 pub use register::{Registered, Registrar, Registration, Settings};
+pub use stores::Stores;
 pub use view::RenderedQuicklook;
 pub use view::VersionView;

@@ -3,16 +3,18 @@
 //! other block is shared with the previous version.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::error::{Error, Result};
 use super::facts;
 use super::ingest::{self, Body, Format};
-use super::read::time_catalog;
+use super::read::{Reader, time_catalog};
 use super::register::{Registered, Registrar, Registration};
-use crate::catalog::{CatalogError, DerivedVersion, Expected, VersionOptions};
+use super::view::VersionView;
+use crate::catalog::{CatalogError, DerivedVersion, Expected, StoreRecord, VersionOptions};
 use crate::zarr::document::Document;
 use crate::zarr::metadata::NodeKind;
-use crate::zarr::patch::{OwnedRef, PatchPlan, plan};
+use crate::zarr::patch::{ArrayChanges, OwnedRef, PatchPlan, plan};
 use crate::zarr::source::SourceFacts;
 use crate::zarr::validate::{Rejected, Summary};
 use crate::zarr::{ChunkLocation, ManifestBlock};
@@ -36,143 +38,64 @@ impl Delta {
     }
 }
 
+/// The base version's blocks, read for a PATCH one at a time and not through the cache.
+struct Base<'a> {
+    reader: &'a Reader,
+    view: &'a VersionView,
+    /// The base version's stored tiles: array, tile.
+    tiles: Vec<(String, u64)>,
+}
+
+impl Base<'_> {
+    /// The stored tiles of array `node`.
+    fn tiles_of(&self, node: &str) -> Vec<u64> {
+        self.tiles.iter().filter(|(n, _)| n == node).map(|(_, t)| *t).collect()
+    }
+
+    /// Tile `tile` of array `node`, decoded.
+    async fn load(&self, node: &str, tile: u64) -> Result<ManifestBlock> {
+        let found =
+            self.view.hierarchy.node(node).ok_or_else(|| Error::Internal(format!("no node {node} in the base")))?;
+        self.reader.load_block(&self.view.head, found, tile).await
+    }
+}
+
+/// What a PATCH writes and drops of the base version's blocks, and what that does to the counts.
+#[derive(Default)]
+struct Rewritten {
+    delta: Delta,
+    /// New blocks: array, tile, encoded block.
+    blocks: Vec<(String, u64, Vec<u8>)>,
+    /// Arrays whose base tiles are not carried over (removed, or rebuilt).
+    dropped_nodes: Vec<String>,
+    /// Base tiles not carried over (replaced by new blocks, or emptied).
+    dropped_tiles: Vec<(String, u64)>,
+}
+
 impl Registrar {
     /// Merges the partial native document `body` into store `name`'s current version, as a new
     /// version sharing every block it does not touch. `how.format` is ignored (always native).
     pub async fn patch(&self, name: &str, body: Body, how: Registration) -> Result<Registered> {
         let _turn = self.turn().await?;
-        let record =
-            self.catalog.store(name).await?.ok_or_else(|| Error::NotFound(format!("no store is named {name:?}")))?;
+        let record = self.patched_store(name, how.expected).await?;
         let head = record.head.clone();
-        // Checked again in the write's transaction (`write_derived`): this only spares the work.
-        Expected::check(how.expected, name, Some(head.id))?;
-        if self.catalog.origin(head.id).await?.is_some() {
-            return Err(Error::Conflict(format!(
-                "store {name:?} serves an Icechunk repository, which its versions follow: commit the change to \
-                 the repository, then POST /api/v1/stores/{name}/sync (a PATCH here would be lost at the next sync)"
-            )));
-        }
         let options = VersionOptions {
             fill_missing: how.fill_missing.unwrap_or(head.fill_missing),
             expected: how.expected,
             ..VersionOptions::default()
         };
         let view = self.reader.view(&head).await?;
-        let scratch = self.settings.ingest.scratch();
-        let (mut doc, _) =
-            ingest::read_document(body, self.settings.max_body_bytes, Some(Format::Native), &scratch).await?;
-        if how.verify {
-            facts::record(&self.sources, self.settings.verify_concurrency, &mut doc, false).await;
-        }
-        let base_sources: BTreeMap<String, SourceFacts> = self.catalog.sources(head.id).await?.into_iter().collect();
-        keep_source_facts(&mut doc, &base_sources, head.id);
-        let entries = self.sources.entries();
-        let max_tile = u64::from(self.settings.block_chunks);
-        let limits = self.settings.limits.for_version(options.fill_missing);
-        let base = view.clone();
-        let planned = tokio::task::spawn_blocking(move || {
-            plan(&base.hierarchy, doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix)), max_tile, &limits)
-        })
-        .await?;
-        let plan = match planned {
-            Ok(plan) => plan,
-            Err(Rejected::Invalid(problems)) => return Err(invalid(name, problems)),
-            Err(Rejected::Scratch(e)) => return Err(ingest::scratch_error(e)),
-        };
-
-        let base_tiles = self.reader.tiles(&head).await?;
-        let tiles_of =
-            |node: &str| base_tiles.iter().filter(move |(n, _)| n == node).map(|(_, t)| *t).collect::<Vec<u64>>();
-        let load = |node: String, tile: u64| {
-            let (view, head) = (&view, &head);
-            async move {
-                let node =
-                    view.hierarchy.node(&node).ok_or_else(|| Error::Internal(format!("no node {node} in the base")))?;
-                self.reader.load_block(head, node, tile).await
-            }
-        };
-        let mut delta = Delta::default();
-        let mut blocks = Vec::new();
-        let mut dropped_nodes = Vec::new();
-        let mut dropped_tiles = Vec::new();
-        for path in &plan.removed {
-            for tile in tiles_of(path.as_str()) {
-                delta.add(&load(path.as_str().to_owned(), tile).await?, -1);
-            }
-            dropped_nodes.push(path.as_str().to_owned());
-        }
-        let mut problems = Vec::new();
-        // A rebuild holds every old reference of the array at once (its coordinates and owned
-        // strings: about 300 bytes each); past what one registration may hold, PUT (which streams)
-        // is the way.
-        let rebuild_limit =
-            usize::try_from(self.settings.ingest.memory_bytes / REBUILD_BYTES_PER_REF).unwrap_or(usize::MAX);
-        for array in &plan.arrays {
-            let node = array.path.as_str();
-            if array.rebuild {
-                let mut old = Vec::new();
-                if let Some(base_layout) = &array.base {
-                    for tile in tiles_of(node) {
-                        let block = load(node.to_owned(), tile).await?;
-                        delta.add(&block, -1);
-                        for (slot, chunk) in block.iter() {
-                            let coords = base_layout.grid.coords_of(ChunkLocation { tile, slot }).unwrap_or_default();
-                            old.extend(OwnedRef::from_chunk(chunk).map(|r| (coords, r)));
-                        }
-                        if old.len() > rebuild_limit {
-                            return Err(invalid(
-                                name,
-                                vec![format!(
-                                    "array {node}: this PATCH changes its shape so that every stored reference must be laid \
-                                     out again, and it has more than {rebuild_limit} of them, more than one registration may \
-                                     hold in memory (ingest.memory_bytes); register the whole store again with PUT, which \
-                                     streams, or grow the array along its first dimension only"
-                                )],
-                            ));
-                        }
-                    }
-                    dropped_nodes.push(node.to_owned());
-                }
-                match plan.rebuild_blocks(array, old) {
-                    Ok(rebuilt) => {
-                        for (tile, block) in rebuilt {
-                            delta.add(&block, 1);
-                            blocks.push((node.to_owned(), tile, block.encode()));
-                        }
-                    }
-                    Err(list) => problems.extend(list),
-                }
-            } else {
-                let stored: BTreeSet<u64> = tiles_of(node).into_iter().collect();
-                let touched: BTreeSet<u64> = array.changes.iter().map(|(loc, _)| loc.tile).collect();
-                for tile in touched {
-                    let base_block = match stored.contains(&tile) {
-                        true => Some(load(node.to_owned(), tile).await?),
-                        false => None,
-                    };
-                    let block = plan.patch_block(array, tile, base_block.as_ref());
-                    if let Some(b) = &base_block {
-                        delta.add(b, -1);
-                        dropped_tiles.push((node.to_owned(), tile));
-                    }
-                    delta.add(&block, 1);
-                    if !block.is_empty() {
-                        blocks.push((node.to_owned(), tile, block.encode()));
-                    }
-                }
-            }
-        }
-        if !problems.is_empty() {
-            return Err(invalid(name, problems));
-        }
+        let (plan, base_sources) = self.plan_patch(name, body, how.verify, &view, options.fill_missing).await?;
+        let base = Base { reader: &self.reader, view: &view, tiles: self.reader.tiles(&head).await? };
+        let rewritten = self.rewrite(name, &plan, &base).await?;
         let base_urls: BTreeSet<String> = base_sources.into_keys().collect();
-        let summary = summarise(&record.summary, &plan, &delta, &base_urls);
+        let summary = summarise(&record.summary, &plan, &rewritten.delta, &base_urls);
         let derived = DerivedVersion {
             base: head.id,
             nodes: &plan.nodes,
-            dropped_nodes,
-            dropped_tiles,
-            blocks,
+            dropped_nodes: rewritten.dropped_nodes,
+            dropped_tiles: rewritten.dropped_tiles,
+            blocks: rewritten.blocks,
             sources: &plan.sources,
             summary: summary.clone(),
         };
@@ -196,6 +119,156 @@ impl Registrar {
             summary,
         })
     }
+
+    /// Store `name` as a PATCH finds it: it exists, its current version is as `expected`, and
+    /// its versions are not those of an Icechunk repository.
+    async fn patched_store(&self, name: &str, expected: Option<Expected>) -> Result<StoreRecord> {
+        let record =
+            self.catalog.store(name).await?.ok_or_else(|| Error::NotFound(format!("no store is named {name:?}")))?;
+        // Checked again in the write's transaction (`write_derived`): this only spares the work.
+        Expected::check(expected, name, Some(record.head.id))?;
+        if self.catalog.origin(record.head.id).await?.is_some() {
+            return Err(Error::Conflict(format!(
+                "store {name:?} serves an Icechunk repository, which its versions follow: commit the change to \
+                 the repository, then POST /api/v1/stores/{name}/sync (a PATCH here would be lost at the next sync)"
+            )));
+        }
+        Ok(record)
+    }
+
+    /// Reads the partial document `body`, keeps the facts the base version recorded of its
+    /// sources, and merges it into `view` (off the async workers): the plan, with the base
+    /// version's sources.
+    async fn plan_patch(
+        &self,
+        name: &str,
+        body: Body,
+        verify: bool,
+        view: &Arc<VersionView>,
+        fill_missing: bool,
+    ) -> Result<(PatchPlan, BTreeMap<String, SourceFacts>)> {
+        let scratch = self.settings.scratch();
+        let (mut doc, _) =
+            ingest::read_document(body, self.settings.max_body_bytes, Some(Format::Native), &scratch).await?;
+        if verify {
+            facts::record(&self.sources, self.settings.verify_concurrency, &mut doc, false).await;
+        }
+        let version = view.head.id;
+        let base_sources: BTreeMap<String, SourceFacts> = self.catalog.sources(version).await?.into_iter().collect();
+        keep_source_facts(&mut doc, &base_sources, version);
+        let entries = self.sources.entries();
+        let max_tile = u64::from(self.settings.block_chunks);
+        let limits = self.settings.limits(fill_missing);
+        let base = view.clone();
+        let planned = tokio::task::spawn_blocking(move || {
+            plan(&base.hierarchy, doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix)), max_tile, &limits)
+        })
+        .await?;
+        match planned {
+            Ok(plan) => Ok((plan, base_sources)),
+            Err(Rejected::Invalid(problems)) => Err(invalid(name, problems)),
+            Err(Rejected::Scratch(e)) => Err(ingest::scratch_error(e)),
+        }
+    }
+
+    /// The blocks `plan` writes and drops: removed arrays' tiles dropped, rebuilt arrays laid
+    /// out again, the touched tiles of the others patched. Every problem is listed.
+    async fn rewrite(&self, name: &str, plan: &PatchPlan, base: &Base<'_>) -> Result<Rewritten> {
+        let mut out = Rewritten::default();
+        for path in &plan.removed {
+            for tile in base.tiles_of(path.as_str()) {
+                out.delta.add(&base.load(path.as_str(), tile).await?, -1);
+            }
+            out.dropped_nodes.push(path.as_str().to_owned());
+        }
+        let mut problems = Vec::new();
+        for array in &plan.arrays {
+            if array.rebuild {
+                self.rebuild_array(name, plan, array, base, &mut out, &mut problems).await?;
+            } else {
+                patch_array(plan, array, base, &mut out).await?;
+            }
+        }
+        if !problems.is_empty() {
+            return Err(invalid(name, problems));
+        }
+        Ok(out)
+    }
+
+    /// Lays `array` out again: its old references (none for a new array) with the changes
+    /// applied; a reference outside the new grid is one of `problems`.
+    async fn rebuild_array(
+        &self,
+        name: &str,
+        plan: &PatchPlan,
+        array: &ArrayChanges,
+        base: &Base<'_>,
+        out: &mut Rewritten,
+        problems: &mut Vec<String>,
+    ) -> Result<()> {
+        let node = array.path.as_str();
+        // A rebuild holds every old reference of the array at once (its coordinates and owned
+        // strings: about 300 bytes each); past what one registration may hold, PUT (which streams)
+        // is the way.
+        let rebuild_limit =
+            usize::try_from(self.settings.ingest.memory_bytes / REBUILD_BYTES_PER_REF).unwrap_or(usize::MAX);
+        let mut old = Vec::new();
+        if let Some(base_layout) = &array.base {
+            for tile in base.tiles_of(node) {
+                let block = base.load(node, tile).await?;
+                out.delta.add(&block, -1);
+                for (slot, chunk) in block.iter() {
+                    let coords = base_layout.grid.coords_of(ChunkLocation { tile, slot }).unwrap_or_default();
+                    old.extend(OwnedRef::from_chunk(chunk).map(|r| (coords, r)));
+                }
+                if old.len() > rebuild_limit {
+                    return Err(invalid(
+                        name,
+                        vec![format!(
+                            "array {node}: this PATCH changes its shape so that every stored reference must be laid \
+                             out again, and it has more than {rebuild_limit} of them, more than one registration may \
+                             hold in memory (ingest.memory_bytes); register the whole store again with PUT, which \
+                             streams, or grow the array along its first dimension only"
+                        )],
+                    ));
+                }
+            }
+            out.dropped_nodes.push(node.to_owned());
+        }
+        match plan.rebuild_blocks(array, old) {
+            Ok(rebuilt) => {
+                for (tile, block) in rebuilt {
+                    out.delta.add(&block, 1);
+                    out.blocks.push((node.to_owned(), tile, block.encode()));
+                }
+            }
+            Err(list) => problems.extend(list),
+        }
+        Ok(())
+    }
+}
+
+/// Patches the tiles of `array` that its changes touch, each from its base block if stored.
+async fn patch_array(plan: &PatchPlan, array: &ArrayChanges, base: &Base<'_>, out: &mut Rewritten) -> Result<()> {
+    let node = array.path.as_str();
+    let stored: BTreeSet<u64> = base.tiles_of(node).into_iter().collect();
+    let touched: BTreeSet<u64> = array.changes.iter().map(|(loc, _)| loc.tile).collect();
+    for tile in touched {
+        let base_block = match stored.contains(&tile) {
+            true => Some(base.load(node, tile).await?),
+            false => None,
+        };
+        let block = plan.patch_block(array, tile, base_block.as_ref());
+        if let Some(b) = &base_block {
+            out.delta.add(b, -1);
+            out.dropped_tiles.push((node.to_owned(), tile));
+        }
+        out.delta.add(&block, 1);
+        if !block.is_empty() {
+            out.blocks.push((node.to_owned(), tile, block.encode()));
+        }
+    }
+    Ok(())
 }
 
 /// Memory a rebuilt array's old reference takes while it is laid out again (coordinates, URL and

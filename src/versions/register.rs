@@ -13,7 +13,9 @@ use crate::catalog::{Catalog, Expected, VersionHead, VersionOptions};
 use crate::config::{IngestConfig, LimitsConfig, RetentionConfig};
 use crate::metrics::Metrics;
 use crate::sources::SourceRegistry;
+use crate::zarr::Limits;
 use crate::zarr::document::Document;
+use crate::zarr::spill::Scratch;
 use crate::zarr::validate::{Rejected, Summary, validate_tiled};
 
 /// What registrations are allowed, from the configuration.
@@ -33,6 +35,26 @@ pub struct Settings {
     pub fill_missing_by_default: bool,
     /// What one version may hold.
     pub limits: LimitsConfig,
+}
+
+impl Settings {
+    /// The scratch space of one registration (`ingest.memory_bytes` in memory, then
+    /// `ingest.scratch_dir`).
+    pub fn scratch(&self) -> Scratch {
+        let dir = (!self.ingest.scratch_dir.is_empty()).then(|| std::path::PathBuf::from(&self.ingest.scratch_dir));
+        Scratch::new(usize::try_from(self.ingest.memory_bytes).unwrap_or(usize::MAX), dir)
+    }
+
+    /// The bounds of a new version that answers missing chunks with fill-value chunks or not.
+    pub fn limits(&self, fill_missing: bool) -> Limits {
+        let limits = &self.limits;
+        Limits {
+            max_nodes: limits.max_nodes,
+            max_depth: limits.max_depth,
+            max_metadata_bytes: limits.max_metadata_bytes,
+            max_fill_chunk_bytes: fill_missing.then_some(limits.max_fill_chunk_bytes),
+        }
+    }
 }
 
 /// The write service.
@@ -161,7 +183,7 @@ impl Registrar {
     pub async fn register(&self, name: &str, body: Body, how: Registration) -> Result<Registered> {
         let fill_missing = self.fill_missing(name, how.fill_missing).await?;
         let _turn = self.turn().await?;
-        let scratch = self.settings.ingest.scratch();
+        let scratch = self.settings.scratch();
         let reading = Instant::now();
         let (doc, format) = ingest::read_document(body, self.settings.max_body_bytes, how.format, &scratch).await?;
         let read_seconds = reading.elapsed().as_secs_f64();
@@ -202,7 +224,7 @@ impl Registrar {
         let entries = self.sources.entries();
         let tile_chunks = u64::from(self.settings.block_chunks);
         let fill_missing = how.fill_missing;
-        let limits = self.settings.limits.for_version(fill_missing);
+        let limits = self.settings.limits(fill_missing);
         let validating = Instant::now();
         let validated = tokio::task::spawn_blocking(move || {
             validate_tiled(doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix)), tile_chunks, &limits)

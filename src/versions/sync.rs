@@ -47,7 +47,7 @@ impl Registrar {
         unless_same_origin: bool,
     ) -> Result<Registered> {
         let verify = how.verify;
-        let scratch = self.settings.ingest.scratch();
+        let scratch = self.settings.scratch();
         let reading = Instant::now();
         let read = icechunk::read(&self.sources, target, resolved, &scratch, self.max_icechunk_file_bytes()).await;
         scratch.check().map_err(super::ingest::scratch_error)?;

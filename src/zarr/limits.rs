@@ -19,9 +19,6 @@ pub const DEFAULT_MAX_DEPTH: u64 = 32;
 pub const DEFAULT_MAX_METADATA_BYTES: u64 = 128 << 20;
 /// Default of [`Limits::max_fill_chunk_bytes`], for versions that serve fill-value chunks.
 pub const DEFAULT_MAX_FILL_CHUNK_BYTES: u64 = 16 << 20;
-/// Default of `limits.max_icechunk_file_bytes`: the bytes one Icechunk metadata file (repo info,
-/// snapshot, manifest) may inflate to.
-pub const DEFAULT_MAX_ICECHUNK_FILE_BYTES: u64 = 256 << 20;
 
 /// The bounds one version is checked against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

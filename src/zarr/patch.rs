@@ -4,14 +4,16 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+use serde_json::{Map, Value};
+
 use super::block::{BlockBuilder, ChunkRef, ManifestBlock, SourceCheck};
 use super::chunk_check::{ChunkCheck, DecodeBudget};
-use super::document::{Document, SourceFacts};
+use super::document::{DocNode, Document, Problems, SourceFacts, UrlTable};
 use super::grid::ChunkLocation;
 use super::hierarchy::Hierarchy;
 use super::key::manifest_key;
 use super::limits::Limits;
-use super::manifest::RawRef;
+use super::manifest::{RawManifest, RawRef};
 use super::metadata::{ArrayLayout, NodeKind, Tiling, validate_node_tiled};
 use super::path::NodePath;
 use super::validate::{Rejected, ValidNode, add_implicit_groups, check_chunk, check_names, check_ref, display_key};
@@ -73,162 +75,30 @@ pub fn plan(
             ));
         }
     }
-    let mut deleted: Vec<NodePath> = Vec::new();
-    for path in delete {
-        match NodePath::new(&path) {
-            Ok(p) if p.is_root() => problems.push("the root cannot be deleted: DELETE the store instead"),
-            Ok(p) if base.node(p.as_str()).is_some() => deleted.push(p),
-            Ok(p) => problems.push(format!("cannot delete node {p}: the store has no such node")),
-            Err(e) => problems.push(e.to_string()),
-        }
+    let deleted = deleted_nodes(base, delete, &mut problems);
+    let deleted: HashSet<&str> = deleted.iter().map(NodePath::as_str).collect();
+    let (nodes, removed) = kept_nodes(base, &deleted);
+    let mut merge = Merge {
+        deleted,
+        max_tile,
+        limits,
+        urls: &urls,
+        sources: &sources,
+        object_sizes: &object_sizes,
+        budget: DecodeBudget::default(),
+        decoding: Vec::new(),
+        problems,
+        nodes,
+        arrays: Vec::new(),
+    };
+    for (path, doc_node) in doc_nodes {
+        merge.node(&path, doc_node)?;
     }
-    let deleted_set: HashSet<&str> = deleted.iter().map(NodePath::as_str).collect();
-    // In path order a parent comes first (and every parent of a stored node is stored): a node
-    // is deleted when it is named or its parent is.
-    let mut is_deleted: HashMap<&str, bool> = HashMap::new();
-    let mut nodes: BTreeMap<NodePath, ValidNode> = BTreeMap::new();
-    let mut removed = Vec::new();
-    for node in base.nodes() {
-        let path = node.path.as_str();
-        let gone = deleted_set.contains(path)
-            || (!node.path.is_root() && is_deleted.get(node.path.parent_str()).copied().unwrap_or(false));
-        is_deleted.insert(path, gone);
-        if gone {
-            if matches!(node.kind, NodeKind::Array(_)) {
-                removed.push(node.path.clone());
-            }
-            continue;
-        }
-        nodes.insert(node.path.clone(), ValidNode::new(node.path.clone(), &node.metadata(), node.kind.clone()));
-    }
-    let mut arrays = Vec::new();
-    let (mut budget, mut decoding) = (DecodeBudget::default(), Vec::new());
-    for (path_text, doc_node) in doc_nodes {
-        let path = match NodePath::new(&path_text).map_err(|e| e.to_string()).and_then(|p| {
-            limits.check_depth(&p)?;
-            Ok(p)
-        }) {
-            Ok(p) => p,
-            Err(e) => {
-                problems.push(e);
-                continue;
-            }
-        };
-        let existing = nodes.get(&path);
-        let (mut metadata, tiling, old) = match existing {
-            Some(old) => {
-                let (mut merged, old_metadata) = (old.metadata(), old.metadata());
-                for (k, v) in doc_node.metadata() {
-                    merged.insert(k, v);
-                }
-                if merged.get("node_type") != old_metadata.get("node_type") {
-                    problems.push(format!("node {path}: node_type cannot change (delete the node and add it again)"));
-                    continue;
-                }
-                // These describe the chunks already stored: changing them would make every
-                // stored reference mean something else.
-                let fixed: Vec<&str> = ["chunk_grid", "data_type", "codecs"]
-                    .into_iter()
-                    .filter(|k| merged.get(*k) != old_metadata.get(*k))
-                    .collect();
-                if !fixed.is_empty() && !deleted_set.contains(path.as_str()) {
-                    problems.push(format!(
-                        "array {path}: {} describe the chunks already stored and cannot change in a PATCH; \
-                         delete the array and add it again (both in one PATCH) to replace it whole",
-                        fixed.join(", ")
-                    ));
-                    continue;
-                }
-                let layout = match &old.kind {
-                    NodeKind::Array(l) => Some(l.clone()),
-                    NodeKind::Group => None,
-                };
-                (merged, layout.as_ref().map(|l| l.grid.tile_shape().to_vec()), layout)
-            }
-            None => (doc_node.metadata(), None, None),
-        };
-        let kind =
-            match validate_node_tiled(&mut metadata, tiling.as_deref().map_or(Tiling::New(max_tile), Tiling::Stored)) {
-                Ok(kind) => kind,
-                Err(list) => {
-                    list.into_iter().for_each(|p| problems.push(format!("node {path}: {p}")));
-                    continue;
-                }
-            };
-        if let Some(manifest) = doc_node.manifest {
-            let NodeKind::Array(layout) = &kind else {
-                problems.push(format!("node {path}: a group cannot have a manifest"));
-                continue;
-            };
-            let mut changes = Vec::with_capacity(manifest.len());
-            let mut cleared_beyond = BTreeSet::new();
-            let chunks = ChunkCheck::new(metadata.clone(), layout.grid.chunk_shape());
-            for (indices, r) in manifest.entries()? {
-                let indices = indices.as_slice();
-                let coords: &[u64] = if layout.grid.ndim() == 0 && indices == [0] { &[] } else { indices };
-                let Some(location) = layout.grid.locate(coords) else {
-                    if r == RawRef::Clear {
-                        cleared_beyond.insert(coords.to_vec());
-                        continue;
-                    }
-                    problems.push(format!(
-                        "array {path}: chunk key {} is outside the chunk grid {:?}",
-                        display_key(indices),
-                        layout.grid.grid_shape()
-                    ));
-                    continue;
-                };
-                let checked = match check_ref(r, &urls, &sources, &object_sizes) {
-                    Ok(r) => check_chunk(r, &chunks, &manifest, &mut decoding, &mut budget)?.map(|()| r),
-                    Err(p) => Err(p),
-                };
-                let r = match checked {
-                    Ok(r) => r,
-                    Err(p) => {
-                        problems.push(format!("array {path}, chunk {}: {p}", display_key(indices)));
-                        continue;
-                    }
-                };
-                changes.push((location, (r != RawRef::Clear).then_some(r)));
-            }
-            changes.sort_unstable_by_key(|(loc, _)| *loc);
-            if changes.windows(2).any(|w| w[0].0 == w[1].0) {
-                problems.push(format!("array {path}: a chunk key appears more than once"));
-            }
-            arrays.push(ArrayChanges {
-                path: path.clone(),
-                layout: layout.clone(),
-                base: old.clone(),
-                rebuild: false,
-                changes,
-                inline: manifest.inline_all()?,
-                cleared_beyond,
-            });
-        } else if let NodeKind::Array(layout) = &kind
-            && old.as_ref() != Some(layout)
-        {
-            arrays.push(ArrayChanges {
-                path: path.clone(),
-                layout: layout.clone(),
-                base: old.clone(),
-                rebuild: false,
-                changes: Vec::new(),
-                inline: Vec::new(),
-                cleared_beyond: BTreeSet::new(),
-            });
-        }
-        nodes.insert(path.clone(), ValidNode::new(path, &metadata, kind));
-    }
+    let Merge { mut problems, mut nodes, mut arrays, .. } = merge;
     for a in &mut arrays {
-        a.rebuild = match &a.base {
-            None => true,
-            Some(old) => {
-                let shrank = old.grid.grid_shape().iter().zip(a.layout.grid.grid_shape()).any(|(o, n)| n < o);
-                shrank || !old.grid.same_tiles(&a.layout.grid)
-            }
-        };
+        a.rebuild = needs_rebuild(a);
     }
-    let mut problem_list = super::document::Problems::default();
+    let mut problem_list = Problems::default();
     add_implicit_groups(&mut nodes, &mut problem_list);
     check_names(&nodes, &mut problem_list);
     let nodes: Vec<ValidNode> = nodes.into_values().collect();
@@ -247,6 +117,225 @@ pub fn plan(
     let checks =
         urls.iter().map(|u| sources.get(u).map_or(SourceCheck::Unchecked, |f| f.read_check().into_owned())).collect();
     Ok(PatchPlan { nodes, arrays, removed, urls, checks, sources })
+}
+
+/// The nodes of `base` that `delete` names; a name that cannot be deleted is a problem.
+fn deleted_nodes(base: &Hierarchy, delete: Vec<String>, problems: &mut Problems) -> Vec<NodePath> {
+    let mut deleted = Vec::new();
+    for path in delete {
+        match NodePath::new(&path) {
+            Ok(p) if p.is_root() => problems.push("the root cannot be deleted: DELETE the store instead"),
+            Ok(p) if base.node(p.as_str()).is_some() => deleted.push(p),
+            Ok(p) => problems.push(format!("cannot delete node {p}: the store has no such node")),
+            Err(e) => problems.push(e.to_string()),
+        }
+    }
+    deleted
+}
+
+/// The nodes of `base` that stay (neither `deleted` nor under a deleted node), and the arrays
+/// that go.
+fn kept_nodes(base: &Hierarchy, deleted: &HashSet<&str>) -> (BTreeMap<NodePath, ValidNode>, Vec<NodePath>) {
+    // In path order a parent comes first (and every parent of a stored node is stored): a node
+    // is deleted when it is named or its parent is.
+    let mut is_deleted: HashMap<&str, bool> = HashMap::new();
+    let mut nodes: BTreeMap<NodePath, ValidNode> = BTreeMap::new();
+    let mut removed = Vec::new();
+    for node in base.nodes() {
+        let path = node.path.as_str();
+        let gone = deleted.contains(path)
+            || (!node.path.is_root() && is_deleted.get(node.path.parent_str()).copied().unwrap_or(false));
+        is_deleted.insert(path, gone);
+        if gone {
+            if matches!(node.kind, NodeKind::Array(_)) {
+                removed.push(node.path.clone());
+            }
+            continue;
+        }
+        nodes.insert(node.path.clone(), ValidNode::new(node.path.clone(), &node.metadata(), node.kind.clone()));
+    }
+    (nodes, removed)
+}
+
+/// True when an array's blocks must all be written again: it is new, it shrank, or its tiles
+/// are cut otherwise.
+fn needs_rebuild(array: &ArrayChanges) -> bool {
+    match &array.base {
+        None => true,
+        Some(old) => {
+            let shrank = old.grid.grid_shape().iter().zip(array.layout.grid.grid_shape()).any(|(o, n)| n < o);
+            shrank || !old.grid.same_tiles(&array.layout.grid)
+        }
+    }
+}
+
+/// A node's metadata after a PATCH, with what it was when it existed.
+struct Merged {
+    metadata: Map<String, Value>,
+    /// The stored array's tile shape, which it keeps.
+    tiles: Option<Vec<u64>>,
+    /// The stored array's layout.
+    old: Option<ArrayLayout>,
+}
+
+/// A PATCH's nodes merged one by one into the base version's, with what each does to its array.
+struct Merge<'a> {
+    /// Paths of the nodes the PATCH deletes (an array deleted may be added again, changed).
+    deleted: HashSet<&'a str>,
+    max_tile: u64,
+    limits: &'a Limits,
+    urls: &'a UrlTable,
+    sources: &'a BTreeMap<String, SourceFacts>,
+    object_sizes: &'a BTreeMap<u32, u64>,
+    /// What decoding the inline chunks may still cost, and the buffer they are decoded into.
+    budget: DecodeBudget,
+    decoding: Vec<u8>,
+    problems: Problems,
+    /// The new version's nodes so far.
+    nodes: BTreeMap<NodePath, ValidNode>,
+    /// Arrays with changes so far.
+    arrays: Vec<ArrayChanges>,
+}
+
+impl Merge<'_> {
+    /// Merges node `path_text` of the PATCH: its metadata over the stored node's, validated,
+    /// and its manifest's changes. A problem is listed and the node left out.
+    fn node(&mut self, path_text: &str, doc_node: DocNode) -> Result<(), Rejected> {
+        let path = match NodePath::new(path_text).map_err(|e| e.to_string()).and_then(|p| {
+            self.limits.check_depth(&p)?;
+            Ok(p)
+        }) {
+            Ok(p) => p,
+            Err(e) => {
+                self.problems.push(e);
+                return Ok(());
+            }
+        };
+        let Some(Merged { mut metadata, tiles, old }) = self.merged(&path, &doc_node) else { return Ok(()) };
+        let kind = match validate_node_tiled(
+            &mut metadata,
+            tiles.as_deref().map_or(Tiling::New(self.max_tile), Tiling::Stored),
+        ) {
+            Ok(kind) => kind,
+            Err(list) => {
+                list.into_iter().for_each(|p| self.problems.push(format!("node {path}: {p}")));
+                return Ok(());
+            }
+        };
+        if let Some(manifest) = doc_node.manifest {
+            let NodeKind::Array(layout) = &kind else {
+                self.problems.push(format!("node {path}: a group cannot have a manifest"));
+                return Ok(());
+            };
+            self.manifest_changes(&path, &metadata, layout, old, &manifest)?;
+        } else if let NodeKind::Array(layout) = &kind
+            && old.as_ref() != Some(layout)
+        {
+            self.arrays.push(ArrayChanges {
+                path: path.clone(),
+                layout: layout.clone(),
+                base: old,
+                rebuild: false,
+                changes: Vec::new(),
+                inline: Vec::new(),
+                cleared_beyond: BTreeSet::new(),
+            });
+        }
+        self.nodes.insert(path.clone(), ValidNode::new(path, &metadata, kind));
+        Ok(())
+    }
+
+    /// Node `path`'s metadata after the PATCH, with the tile shape and layout of the array it
+    /// was, if it existed; `None` (a problem listed) for a change a PATCH may not make.
+    fn merged(&mut self, path: &NodePath, doc_node: &DocNode) -> Option<Merged> {
+        let Some(old) = self.nodes.get(path) else {
+            return Some(Merged { metadata: doc_node.metadata(), tiles: None, old: None });
+        };
+        let (mut merged, old_metadata) = (old.metadata(), old.metadata());
+        for (k, v) in doc_node.metadata() {
+            merged.insert(k, v);
+        }
+        if merged.get("node_type") != old_metadata.get("node_type") {
+            self.problems.push(format!("node {path}: node_type cannot change (delete the node and add it again)"));
+            return None;
+        }
+        // These describe the chunks already stored: changing them would make every
+        // stored reference mean something else.
+        let fixed: Vec<&str> = ["chunk_grid", "data_type", "codecs"]
+            .into_iter()
+            .filter(|k| merged.get(*k) != old_metadata.get(*k))
+            .collect();
+        if !fixed.is_empty() && !self.deleted.contains(path.as_str()) {
+            self.problems.push(format!(
+                "array {path}: {} describe the chunks already stored and cannot change in a PATCH; \
+                 delete the array and add it again (both in one PATCH) to replace it whole",
+                fixed.join(", ")
+            ));
+            return None;
+        }
+        let layout = match &old.kind {
+            NodeKind::Array(l) => Some(l.clone()),
+            NodeKind::Group => None,
+        };
+        Some(Merged { metadata: merged, tiles: layout.as_ref().map(|l| l.grid.tile_shape().to_vec()), old: layout })
+    }
+
+    /// The entries `manifest` sets and clears in array `path` (laid out as `layout`, `old`
+    /// before), each checked; a bad entry is a problem listed.
+    fn manifest_changes(
+        &mut self,
+        path: &NodePath,
+        metadata: &Map<String, Value>,
+        layout: &ArrayLayout,
+        old: Option<ArrayLayout>,
+        manifest: &RawManifest,
+    ) -> Result<(), Rejected> {
+        let mut changes = Vec::with_capacity(manifest.len());
+        let mut cleared_beyond = BTreeSet::new();
+        let chunks = ChunkCheck::new(metadata.clone(), layout.grid.chunk_shape());
+        for (indices, r) in manifest.entries()? {
+            let indices = indices.as_slice();
+            let coords: &[u64] = if layout.grid.ndim() == 0 && indices == [0] { &[] } else { indices };
+            let Some(location) = layout.grid.locate(coords) else {
+                if r == RawRef::Clear {
+                    cleared_beyond.insert(coords.to_vec());
+                    continue;
+                }
+                self.problems.push(format!(
+                    "array {path}: chunk key {} is outside the chunk grid {:?}",
+                    display_key(indices),
+                    layout.grid.grid_shape()
+                ));
+                continue;
+            };
+            let checked = match check_ref(r, self.urls, self.sources, self.object_sizes) {
+                Ok(r) => check_chunk(r, &chunks, manifest, &mut self.decoding, &mut self.budget)?.map(|()| r),
+                Err(p) => Err(p),
+            };
+            let r = match checked {
+                Ok(r) => r,
+                Err(p) => {
+                    self.problems.push(format!("array {path}, chunk {}: {p}", display_key(indices)));
+                    continue;
+                }
+            };
+            changes.push((location, (r != RawRef::Clear).then_some(r)));
+        }
+        changes.sort_unstable_by_key(|(loc, _)| *loc);
+        if changes.windows(2).any(|w| w[0].0 == w[1].0) {
+            self.problems.push(format!("array {path}: a chunk key appears more than once"));
+        }
+        self.arrays.push(ArrayChanges {
+            path: path.clone(),
+            layout: layout.clone(),
+            base: old,
+            rebuild: false,
+            changes,
+            inline: manifest.inline_all()?,
+            cleared_beyond,
+        });
+        Ok(())
+    }
 }
 
 /// A reference owned outside any block, for rebuilding an array from its old blocks.

@@ -1,7 +1,7 @@
 //! The "Versions" section of a store's pages: the version shown, the store's newest versions
 //! (each a link to its pinned page, the current one marked), and the current version's counts.
-//! The catalog is asked on every page (one bounded query): a page is never cached as immutable,
-//! even under a pinned URL, since the list grows.
+//! The stores service is asked on every page (one bounded query): a page is never cached as
+//! immutable, even under a pinned URL, since the list grows.
 
 use std::fmt::Write;
 
@@ -9,6 +9,7 @@ use super::super::html::{escape, href};
 use super::{display, rfc3339};
 use crate::app::AppState;
 use crate::versions::VersionView;
+use crate::versions::stores::Versions;
 
 /// Versions listed on a page at most (the newest).
 const LISTED: u32 = 20;
@@ -26,10 +27,10 @@ pub(super) async fn section(out: &mut String, app: &AppState, view: &VersionView
         if head.fill_missing { "their fill chunk" } else { "404 (read as fill values)" },
         head.id
     );
-    match app.catalog.versions(&head.store, LISTED + 1).await {
-        Ok(listed) => {
+    match app.stores.versions(&head.store, LISTED).await {
+        Ok(Versions { listed, more }) => {
             out.push_str("<table id=\"versions\"><tr><th>version</th><th>registered</th><th></th></tr>\n");
-            for v in listed.iter().take(LISTED as usize) {
+            for v in &listed {
                 let mut notes = Vec::new();
                 if v.current {
                     notes.push("current");
@@ -48,7 +49,7 @@ pub(super) async fn section(out: &mut String, app: &AppState, view: &VersionView
                 );
             }
             out.push_str("</table>\n");
-            let kept = if listed.len() > LISTED as usize { format!("the {LISTED} newest; ") } else { String::new() };
+            let kept = if more { format!("the {LISTED} newest; ") } else { String::new() };
             let _ = writeln!(
                 out,
                 "<p class=\"dim\">{kept}<a href=\"{}\">/{name}/</a> always serves the current version; \
@@ -61,7 +62,7 @@ pub(super) async fn section(out: &mut String, app: &AppState, view: &VersionView
             out.push_str("<p>The store's versions cannot be listed right now (the server's log says why).</p>\n");
         }
     }
-    if let Ok(Some(record)) = app.catalog.store(&head.store).await {
+    if let Ok(Some(record)) = app.stores.record(&head.store).await {
         let (s, c) = (&record.summary, &record.summary.chunks);
         let _ = writeln!(
             out,

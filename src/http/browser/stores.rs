@@ -24,7 +24,7 @@ pub(in crate::http) async fn root(
 ) -> Result<Response, ApiError> {
     let after = query.into_iter().flat_map(|q| q.split('&')).find_map(|p| p.strip_prefix("after="));
     let after = after.map(|a| percent_encoding::percent_decode_str(a).decode_utf8_lossy().into_owned());
-    let stores = app.catalog.list_stores(after.as_deref(), STORES_PER_PAGE).await?;
+    let stores = app.stores.list(after.as_deref(), STORES_PER_PAGE).await?;
     let mut out = shell_start("stores");
     out.push_str(
         "<header>zarrgate: stores</header>\n<main><section>\n<table><tr><th>store</th><th>version</th>\
