@@ -143,8 +143,9 @@ pub(super) fn classify(
     }
 }
 
-/// An error with its sources, `: `-joined (object_store hides the cause behind them).
-pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
+/// An error with its sources, `: `-joined (object_store hides the cause behind them; a log
+/// line shows a startup error so too).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -12,7 +12,7 @@ mod readahead;
 mod registry;
 mod resume;
 
-pub use error::{SourceConfigError, SourceError};
+pub use error::{SourceConfigError, SourceError, error_chain};
 pub use fetch::Fetched;
 pub use readahead::ReadAheadSettings;
 pub use registry::{ObjectStoreEntry, Origin, SourceRegistry, SourceSettings};

@@ -11,7 +11,7 @@ use super::error::{Error, Result};
 use super::register::Registrar;
 use crate::catalog::{Catalog, CatalogError, ObjectStoreRecord};
 use crate::config::ObjectStoreConfig;
-use crate::sources::{ObjectStoreEntry, Origin, SourceConfigError, SourceRegistry};
+use crate::sources::{ObjectStoreEntry, Origin, SourceConfigError, SourceRegistry, error_chain};
 
 /// What the configuration says of object stores.
 #[derive(Debug, Clone, Default)]
@@ -176,7 +176,7 @@ impl ObjectStores {
 
     /// Rebuilds the registry after a change made here; a failure is a bug of the server's.
     async fn reload(&self) -> Result<()> {
-        self.load(true).await.map_err(|e| Error::Internal(chain(&e)))
+        self.load(true).await.map_err(|e| Error::Internal(error_chain(&e)))
     }
 
     /// Rebuilds the source registry from the configuration file and the catalog. Unless `force`,
@@ -218,16 +218,4 @@ fn exposes(root: &Path, file: &Path) -> bool {
         std::fs::canonicalize(file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(".".as_ref()))
     });
     canonical.is_ok_and(|c| c.starts_with(root))
-}
-
-/// An error with its causes, `: `-separated (as the log shows a startup error).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
 }
