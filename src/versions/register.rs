@@ -171,7 +171,7 @@ impl Registrar {
 
     /// The right to change the object stores, once no registration is validating against them
     /// (waits up to `ingest.queue_seconds`, then [`Error::Busy`]).
-    pub async fn object_store_change(&self) -> Result<tokio::sync::RwLockWriteGuard<'_, ()>> {
+    pub(super) async fn object_store_change(&self) -> Result<tokio::sync::RwLockWriteGuard<'_, ()>> {
         let wait = Duration::from_secs(self.settings.ingest.queue_seconds);
         tokio::time::timeout(wait, self.object_store_changes.write())
             .await
