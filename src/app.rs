@@ -1,6 +1,7 @@
 //! The composition root: the configuration, the catalog, the object stores, the metrics and
-//! the services built from them (read, write, stores, object stores), shared by every request (the HTTP edge runs
-//! the HTTP server over it); and the policies of the whole server (tokens, exposure).
+//! the services built from them (read, write, stores, object stores), shared by every request
+//! (the HTTP edge runs the HTTP server over it); and the policies of the whole server (tokens,
+//! exposure).
 
 use std::ops::Deref;
 use std::sync::Arc;
