@@ -10,12 +10,12 @@ use sqlx::{Postgres, SqlSafeStr, Transaction};
 
 use super::rows::{
     self, COPY_SOURCES, DELETE_OBJECT_STORE, DELETE_STORE, Dialect, EncodedBlock, NodeColumns, Opened,
-    SOURCES_CONFLICT, SourceColumns, Statements, UNMARK_DELETED,
+    SOURCES_CONFLICT, SourceColumns, Statements,
 };
-use super::sql::{Backend, SqlCatalog};
+use super::sql::{self, Backend, SqlCatalog};
 use super::{
-    CatalogError, Change, DerivedVersion, Expected, NewVersion, ObjectStoreRecord, Retention, VersionHead,
-    VersionOptions, Written, unique_violation,
+    CatalogError, Change, DerivedVersion, NewVersion, ObjectStoreRecord, Retention, VersionHead, VersionOptions,
+    Written, unique_violation,
 };
 use crate::zarr::validate::{Summary, ValidNode};
 
@@ -179,23 +179,7 @@ async fn open_store(
     .bind(name)
     .fetch_one(&mut **tx)
     .await?;
-    if options.expected.is_some() {
-        // The row is this transaction's now: the version read is the one replaced.
-        let current: Option<i64> = sqlx::query_scalar("select current_version from stores where name = $1")
-            .bind(name)
-            .fetch_one(&mut **tx)
-            .await?;
-        Expected::check(options.expected, name, current)?;
-    }
-    if created {
-        sqlx::query(UNMARK_DELETED).bind(name).execute(&mut **tx).await?;
-    } else if options.unless_same_origin {
-        let row = sqlx::query(sql.current_origin.clone()).bind(name).fetch_optional(&mut **tx).await?;
-        if let Some(written) = rows::unchanged(row.as_ref(), options)? {
-            return Ok(Opened::Unchanged(written));
-        }
-    }
-    Ok(Opened::Store { created })
+    sql::opened::<Postgres>(&mut **tx, sql, name, created, options).await
 }
 
 /// Locks store `name`'s row and checks that its current version is still `base` (and what the

@@ -63,6 +63,8 @@ pub(super) const ORIGIN: &str = "select store, origin from versions where id = $
 pub(super) const ORIGINS: &str = "select s.name as store, v.origin from stores s \
                                   join versions v on v.id = s.current_version \
                                   where v.origin is not null order by s.name";
+/// A store's current version, read once the transaction holds the store's row.
+pub(super) const CURRENT_VERSION: &str = "select current_version from stores where name = $1";
 /// A registration that creates a store ends its deletion mark, in the transaction that makes it
 /// current: a reader sees the mark or the store, never neither.
 pub(super) const UNMARK_DELETED: &str = "delete from deleted_stores where name = $1";

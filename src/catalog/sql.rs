@@ -5,10 +5,13 @@
 use async_trait::async_trait;
 use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
 
-use super::rows::{self, BLOCK, CatalogRow, NODES, ORIGIN, ORIGINS, SOURCES, Statements, TILES};
+use super::rows::{
+    self, BLOCK, CURRENT_VERSION, CatalogRow, NODES, ORIGIN, ORIGINS, Opened, SOURCES, Statements, TILES,
+    UNMARK_DELETED,
+};
 use super::{
-    Catalog, CatalogError, Change, ListedVersion, NewVersion, ObjectStoreRecord, Origins, Retention, StoreHead,
-    StoreRecord, StoredNode, Stores, VersionOptions, Written,
+    Catalog, CatalogError, Change, Expected, ListedVersion, NewVersion, ObjectStoreRecord, Origins, Retention,
+    StoreHead, StoreRecord, StoredNode, Stores, VersionOptions, Written,
 };
 use crate::zarr::document::SourceFacts;
 
@@ -146,4 +149,36 @@ where
     async fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<Change>> {
         B::changes(self).await
     }
+}
+
+/// Ends the opening of a write of a whole store, once its transaction holds the store's row
+/// (`created` when it made it): checks what the write expects of the current version, and
+/// ends the deletion mark of a store created, or answers [`Opened::Unchanged`] when the
+/// current version already has the origin asked for.
+pub(super) async fn opened<B>(
+    tx: &mut B::Connection,
+    sql: &Statements,
+    name: &str,
+    created: bool,
+    options: &VersionOptions,
+) -> Result<Opened, CatalogError>
+where
+    B: Backend,
+    for<'c> &'c mut B::Connection: Executor<'c, Database = B>,
+    for<'q> &'q str: Encode<'q, B> + Type<B>,
+{
+    if options.expected.is_some() {
+        // The row is this transaction's now: the version read is the one replaced.
+        let row = sqlx::query(CURRENT_VERSION).bind(name).fetch_one(&mut *tx).await?;
+        Expected::check(options.expected, name, row.field("current_version")?)?;
+    }
+    if created {
+        sqlx::query(UNMARK_DELETED).bind(name).execute(&mut *tx).await?;
+    } else if options.unless_same_origin {
+        let row = sqlx::query(sql.current_origin.clone()).bind(name).fetch_optional(&mut *tx).await?;
+        if let Some(written) = rows::unchanged(row.as_ref(), options)? {
+            return Ok(Opened::Unchanged(written));
+        }
+    }
+    Ok(Opened::Store { created })
 }

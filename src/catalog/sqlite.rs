@@ -9,13 +9,13 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection, Transaction};
 
 use super::rows::{
-    self, COPY_SOURCES, DELETE_OBJECT_STORE, DELETE_STORE, Dialect, EncodedBlock, NodeColumns, Opened,
-    SOURCES_CONFLICT, SourceColumns, Statements, UNMARK_DELETED,
+    self, COPY_SOURCES, CURRENT_VERSION, DELETE_OBJECT_STORE, DELETE_STORE, Dialect, EncodedBlock, NodeColumns, Opened,
+    SOURCES_CONFLICT, SourceColumns, Statements,
 };
-use super::sql::{Backend, SqlCatalog};
+use super::sql::{self, Backend, SqlCatalog};
 use super::{
-    CatalogError, DerivedVersion, Expected, NewVersion, ObjectStoreRecord, Retention, VersionHead, VersionOptions,
-    Written, unique_violation,
+    CatalogError, DerivedVersion, NewVersion, ObjectStoreRecord, Retention, VersionHead, VersionOptions, Written,
+    unique_violation,
 };
 use crate::zarr::validate::{Summary, ValidNode};
 
@@ -176,23 +176,7 @@ async fn open_store(
             .await?
             .rows_affected()
             == 1;
-    if options.expected.is_some() {
-        // The row is this transaction's now: the version read is the one replaced.
-        let current: Option<i64> = sqlx::query_scalar("select current_version from stores where name = ?")
-            .bind(name)
-            .fetch_one(&mut *tx)
-            .await?;
-        Expected::check(options.expected, name, current)?;
-    }
-    if created {
-        sqlx::query(UNMARK_DELETED).bind(name).execute(&mut *tx).await?;
-    } else if options.unless_same_origin {
-        let row = sqlx::query(sql.current_origin.clone()).bind(name).fetch_optional(&mut *tx).await?;
-        if let Some(written) = rows::unchanged(row.as_ref(), options)? {
-            return Ok(Opened::Unchanged(written));
-        }
-    }
-    Ok(Opened::Store { created })
+    sql::opened::<Sqlite>(&mut *tx, sql, name, created, options).await
 }
 
 /// Removes from a derived version the tiles its base shared but for those dropped.
@@ -237,10 +221,7 @@ impl Backend for Sqlite {
             },
             NewVersion::Derived(version) => {
                 let current: Option<Option<i64>> =
-                    sqlx::query_scalar("select current_version from stores where name = ?")
-                        .bind(name)
-                        .fetch_optional(&mut *tx)
-                        .await?;
+                    sqlx::query_scalar(CURRENT_VERSION).bind(name).fetch_optional(&mut *tx).await?;
                 rows::check_base(name, version.base, current.flatten(), &options)?;
                 false
             }
