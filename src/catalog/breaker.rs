@@ -131,13 +131,8 @@ impl Catalog for Guarded {
     async fn origins_of(&self, which: Origins) -> Result<Vec<(String, String)>, CatalogError> {
         self.guard(self.inner.origins_of(which)).await
     }
-    async fn write(
-        &self,
-        name: &str,
-        content: NewVersion<'_>,
-        options: VersionOptions,
-    ) -> Result<Written, CatalogError> {
-        self.guard(self.inner.write(name, content, options)).await
+    async fn write(&self, name: &str, new: NewVersion<'_>, options: VersionOptions) -> Result<Written, CatalogError> {
+        self.guard(self.inner.write(name, new, options)).await
     }
     async fn prune(&self, name: &str, retention: Retention) -> Result<Vec<i64>, CatalogError> {
         self.guard(self.inner.prune(name, retention)).await

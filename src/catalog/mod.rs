@@ -1,5 +1,11 @@
 //! Persistence of object stores, stores, versions, nodes and manifest blocks, behind one narrow
-//! trait with a PostgreSQL and an SQLite implementation. Nothing here knows about HTTP.
+//! trait ([`Catalog`]) with a PostgreSQL and an SQLite implementation. Nothing here knows about
+//! HTTP.
+//!
+//! [`SqlCatalog`] implements the trait once for both databases, with the statements they share;
+//! each database's file (`postgres.rs`, `sqlite.rs`) holds only what it does its own way (the
+//! writes, their transactions, its dialect). What the trait answers already (`current_version`,
+//! `store`, `write_version`, ...) is said once in `convenience.rs`, for any catalog.
 
 mod breaker;
 mod convenience;
@@ -319,10 +325,10 @@ pub enum NewVersion<'a> {
     Derived(&'a DerivedVersion<'a>),
 }
 
-/// The catalog: the narrow interface the rest of the server needs, which each backend
-/// implements with the SQL and the transactions it needs. The questions answered the same way
-/// whatever the backend (`current_version`, `store`, `write_version`, ...) are asked through
-/// it in `convenience.rs`.
+/// The catalog: the narrow interface the rest of the server needs, implemented by
+/// [`SqlCatalog`] for both databases and wrapped by the breaker ([`Guarded`]). The questions it
+/// answers already (`current_version`, `store`, `write_version`, ...) are methods of
+/// `dyn Catalog` (`convenience.rs`).
 #[async_trait]
 pub trait Catalog: Send + Sync + 'static {
     /// `"postgres"` or `"sqlite"`, for logs and metrics.
@@ -348,13 +354,8 @@ pub trait Catalog: Send + Sync + 'static {
     async fn versions(&self, store: &str, limit: u32) -> Result<Vec<ListedVersion>, CatalogError>;
     /// The origins `which` names, each with its store's name, in name order.
     async fn origins_of(&self, which: Origins) -> Result<Vec<(String, String)>, CatalogError>;
-    /// Writes `content` as a new version of store `name` and makes it current, atomically.
-    async fn write(
-        &self,
-        name: &str,
-        content: NewVersion<'_>,
-        options: VersionOptions,
-    ) -> Result<Written, CatalogError>;
+    /// Writes version `new` of store `name` and makes it current, atomically.
+    async fn write(&self, name: &str, new: NewVersion<'_>, options: VersionOptions) -> Result<Written, CatalogError>;
     /// Deletes the versions of `name` that `retention` does not keep (never the current one) and
     /// the blocks no remaining version uses; the ids of the versions deleted.
     async fn prune(&self, name: &str, retention: Retention) -> Result<Vec<i64>, CatalogError>;

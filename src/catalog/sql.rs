@@ -1,6 +1,7 @@
 //! The catalog over SQL, written once for both databases: every read, whose statements the two
-//! dialects share (spelled once per catalog in [`Statements`]), and the hand-over of every write
-//! to the database's [`Backend`], whose statements and transactions differ.
+//! dialects share (spelled once per catalog in [`Statements`]), the opening of a write that both
+//! run alike ([`opened`]), and the hand-over of every write to the database's [`Backend`], whose
+//! statements and transactions differ.
 
 use async_trait::async_trait;
 use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
@@ -116,13 +117,8 @@ where
         Ok(query.fetch_all(&self.pool).await?.iter().map(rows::origin).collect::<Result<_, _>>()?)
     }
 
-    async fn write(
-        &self,
-        name: &str,
-        content: NewVersion<'_>,
-        options: VersionOptions,
-    ) -> Result<Written, CatalogError> {
-        B::write(self, name, content, options).await
+    async fn write(&self, name: &str, new: NewVersion<'_>, options: VersionOptions) -> Result<Written, CatalogError> {
+        B::write(self, name, new, options).await
     }
 
     async fn prune(&self, name: &str, retention: Retention) -> Result<Vec<i64>, CatalogError> {
