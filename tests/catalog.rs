@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 use common::{Backend, PgTestDb};
 use serde_json::{Value, json};
-use zarrgate::catalog::{Catalog, DerivedVersion, ListedVersion, Retention, StoreHead, VersionOptions};
+use zarrgate::catalog::{
+    Catalog, CatalogError, DerivedVersion, Expected, ListedVersion, ObjectStoreRecord, Retention, StoreHead,
+    VersionOptions,
+};
 use zarrgate::zarr::document::SourceFacts;
 use zarrgate::zarr::spill::Scratch;
 use zarrgate::zarr::validate::{ValidatedStore, validate_tiled};
@@ -307,5 +310,36 @@ both_catalogs! {
         eprintln!("{}: heads read: {versions} versions, {deleted} deleted, {unknown} unknown", catalog.backend());
         assert!(versions > 0 && deleted > 0, "the readers saw both states: {versions} versions, {deleted} deleted");
         assert_eq!(unknown, 0, "{unknown} reads saw neither the store nor its deletion");
+    }
+
+    async fn writes_keep_to_their_origin_and_their_preconditions(catalog) {
+        let origin = Some(r#"{"repository":"s3://bucket/repo","branch":"main"}"#.to_owned());
+        let synced = VersionOptions { origin: origin.clone(), unless_same_origin: true, ..VersionOptions::default() };
+        let first = catalog.write_version("o", &demo(), synced.clone()).await.unwrap();
+        assert!(first.created && !first.unchanged);
+        assert_eq!(catalog.origin(first.head.id).await.unwrap(), origin);
+        assert_eq!(catalog.origins().await.unwrap(), [("o".to_owned(), origin.clone().unwrap())]);
+        let again = catalog.write_version("o", &demo(), synced).await.unwrap();
+        assert!(again.unchanged && !again.created, "the same origin writes nothing");
+        assert_eq!(again.head, first.head);
+
+        let absent = VersionOptions { expected: Some(Expected::Absent), ..VersionOptions::default() };
+        let refused = catalog.write_version("o", &demo(), absent.clone()).await.unwrap_err();
+        assert!(matches!(refused, CatalogError::PreconditionFailed { current: Some(id), .. } if id == first.head.id));
+        let current = VersionOptions { expected: Some(Expected::Version(first.head.id)), ..VersionOptions::default() };
+        let plain = catalog.write_version("o", &demo(), current).await.unwrap();
+        assert_eq!(catalog.origin(plain.head.id).await.unwrap(), None);
+        assert_eq!(catalog.origins().await.unwrap(), vec![], "only current versions' origins are followed");
+        assert!(catalog.write_version("new", &demo(), absent).await.unwrap().created);
+        assert_eq!(catalog.stores_using("s3://bucket/").await.unwrap(), ["new", "o"]);
+        assert_eq!(catalog.stores_using("s3://other/").await.unwrap(), Vec::<String>::new());
+
+        let record = ObjectStoreRecord { name: "b".into(), url: "s3://bucket/".into(), options: Default::default() };
+        assert!(catalog.put_object_store(&record).await.unwrap(), "new");
+        assert!(!catalog.put_object_store(&record).await.unwrap(), "replaced");
+        assert_eq!(catalog.object_stores().await.unwrap(), [record]);
+        assert!(catalog.delete_object_store("b").await.unwrap());
+        assert!(!catalog.delete_object_store("b").await.unwrap(), "nothing left to delete");
+        assert_eq!(catalog.object_stores().await.unwrap(), vec![]);
     }
 }

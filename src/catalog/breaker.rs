@@ -9,12 +9,11 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use super::{
-    Catalog, CatalogError, Change, DerivedVersion, ListedVersion, ObjectStoreRecord, Retention, StoreHead, StoreRecord,
-    StoredNode, VersionHead, VersionOptions, Written,
+    Catalog, CatalogError, Change, ListedVersion, NewVersion, ObjectStoreRecord, Origins, Retention, StoreHead,
+    StoreRecord, StoredNode, Stores, VersionOptions, Written,
 };
 use crate::metrics::Metrics;
 use crate::zarr::document::SourceFacts;
-use crate::zarr::validate::ValidatedStore;
 
 /// How often a call goes through to an unreachable database to see whether it is back.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -108,12 +107,6 @@ impl Catalog for Guarded {
     async fn ping(&self) -> Result<(), CatalogError> {
         self.guard(self.inner.ping()).await
     }
-    async fn current_version(&self, store: &str) -> Result<Option<VersionHead>, CatalogError> {
-        self.guard(self.inner.current_version(store)).await
-    }
-    async fn version(&self, store: &str, id: i64) -> Result<Option<VersionHead>, CatalogError> {
-        self.guard(self.inner.version(store, id)).await
-    }
     async fn head(&self, store: &str, pinned: Option<i64>) -> Result<StoreHead, CatalogError> {
         self.guard(self.inner.head(store, pinned)).await
     }
@@ -129,54 +122,29 @@ impl Catalog for Guarded {
     async fn sources(&self, version: i64) -> Result<Vec<(String, SourceFacts)>, CatalogError> {
         self.guard(self.inner.sources(version)).await
     }
-    async fn write_version(
-        &self,
-        name: &str,
-        store: &ValidatedStore,
-        options: VersionOptions,
-    ) -> Result<Written, CatalogError> {
-        self.guard(self.inner.write_version(name, store, options)).await
-    }
-    async fn origin(&self, version: i64) -> Result<Option<String>, CatalogError> {
-        self.guard(self.inner.origin(version)).await
-    }
-    async fn origins(&self) -> Result<Vec<(String, String)>, CatalogError> {
-        self.guard(self.inner.origins()).await
-    }
-    async fn write_derived(
-        &self,
-        name: &str,
-        version: &DerivedVersion<'_>,
-        options: VersionOptions,
-    ) -> Result<Written, CatalogError> {
-        self.guard(self.inner.write_derived(name, version, options)).await
-    }
-    async fn prune(&self, name: &str, retention: Retention) -> Result<Vec<i64>, CatalogError> {
-        self.guard(self.inner.prune(name, retention)).await
-    }
-    async fn list_stores(&self, after: Option<&str>, limit: u32) -> Result<Vec<StoreRecord>, CatalogError> {
-        self.guard(self.inner.list_stores(after, limit)).await
-    }
-    async fn store(&self, name: &str) -> Result<Option<StoreRecord>, CatalogError> {
-        self.guard(self.inner.store(name)).await
+    async fn stores(&self, which: Stores<'_>) -> Result<Vec<StoreRecord>, CatalogError> {
+        self.guard(self.inner.stores(which)).await
     }
     async fn versions(&self, store: &str, limit: u32) -> Result<Vec<ListedVersion>, CatalogError> {
         self.guard(self.inner.versions(store, limit)).await
     }
+    async fn origins_of(&self, which: Origins) -> Result<Vec<(String, String)>, CatalogError> {
+        self.guard(self.inner.origins_of(which)).await
+    }
+    async fn write(&self, name: &str, new: NewVersion<'_>, options: VersionOptions) -> Result<Written, CatalogError> {
+        self.guard(self.inner.write(name, new, options)).await
+    }
+    async fn prune(&self, name: &str, retention: Retention) -> Result<Vec<i64>, CatalogError> {
+        self.guard(self.inner.prune(name, retention)).await
+    }
     async fn delete_store(&self, name: &str) -> Result<bool, CatalogError> {
         self.guard(self.inner.delete_store(name)).await
     }
-    async fn deleted_at(&self, name: &str) -> Result<Option<i64>, CatalogError> {
-        self.guard(self.inner.deleted_at(name)).await
-    }
-    async fn stores_using(&self, prefix: &str) -> Result<Vec<String>, CatalogError> {
-        self.guard(self.inner.stores_using(prefix)).await
+    async fn object_stores(&self) -> Result<Vec<ObjectStoreRecord>, CatalogError> {
+        self.guard(self.inner.object_stores()).await
     }
     async fn put_object_store(&self, record: &ObjectStoreRecord) -> Result<bool, CatalogError> {
         self.guard(self.inner.put_object_store(record)).await
-    }
-    async fn object_stores(&self) -> Result<Vec<ObjectStoreRecord>, CatalogError> {
-        self.guard(self.inner.object_stores()).await
     }
     async fn delete_object_store(&self, name: &str) -> Result<bool, CatalogError> {
         self.guard(self.inner.delete_object_store(name)).await

@@ -1,9 +1,17 @@
 //! Persistence of object stores, stores, versions, nodes and manifest blocks, behind one narrow
-//! trait with a PostgreSQL and an SQLite implementation. Nothing here knows about HTTP.
+//! trait ([`Catalog`]) with a PostgreSQL and an SQLite implementation. Nothing here knows about
+//! HTTP.
+//!
+//! [`SqlCatalog`] implements the trait once for both databases, with the statements they share;
+//! each database's file (`postgres.rs`, `sqlite.rs`) holds only what it does its own way (the
+//! writes, their transactions, its dialect). What the trait answers already (`current_version`,
+//! `store`, `write_version`, ...) is said once in `convenience.rs`, for any catalog.
 
 mod breaker;
+mod convenience;
 mod postgres;
 mod rows;
+mod sql;
 mod sqlite;
 
 use std::sync::Arc;
@@ -16,6 +24,7 @@ use crate::zarr::validate::{Summary, ValidNode, ValidatedStore};
 
 pub use breaker::{Guarded, PROBE_INTERVAL};
 pub use postgres::PostgresCatalog;
+pub use sql::SqlCatalog;
 pub use sqlite::SqliteCatalog;
 
 /// A catalog failure.
@@ -282,17 +291,50 @@ pub struct Written {
     pub unchanged: bool,
 }
 
-/// The catalog: the narrow interface the rest of the server needs.
+/// Which stores [`Catalog::stores`] reads, each with its current version's summary, in name order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stores<'a> {
+    /// The store of this name (none or one).
+    Named(&'a str),
+    /// A page: the stores named after `after` (from the first when `None`), at most `limit`.
+    After {
+        /// The last name of the page before.
+        after: Option<&'a str>,
+        /// The most stores read.
+        limit: u32,
+    },
+    /// The stores with a version (current or not) referencing a URL under this prefix.
+    Using(&'a str),
+}
+
+/// Whose origins [`Catalog::origins_of`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origins {
+    /// The origin of this version, if it has one.
+    Version(i64),
+    /// The origin of every store's current version that has one.
+    Current,
+}
+
+/// What a new version written by [`Catalog::write`] holds.
+#[derive(Debug, Clone, Copy)]
+pub enum NewVersion<'a> {
+    /// A whole store, validated; the write creates the store if it does not exist.
+    Whole(&'a ValidatedStore),
+    /// An incremental update of the current version, which must still be its base.
+    Derived(&'a DerivedVersion<'a>),
+}
+
+/// The catalog: the narrow interface the rest of the server needs, implemented by
+/// [`SqlCatalog`] for both databases and wrapped by the breaker ([`Guarded`]). The questions it
+/// answers already (`current_version`, `store`, `write_version`, ...) are methods of
+/// `dyn Catalog` (`convenience.rs`).
 #[async_trait]
 pub trait Catalog: Send + Sync + 'static {
     /// `"postgres"` or `"sqlite"`, for logs and metrics.
     fn backend(&self) -> &'static str;
     /// Checks that the database answers.
     async fn ping(&self) -> Result<(), CatalogError>;
-    /// The current version of `store`.
-    async fn current_version(&self, store: &str) -> Result<Option<VersionHead>, CatalogError>;
-    /// Version `id` of `store`, if it exists and belongs to that store.
-    async fn version(&self, store: &str, id: i64) -> Result<Option<VersionHead>, CatalogError>;
     /// What a read of `store` (its current version, or version `pinned` of it) finds, read in one
     /// statement: while another writer deletes the store and registers it again, a reader sees
     /// the old version, the deletion or the new version, never a transient [`StoreHead::Unknown`].
@@ -305,46 +347,25 @@ pub trait Catalog: Send + Sync + 'static {
     async fn tiles(&self, version: i64) -> Result<Vec<(String, u64)>, CatalogError>;
     /// The sources a version references, with their recorded facts.
     async fn sources(&self, version: i64) -> Result<Vec<(String, SourceFacts)>, CatalogError>;
-    /// Writes `store` as a new version of `name` and makes it current, atomically.
-    async fn write_version(
-        &self,
-        name: &str,
-        store: &ValidatedStore,
-        options: VersionOptions,
-    ) -> Result<Written, CatalogError>;
-    /// The origin recorded with version `version`, if any.
-    async fn origin(&self, version: i64) -> Result<Option<String>, CatalogError>;
-    /// Every store whose current version has an origin, with it, in name order.
-    async fn origins(&self) -> Result<Vec<(String, String)>, CatalogError>;
-    /// Writes a version derived from `version.base` (which must still be current), sharing the
-    /// base's blocks but for the tiles dropped.
-    async fn write_derived(
-        &self,
-        name: &str,
-        version: &DerivedVersion<'_>,
-        options: VersionOptions,
-    ) -> Result<Written, CatalogError>;
-    /// Deletes the versions of `name` that `retention` does not keep (never the current one) and
-    /// the blocks no remaining version uses; the ids of the versions deleted.
-    async fn prune(&self, name: &str, retention: Retention) -> Result<Vec<i64>, CatalogError>;
-    /// Stores in name order after `after`, at most `limit`.
-    async fn list_stores(&self, after: Option<&str>, limit: u32) -> Result<Vec<StoreRecord>, CatalogError>;
+    /// The stores `which` names, with their current summaries, in name order.
+    async fn stores(&self, which: Stores<'_>) -> Result<Vec<StoreRecord>, CatalogError>;
     /// The newest versions of `store`, at most `limit`, newest first (retention bounds how many
     /// there are); empty when there is no such store.
     async fn versions(&self, store: &str, limit: u32) -> Result<Vec<ListedVersion>, CatalogError>;
-    /// One store with its current summary.
-    async fn store(&self, name: &str) -> Result<Option<StoreRecord>, CatalogError>;
+    /// The origins `which` names, each with its store's name, in name order.
+    async fn origins_of(&self, which: Origins) -> Result<Vec<(String, String)>, CatalogError>;
+    /// Writes version `new` of store `name` and makes it current, atomically.
+    async fn write(&self, name: &str, new: NewVersion<'_>, options: VersionOptions) -> Result<Written, CatalogError>;
+    /// Deletes the versions of `name` that `retention` does not keep (never the current one) and
+    /// the blocks no remaining version uses; the ids of the versions deleted.
+    async fn prune(&self, name: &str, retention: Retention) -> Result<Vec<i64>, CatalogError>;
     /// Deletes a store with all its versions and remembers when (until a store of that name is
     /// registered again); false if there was none.
     async fn delete_store(&self, name: &str) -> Result<bool, CatalogError>;
-    /// When `name` was deleted (unix milliseconds), if it was and has not been registered again.
-    async fn deleted_at(&self, name: &str) -> Result<Option<i64>, CatalogError>;
-    /// Names of the stores with a version referencing a URL under `prefix`.
-    async fn stores_using(&self, prefix: &str) -> Result<Vec<String>, CatalogError>;
-    /// Registers or replaces an object store; true if it is new.
-    async fn put_object_store(&self, record: &ObjectStoreRecord) -> Result<bool, CatalogError>;
     /// Every object store registered over the API.
     async fn object_stores(&self) -> Result<Vec<ObjectStoreRecord>, CatalogError>;
+    /// Registers or replaces an object store; true if it is new.
+    async fn put_object_store(&self, record: &ObjectStoreRecord) -> Result<bool, CatalogError>;
     /// Removes an object store; false if there was none.
     async fn delete_object_store(&self, name: &str) -> Result<bool, CatalogError>;
     /// Changes made through other replicas, when the backend can tell (PostgreSQL

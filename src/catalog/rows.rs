@@ -12,12 +12,12 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, Decode, Postgres, Row, SqlSafeStr, SqlStr, Sqlite, Type};
 
 use super::{
-    CatalogError, DerivedVersion, ListedVersion, ObjectStoreRecord, StoreHead, StoreRecord, StoredNode, VersionHead,
-    VersionOptions, Written,
+    CatalogError, Expected, ListedVersion, NewVersion, ObjectStoreRecord, StoreHead, StoreRecord, StoredNode,
+    VersionHead, VersionOptions, Written,
 };
 use crate::zarr::document::SourceFacts;
 use crate::zarr::metadata::NodeKind;
-use crate::zarr::validate::{ValidNode, ValidatedStore};
+use crate::zarr::validate::{Summary, ValidNode};
 
 /// Rows read between two turns given back to the async worker by [`collect_yielding`].
 const YIELD_ROWS: usize = 256;
@@ -57,11 +57,16 @@ pub(super) const COPY_SOURCES: &str = "insert into sources (version_id, url, eta
 /// Ends an insert into `sources`: a URL already recorded for the version gets the newer facts.
 pub(super) const SOURCES_CONFLICT: &str = " on conflict (version_id, url) do update set etag = excluded.etag, \
                                            last_modified = excluded.last_modified, size = excluded.size";
+/// The origin of one version, with its store's name.
+pub(super) const ORIGIN: &str = "select store, origin from versions where id = $1 and origin is not null";
+/// The origin of every store's current version that has one.
+pub(super) const ORIGINS: &str = "select s.name as store, v.origin from stores s \
+                                  join versions v on v.id = s.current_version \
+                                  where v.origin is not null order by s.name";
+/// A store's current version, read once the transaction holds the store's row.
+pub(super) const CURRENT_VERSION: &str = "select current_version from stores where name = $1";
 /// A registration that creates a store ends its deletion mark, in the transaction that makes it
 /// current: a reader sees the mark or the store, never neither.
-pub(super) const ORIGIN: &str = "select origin from versions where id = $1";
-pub(super) const ORIGINS: &str = "select s.name, v.origin from stores s join versions v on v.id = s.current_version \
-                                  where v.origin is not null order by s.name";
 pub(super) const UNMARK_DELETED: &str = "delete from deleted_stores where name = $1";
 pub(super) const DELETE_STORE: &str = "delete from stores where name = $1";
 pub(super) const DELETE_OBJECT_STORE: &str = "delete from object_stores where name = $1";
@@ -72,6 +77,8 @@ pub(super) struct Dialect {
     pub millis: fn(&str) -> String,
     /// A JSON column as text.
     pub json_text: fn(&str) -> String,
+    /// Whether a text column starts with a text parameter.
+    pub starts_with: fn(&str, &str) -> String,
 }
 
 /// The statements whose text depends on the [`Dialect`], spelled once per catalog.
@@ -79,15 +86,14 @@ pub(super) struct Dialect {
 pub(super) struct Statements {
     /// The columns of a [`VersionHead`] read from `versions v`.
     pub head_columns: String,
-    pub current_version: SqlStr,
     /// The current version's head and origin, read inside the transaction that would replace it.
     pub current_origin: SqlStr,
-    pub version: SqlStr,
     pub head: SqlStr,
     pub store: SqlStr,
     pub list_stores: SqlStr,
+    /// The stores with a version referencing a URL under a prefix.
+    pub stores_using: SqlStr,
     pub versions: SqlStr,
-    pub deleted_at: SqlStr,
     pub object_stores: SqlStr,
 }
 
@@ -102,13 +108,9 @@ impl Statements {
             millis("s.created_at"),
         );
         Self {
-            current_version: sql(format!(
-                "select {head} from stores s join versions v on v.id = s.current_version where s.name = $1"
-            )),
             current_origin: sql(format!(
                 "select {head}, v.origin from stores s join versions v on v.id = s.current_version where s.name = $1"
             )),
-            version: sql(format!("select {head} from versions v where v.id = $1 and v.store = $2")),
             // One statement, so one snapshot: a registration ends the deletion mark and a deletion
             // sets it in the transaction that changes the store, and this row has one or the other.
             head: sql(format!(
@@ -120,12 +122,16 @@ impl Statements {
             )),
             store: sql(format!("{record} where s.name = $1")),
             list_stores: sql(format!("{record} where s.name > $1 order by s.name limit $2")),
+            stores_using: sql(format!(
+                "{record} where s.name in (select w.store from sources u join versions w on w.id = u.version_id \
+                 where {}) order by s.name",
+                (d.starts_with)("u.url", "$1")
+            )),
             // Newest first, by the `versions_store_idx` index: ids grow with time.
             versions: sql(format!(
                 "select {head}, v.id = s.current_version as current from versions v \
                  join stores s on s.name = v.store where v.store = $1 order by v.id desc limit $2"
             )),
-            deleted_at: sql(format!("select {} from deleted_stores d where d.name = $1", millis("d.deleted_at"))),
             object_stores: sql(format!(
                 "select name, url, {} as options from object_stores order by name",
                 (d.json_text)("options")
@@ -188,6 +194,31 @@ pub(super) fn unchanged(
     Ok(Some(Written { head: version_head(row)?, created: false, unchanged: true }))
 }
 
+/// How a write of a whole store begins, once it holds the store's row.
+pub(super) enum Opened {
+    /// The write goes on; `created` when the store did not exist before.
+    Store { created: bool },
+    /// Nothing is to be written: the current version has the origin asked for.
+    Unchanged(Written),
+}
+
+/// `Ok` when a derived version may be written over `base`: the store's `current` version is
+/// as the write expects and is still `base` ([`CatalogError::Conflict`] otherwise).
+pub(super) fn check_base(
+    name: &str,
+    base: i64,
+    current: Option<i64>,
+    options: &VersionOptions,
+) -> Result<(), CatalogError> {
+    Expected::check(options.expected, name, current)?;
+    if current != Some(base) {
+        return Err(CatalogError::Conflict(format!(
+            "the current version of store {name:?}, which changed during this update"
+        )));
+    }
+    Ok(())
+}
+
 /// A row of [`Statements::versions`].
 pub(super) fn listed_version(row: &impl CatalogRow) -> Result<ListedVersion, sqlx::Error> {
     Ok(ListedVersion { head: version_head(row)?, current: row.field("current")? })
@@ -232,6 +263,11 @@ pub(super) fn source(row: &impl CatalogRow) -> Result<(String, SourceFacts), sql
         size: row.field::<Option<i64>>("size")?.map(|s| s as u64),
     };
     Ok((row.field("url")?, facts))
+}
+
+/// A row of [`ORIGIN`] or [`ORIGINS`]: a store's name and an origin.
+pub(super) fn origin(row: &impl CatalogRow) -> Result<(String, String), sqlx::Error> {
+    Ok((row.field("store")?, row.field("origin")?))
 }
 
 pub(super) fn object_store(row: &impl CatalogRow) -> Result<ObjectStoreRecord, CatalogError> {
@@ -280,14 +316,13 @@ pub(super) struct SourceColumns<'a> {
 }
 
 impl<'a> SourceColumns<'a> {
-    /// Every source a store references, with the facts recorded for it (if any).
-    pub fn of_store(store: &'a ValidatedStore) -> Self {
-        Self::new(store.urls().iter().map(|u| (u.as_str(), store.sources.get(u))))
-    }
-
-    /// The sources new to a derived version.
-    pub fn of_derived(version: &'a DerivedVersion<'_>) -> Self {
-        Self::new(version.sources.iter().map(|(u, f)| (u.as_str(), Some(f))))
+    /// The sources a new version records: every source of a whole store, with the facts
+    /// recorded for it (if any); those new to a derived version (it shares its base's).
+    pub fn of(content: NewVersion<'a>) -> Self {
+        match content {
+            NewVersion::Whole(store) => Self::new(store.urls().iter().map(|u| (u.as_str(), store.sources.get(u)))),
+            NewVersion::Derived(version) => Self::new(version.sources.iter().map(|(u, f)| (u.as_str(), Some(f)))),
+        }
     }
 
     fn new(sources: impl Iterator<Item = (&'a str, Option<&'a SourceFacts>)>) -> Self {
@@ -313,31 +348,41 @@ pub(super) struct EncodedBlock {
     pub data: Vec<u8>,
 }
 
-/// The store's blocks, read back from scratch space, in batches of at most `max_rows` blocks
-/// and [`BLOCK_BATCH_BYTES`].
-pub(super) fn block_batches(
-    store: &ValidatedStore,
-    max_rows: usize,
-) -> impl Iterator<Item = Result<Vec<EncodedBlock>, CatalogError>> + '_ {
-    batches(
-        store.blocks().map(|b| {
-            let b = b?;
-            Ok(EncodedBlock { node: b.node.as_str().to_owned(), tile: b.tile as i64, data: b.data })
-        }),
-        max_rows,
-    )
-}
+impl<'a> NewVersion<'a> {
+    /// The counts of the new version.
+    pub(super) fn summary(self) -> &'a Summary {
+        match self {
+            Self::Whole(store) => &store.summary,
+            Self::Derived(version) => &version.summary,
+        }
+    }
 
-/// The new blocks of a derived version, in batches as [`block_batches`].
-pub(super) fn derived_block_batches<'a>(
-    version: &'a DerivedVersion<'_>,
-    max_rows: usize,
-) -> impl Iterator<Item = Result<Vec<EncodedBlock>, CatalogError>> + 'a {
-    let blocks = version
-        .blocks
-        .iter()
-        .map(|(node, tile, data)| Ok(EncodedBlock { node: node.clone(), tile: *tile as i64, data: data.clone() }));
-    batches(blocks, max_rows)
+    /// Every node of the new version.
+    pub(super) fn nodes(self) -> &'a [ValidNode] {
+        match self {
+            Self::Whole(store) => &store.nodes,
+            Self::Derived(version) => version.nodes,
+        }
+    }
+
+    /// The blocks the new version writes (a whole store's read back from scratch space, a
+    /// derived version's new ones), in batches of at most `max_rows` blocks and
+    /// [`BLOCK_BATCH_BYTES`].
+    pub(super) fn block_batches(
+        self,
+        max_rows: usize,
+    ) -> impl Iterator<Item = Result<Vec<EncodedBlock>, CatalogError>> + Send + 'a {
+        let blocks: Box<dyn Iterator<Item = Result<EncodedBlock, CatalogError>> + Send + 'a> = match self {
+            Self::Whole(store) => Box::new(store.blocks().map(|b| {
+                let b = b?;
+                Ok(EncodedBlock { node: b.node.as_str().to_owned(), tile: b.tile as i64, data: b.data })
+            })),
+            Self::Derived(version) => Box::new(version.blocks.iter().map(|(node, tile, data)| {
+                Ok(EncodedBlock { node: node.clone(), tile: *tile as i64, data: data.clone() })
+            })),
+        };
+        batches(blocks, max_rows)
+    }
 }
 
 fn batches(

@@ -5,32 +5,32 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::query_builder::Separated;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection, Transaction};
 
 use super::rows::{
-    self, BLOCK, COPY_SOURCES, DELETE_OBJECT_STORE, DELETE_STORE, Dialect, EncodedBlock, NODES, NodeColumns, ORIGIN,
-    ORIGINS, SOURCES, SOURCES_CONFLICT, SourceColumns, Statements, TILES, UNMARK_DELETED,
+    self, COPY_SOURCES, CURRENT_VERSION, DELETE_OBJECT_STORE, DELETE_STORE, Dialect, EncodedBlock, NodeColumns, Opened,
+    SOURCES_CONFLICT, SourceColumns, Statements,
 };
+use super::sql::{self, Backend, SqlCatalog};
 use super::{
-    Catalog, CatalogError, DerivedVersion, Expected, ListedVersion, ObjectStoreRecord, Retention, StoreHead,
-    StoreRecord, StoredNode, VersionHead, VersionOptions, Written, unique_violation,
+    CatalogError, DerivedVersion, NewVersion, ObjectStoreRecord, Retention, VersionHead, VersionOptions, Written,
+    unique_violation,
 };
-use crate::zarr::document::SourceFacts;
-use crate::zarr::validate::{Summary, ValidNode, ValidatedStore};
+use crate::zarr::validate::{Summary, ValidNode};
 
 /// The most values one statement binds: SQLITE_MAX_VARIABLE_NUMBER of the bundled SQLite.
 const MAX_VARIABLES: usize = 32_766;
 
 /// Timestamps are unix milliseconds already, JSON is text.
-const DIALECT: Dialect = Dialect { millis: |column| column.to_owned(), json_text: |column| column.to_owned() };
+const DIALECT: Dialect = Dialect {
+    millis: |column| column.to_owned(),
+    json_text: |column| column.to_owned(),
+    starts_with: |column, prefix| format!("substr({column}, 1, length({prefix})) = {prefix}"),
+};
 
 /// A catalog in an SQLite file.
-#[derive(Debug, Clone)]
-pub struct SqliteCatalog {
-    pool: SqlitePool,
-    sql: Statements,
-}
+pub type SqliteCatalog = SqlCatalog<Sqlite>;
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
@@ -143,6 +143,42 @@ async fn insert_blocks(
     .await
 }
 
+/// Gives derived version `version` every tile and source of its base, then removes the tiles
+/// of the arrays and tiles dropped.
+async fn share_base(tx: &mut SqliteConnection, version: i64, derived: &DerivedVersion<'_>) -> Result<(), CatalogError> {
+    sqlx::query(
+        "insert into tiles (version_id, node, tile, block_id) \
+         select $1, node, tile, block_id from tiles where version_id = $2",
+    )
+    .bind(version)
+    .bind(derived.base)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(COPY_SOURCES).bind(version).bind(derived.base).execute(&mut *tx).await?;
+    drop_tiles(tx, version, derived).await
+}
+
+/// Creates store `name` if it does not exist, then checks what the write expects of it.
+/// (`begin immediate` has serialised the writers already.)
+async fn open_store(
+    tx: &mut SqliteConnection,
+    sql: &Statements,
+    name: &str,
+    options: &VersionOptions,
+    now: i64,
+) -> Result<Opened, CatalogError> {
+    let created =
+        sqlx::query("insert into stores (name, created_at, updated_at) values (?, ?, ?) on conflict (name) do nothing")
+            .bind(name)
+            .bind(now)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            == 1;
+    sql::opened::<Sqlite>(&mut *tx, sql, name, created, options).await
+}
+
 /// Removes from a derived version the tiles its base shared but for those dropped.
 async fn drop_tiles(tx: &mut SqliteConnection, version: i64, derived: &DerivedVersion<'_>) -> Result<(), CatalogError> {
     for nodes in derived.dropped_nodes.chunks(MAX_VARIABLES - 1) {
@@ -166,147 +202,46 @@ async fn drop_tiles(tx: &mut SqliteConnection, version: i64, derived: &DerivedVe
 }
 
 #[async_trait]
-impl Catalog for SqliteCatalog {
-    fn backend(&self) -> &'static str {
-        "sqlite"
-    }
+impl Backend for Sqlite {
+    const LABEL: &'static str = "sqlite";
 
-    async fn ping(&self) -> Result<(), CatalogError> {
-        sqlx::query("select 1").execute(&self.pool).await?;
-        Ok(())
-    }
-
-    async fn current_version(&self, store: &str) -> Result<Option<VersionHead>, CatalogError> {
-        let row = sqlx::query(self.sql.current_version.clone()).bind(store).fetch_optional(&self.pool).await?;
-        Ok(row.as_ref().map(rows::version_head).transpose()?)
-    }
-
-    async fn version(&self, store: &str, id: i64) -> Result<Option<VersionHead>, CatalogError> {
-        let row = sqlx::query(self.sql.version.clone()).bind(id).bind(store).fetch_optional(&self.pool).await?;
-        Ok(row.as_ref().map(rows::version_head).transpose()?)
-    }
-
-    async fn head(&self, store: &str, pinned: Option<i64>) -> Result<StoreHead, CatalogError> {
-        let row = sqlx::query(self.sql.head.clone()).bind(store).bind(pinned).fetch_one(&self.pool).await?;
-        Ok(rows::store_head(&row)?)
-    }
-
-    async fn nodes(&self, version: i64) -> Result<Vec<StoredNode>, CatalogError> {
-        rows::collect_yielding(sqlx::query(NODES).bind(version).fetch(&self.pool), rows::node).await
-    }
-
-    async fn block(&self, version: i64, node: &str, tile: u64) -> Result<Option<Vec<u8>>, CatalogError> {
-        let query = sqlx::query_scalar(BLOCK).bind(version).bind(node).bind(tile as i64);
-        Ok(query.fetch_optional(&self.pool).await?)
-    }
-
-    async fn tiles(&self, version: i64) -> Result<Vec<(String, u64)>, CatalogError> {
-        let found = sqlx::query(TILES).bind(version).fetch_all(&self.pool).await?;
-        Ok(found.iter().map(rows::tile).collect::<Result<_, _>>()?)
-    }
-
-    async fn sources(&self, version: i64) -> Result<Vec<(String, SourceFacts)>, CatalogError> {
-        let found = sqlx::query(SOURCES).bind(version).fetch_all(&self.pool).await?;
-        Ok(found.iter().map(rows::source).collect::<Result<_, _>>()?)
-    }
-
-    async fn write_version(
-        &self,
+    async fn write(
+        catalog: &SqliteCatalog,
         name: &str,
-        store: &ValidatedStore,
+        content: NewVersion<'_>,
         options: VersionOptions,
     ) -> Result<Written, CatalogError> {
         let now = now_ms();
-        let mut tx = self.pool.begin_with("begin immediate").await?;
-        let created = sqlx::query(
-            "insert into stores (name, created_at, updated_at) values (?, ?, ?) on conflict (name) do nothing",
-        )
-        .bind(name)
-        .bind(now)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if options.expected.is_some() {
-            // The row is this transaction's now: the version read is the one replaced.
-            let current: Option<i64> = sqlx::query_scalar("select current_version from stores where name = ?")
-                .bind(name)
-                .fetch_one(&mut *tx)
-                .await?;
-            Expected::check(options.expected, name, current)?;
-        }
-        if created {
-            sqlx::query(UNMARK_DELETED).bind(name).execute(&mut *tx).await?;
-        } else if options.unless_same_origin {
-            // Dropping the transaction rolls it back.
-            let row = sqlx::query(self.sql.current_origin.clone()).bind(name).fetch_optional(&mut *tx).await?;
-            if let Some(written) = rows::unchanged(row.as_ref(), &options)? {
-                return Ok(written);
+        let mut tx = catalog.pool.begin_with("begin immediate").await?;
+        let created = match content {
+            NewVersion::Whole(_) => match open_store(&mut tx, &catalog.sql, name, &options, now).await? {
+                Opened::Store { created } => created,
+                // Dropping the transaction rolls it back.
+                Opened::Unchanged(written) => return Ok(written),
+            },
+            NewVersion::Derived(version) => {
+                let current: Option<Option<i64>> =
+                    sqlx::query_scalar(CURRENT_VERSION).bind(name).fetch_optional(&mut *tx).await?;
+                rows::check_base(name, version.base, current.flatten(), &options)?;
+                false
             }
+        };
+        let head = insert_version(&mut tx, name, content.summary(), options, now).await?;
+        insert_nodes(&mut tx, head.id, content.nodes()).await?;
+        if let NewVersion::Derived(version) = content {
+            share_base(&mut tx, head.id, version).await?;
         }
-        let head = insert_version(&mut tx, name, &store.summary, options, now).await?;
-        insert_nodes(&mut tx, head.id, &store.nodes).await?;
-        for batch in rows::block_batches(store, MAX_VARIABLES / 4) {
+        for batch in content.block_batches(MAX_VARIABLES / 4) {
             insert_blocks(&mut tx, name, head.id, batch?).await?;
         }
-        insert_sources(&mut tx, head.id, &SourceColumns::of_store(store)).await?;
+        insert_sources(&mut tx, head.id, &SourceColumns::of(content)).await?;
         make_current(&mut tx, name, head.id, now).await?;
         tx.commit().await?;
         Ok(Written { head, created, unchanged: false })
     }
 
-    async fn origin(&self, version: i64) -> Result<Option<String>, CatalogError> {
-        let found: Option<Option<String>> = sqlx::query_scalar(ORIGIN).bind(version).fetch_optional(&self.pool).await?;
-        Ok(found.flatten())
-    }
-
-    async fn origins(&self) -> Result<Vec<(String, String)>, CatalogError> {
-        Ok(sqlx::query_as(ORIGINS).fetch_all(&self.pool).await?)
-    }
-
-    async fn write_derived(
-        &self,
-        name: &str,
-        version: &DerivedVersion<'_>,
-        options: VersionOptions,
-    ) -> Result<Written, CatalogError> {
-        let now = now_ms();
-        let mut tx = self.pool.begin_with("begin immediate").await?;
-        let current: Option<Option<i64>> = sqlx::query_scalar("select current_version from stores where name = ?")
-            .bind(name)
-            .fetch_optional(&mut *tx)
-            .await?;
-        Expected::check(options.expected, name, current.flatten())?;
-        if current != Some(Some(version.base)) {
-            return Err(CatalogError::Conflict(format!(
-                "the current version of store {name:?}, which changed during this update"
-            )));
-        }
-        let head = insert_version(&mut tx, name, &version.summary, options, now).await?;
-        insert_nodes(&mut tx, head.id, version.nodes).await?;
-        // Every base tile is shared, but for the arrays and tiles dropped.
-        sqlx::query(
-            "insert into tiles (version_id, node, tile, block_id) \
-             select $1, node, tile, block_id from tiles where version_id = $2",
-        )
-        .bind(head.id)
-        .bind(version.base)
-        .execute(&mut *tx)
-        .await?;
-        drop_tiles(&mut tx, head.id, version).await?;
-        for batch in rows::derived_block_batches(version, MAX_VARIABLES / 4) {
-            insert_blocks(&mut tx, name, head.id, batch?).await?;
-        }
-        sqlx::query(COPY_SOURCES).bind(head.id).bind(version.base).execute(&mut *tx).await?;
-        insert_sources(&mut tx, head.id, &SourceColumns::of_derived(version)).await?;
-        make_current(&mut tx, name, head.id, now).await?;
-        tx.commit().await?;
-        Ok(Written { head, created: false, unchanged: false })
-    }
-
-    async fn prune(&self, name: &str, retention: Retention) -> Result<Vec<i64>, CatalogError> {
-        let mut tx = self.pool.begin_with("begin immediate").await?;
+    async fn prune(catalog: &SqliteCatalog, name: &str, retention: Retention) -> Result<Vec<i64>, CatalogError> {
+        let mut tx = catalog.pool.begin_with("begin immediate").await?;
         let pruned: Vec<i64> = sqlx::query_scalar(
             "delete from versions \
              where id in (select id from (select id, created_at, row_number() over (order by id desc) as rank \
@@ -330,23 +265,8 @@ impl Catalog for SqliteCatalog {
         Ok(pruned)
     }
 
-    async fn list_stores(&self, after: Option<&str>, limit: u32) -> Result<Vec<StoreRecord>, CatalogError> {
-        let query = sqlx::query(self.sql.list_stores.clone()).bind(after.unwrap_or("")).bind(i64::from(limit));
-        query.fetch_all(&self.pool).await?.iter().map(rows::store_record).collect()
-    }
-
-    async fn versions(&self, store: &str, limit: u32) -> Result<Vec<ListedVersion>, CatalogError> {
-        let query = sqlx::query(self.sql.versions.clone()).bind(store).bind(i64::from(limit));
-        Ok(query.fetch_all(&self.pool).await?.iter().map(rows::listed_version).collect::<Result<_, _>>()?)
-    }
-
-    async fn store(&self, name: &str) -> Result<Option<StoreRecord>, CatalogError> {
-        let row = sqlx::query(self.sql.store.clone()).bind(name).fetch_optional(&self.pool).await?;
-        row.as_ref().map(rows::store_record).transpose()
-    }
-
-    async fn delete_store(&self, name: &str) -> Result<bool, CatalogError> {
-        let mut tx = self.pool.begin_with("begin immediate").await?;
+    async fn delete_store(catalog: &SqliteCatalog, name: &str) -> Result<bool, CatalogError> {
+        let mut tx = catalog.pool.begin_with("begin immediate").await?;
         // The deletion mark is set in the transaction that removes the store (see UNMARK_DELETED).
         let deleted = sqlx::query(DELETE_STORE).bind(name).execute(&mut *tx).await?.rows_affected() == 1;
         if deleted {
@@ -363,25 +283,10 @@ impl Catalog for SqliteCatalog {
         Ok(deleted)
     }
 
-    async fn deleted_at(&self, name: &str) -> Result<Option<i64>, CatalogError> {
-        Ok(sqlx::query_scalar(self.sql.deleted_at.clone()).bind(name).fetch_optional(&self.pool).await?)
-    }
-
-    async fn stores_using(&self, prefix: &str) -> Result<Vec<String>, CatalogError> {
-        let names = sqlx::query_scalar(
-            "select distinct v.store from sources s join versions v on v.id = s.version_id \
-             where substr(s.url, 1, length(?1)) = ?1 order by v.store",
-        )
-        .bind(prefix)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(names)
-    }
-
-    async fn put_object_store(&self, record: &ObjectStoreRecord) -> Result<bool, CatalogError> {
+    async fn put_object_store(catalog: &SqliteCatalog, record: &ObjectStoreRecord) -> Result<bool, CatalogError> {
         let now = now_ms();
         let options = serde_json::Value::Object(record.options.clone()).to_string();
-        let mut tx = self.pool.begin_with("begin immediate").await?;
+        let mut tx = catalog.pool.begin_with("begin immediate").await?;
         let exists: Option<String> = sqlx::query_scalar("select name from object_stores where name = ?")
             .bind(&record.name)
             .fetch_optional(&mut *tx)
@@ -401,13 +306,8 @@ impl Catalog for SqliteCatalog {
         Ok(exists.is_none())
     }
 
-    async fn object_stores(&self) -> Result<Vec<ObjectStoreRecord>, CatalogError> {
-        let found = sqlx::query(self.sql.object_stores.clone()).fetch_all(&self.pool).await?;
-        found.iter().map(rows::object_store).collect()
-    }
-
-    async fn delete_object_store(&self, name: &str) -> Result<bool, CatalogError> {
-        let deleted = sqlx::query(DELETE_OBJECT_STORE).bind(name).execute(&self.pool).await?.rows_affected() == 1;
+    async fn delete_object_store(catalog: &SqliteCatalog, name: &str) -> Result<bool, CatalogError> {
+        let deleted = sqlx::query(DELETE_OBJECT_STORE).bind(name).execute(&catalog.pool).await?.rows_affected() == 1;
         Ok(deleted)
     }
 }

@@ -1,0 +1,180 @@
+//! The catalog over SQL, written once for both databases: every read, whose statements the two
+//! dialects share (spelled once per catalog in [`Statements`]), the opening of a write that both
+//! run alike ([`opened`]), and the hand-over of every write to the database's [`Backend`], whose
+//! statements and transactions differ.
+
+use async_trait::async_trait;
+use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
+
+use super::rows::{
+    self, BLOCK, CURRENT_VERSION, CatalogRow, NODES, ORIGIN, ORIGINS, Opened, SOURCES, Statements, TILES,
+    UNMARK_DELETED,
+};
+use super::{
+    Catalog, CatalogError, Change, Expected, ListedVersion, NewVersion, ObjectStoreRecord, Origins, Retention,
+    StoreHead, StoreRecord, StoredNode, Stores, VersionOptions, Written,
+};
+use crate::zarr::document::SourceFacts;
+
+/// A catalog in a database `B` (PostgreSQL or SQLite): its connections and its statements.
+#[derive(Debug)]
+pub struct SqlCatalog<B: Database> {
+    pub(super) pool: Pool<B>,
+    pub(super) sql: Statements,
+}
+
+/// What one database does its own way: the writes, with the statements, the transactions and
+/// the notifications it needs.
+#[async_trait]
+pub(super) trait Backend: Database<Row: CatalogRow, Arguments: IntoArguments<Self>> {
+    /// `"postgres"` or `"sqlite"`, for logs and metrics.
+    const LABEL: &'static str;
+    /// [`Catalog::write`].
+    async fn write(
+        catalog: &SqlCatalog<Self>,
+        name: &str,
+        content: NewVersion<'_>,
+        options: VersionOptions,
+    ) -> Result<Written, CatalogError>;
+    /// [`Catalog::prune`].
+    async fn prune(catalog: &SqlCatalog<Self>, name: &str, retention: Retention) -> Result<Vec<i64>, CatalogError>;
+    /// [`Catalog::delete_store`].
+    async fn delete_store(catalog: &SqlCatalog<Self>, name: &str) -> Result<bool, CatalogError>;
+    /// [`Catalog::put_object_store`].
+    async fn put_object_store(catalog: &SqlCatalog<Self>, record: &ObjectStoreRecord) -> Result<bool, CatalogError>;
+    /// [`Catalog::delete_object_store`].
+    async fn delete_object_store(catalog: &SqlCatalog<Self>, name: &str) -> Result<bool, CatalogError>;
+    /// [`Catalog::changes`].
+    async fn changes(_catalog: &SqlCatalog<Self>) -> Option<tokio::sync::mpsc::Receiver<Change>> {
+        None
+    }
+}
+
+#[async_trait]
+impl<B> Catalog for SqlCatalog<B>
+where
+    B: Backend,
+    for<'c> &'c mut B::Connection: Executor<'c, Database = B>,
+    for<'q> i64: Encode<'q, B> + Type<B>,
+    for<'q> Option<i64>: Encode<'q, B> + Type<B>,
+    for<'q> &'q str: Encode<'q, B> + Type<B>,
+{
+    fn backend(&self) -> &'static str {
+        B::LABEL
+    }
+
+    async fn ping(&self) -> Result<(), CatalogError> {
+        sqlx::query("select 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn head(&self, store: &str, pinned: Option<i64>) -> Result<StoreHead, CatalogError> {
+        let row = sqlx::query(self.sql.head.clone()).bind(store).bind(pinned).fetch_one(&self.pool).await?;
+        Ok(rows::store_head(&row)?)
+    }
+
+    async fn nodes(&self, version: i64) -> Result<Vec<StoredNode>, CatalogError> {
+        rows::collect_yielding(sqlx::query(NODES).bind(version).fetch(&self.pool), rows::node).await
+    }
+
+    async fn block(&self, version: i64, node: &str, tile: u64) -> Result<Option<Vec<u8>>, CatalogError> {
+        let query = sqlx::query(BLOCK).bind(version).bind(node).bind(tile as i64);
+        let row = query.fetch_optional(&self.pool).await?;
+        Ok(row.map(|row| row.field("data")).transpose()?)
+    }
+
+    async fn tiles(&self, version: i64) -> Result<Vec<(String, u64)>, CatalogError> {
+        let found = sqlx::query(TILES).bind(version).fetch_all(&self.pool).await?;
+        Ok(found.iter().map(rows::tile).collect::<Result<_, _>>()?)
+    }
+
+    async fn sources(&self, version: i64) -> Result<Vec<(String, SourceFacts)>, CatalogError> {
+        let found = sqlx::query(SOURCES).bind(version).fetch_all(&self.pool).await?;
+        Ok(found.iter().map(rows::source).collect::<Result<_, _>>()?)
+    }
+
+    async fn stores(&self, which: Stores<'_>) -> Result<Vec<StoreRecord>, CatalogError> {
+        let query = match which {
+            Stores::Named(name) => sqlx::query(self.sql.store.clone()).bind(name),
+            Stores::After { after, limit } => {
+                sqlx::query(self.sql.list_stores.clone()).bind(after.unwrap_or("")).bind(i64::from(limit))
+            }
+            Stores::Using(prefix) => sqlx::query(self.sql.stores_using.clone()).bind(prefix),
+        };
+        query.fetch_all(&self.pool).await?.iter().map(rows::store_record).collect()
+    }
+
+    async fn versions(&self, store: &str, limit: u32) -> Result<Vec<ListedVersion>, CatalogError> {
+        let query = sqlx::query(self.sql.versions.clone()).bind(store).bind(i64::from(limit));
+        Ok(query.fetch_all(&self.pool).await?.iter().map(rows::listed_version).collect::<Result<_, _>>()?)
+    }
+
+    async fn origins_of(&self, which: Origins) -> Result<Vec<(String, String)>, CatalogError> {
+        let query = match which {
+            Origins::Version(id) => sqlx::query(ORIGIN).bind(id),
+            Origins::Current => sqlx::query(ORIGINS),
+        };
+        Ok(query.fetch_all(&self.pool).await?.iter().map(rows::origin).collect::<Result<_, _>>()?)
+    }
+
+    async fn write(&self, name: &str, new: NewVersion<'_>, options: VersionOptions) -> Result<Written, CatalogError> {
+        B::write(self, name, new, options).await
+    }
+
+    async fn prune(&self, name: &str, retention: Retention) -> Result<Vec<i64>, CatalogError> {
+        B::prune(self, name, retention).await
+    }
+
+    async fn delete_store(&self, name: &str) -> Result<bool, CatalogError> {
+        B::delete_store(self, name).await
+    }
+
+    async fn object_stores(&self) -> Result<Vec<ObjectStoreRecord>, CatalogError> {
+        let found = sqlx::query(self.sql.object_stores.clone()).fetch_all(&self.pool).await?;
+        found.iter().map(rows::object_store).collect()
+    }
+
+    async fn put_object_store(&self, record: &ObjectStoreRecord) -> Result<bool, CatalogError> {
+        B::put_object_store(self, record).await
+    }
+
+    async fn delete_object_store(&self, name: &str) -> Result<bool, CatalogError> {
+        B::delete_object_store(self, name).await
+    }
+
+    async fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<Change>> {
+        B::changes(self).await
+    }
+}
+
+/// Ends the opening of a write of a whole store, once its transaction holds the store's row
+/// (`created` when it made it): checks what the write expects of the current version, and
+/// ends the deletion mark of a store created, or answers [`Opened::Unchanged`] when the
+/// current version already has the origin asked for.
+pub(super) async fn opened<B>(
+    tx: &mut B::Connection,
+    sql: &Statements,
+    name: &str,
+    created: bool,
+    options: &VersionOptions,
+) -> Result<Opened, CatalogError>
+where
+    B: Backend,
+    for<'c> &'c mut B::Connection: Executor<'c, Database = B>,
+    for<'q> &'q str: Encode<'q, B> + Type<B>,
+{
+    if options.expected.is_some() {
+        // The row is this transaction's now: the version read is the one replaced.
+        let row = sqlx::query(CURRENT_VERSION).bind(name).fetch_one(&mut *tx).await?;
+        Expected::check(options.expected, name, row.field("current_version")?)?;
+    }
+    if created {
+        sqlx::query(UNMARK_DELETED).bind(name).execute(&mut *tx).await?;
+    } else if options.unless_same_origin {
+        let row = sqlx::query(sql.current_origin.clone()).bind(name).fetch_optional(&mut *tx).await?;
+        if let Some(written) = rows::unchanged(row.as_ref(), options)? {
+            return Ok(Opened::Unchanged(written));
+        }
+    }
+    Ok(Opened::Store { created })
+}
