@@ -11,6 +11,7 @@ pub mod error;
 pub mod http;
 pub mod logs;
 pub mod metrics;
+pub mod server;
 pub mod sources;
 pub mod versions;
 pub mod zarr;

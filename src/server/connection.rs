@@ -23,8 +23,8 @@ use tokio::sync::watch;
 
 mod plain;
 
-use super::super::front::Front;
 use crate::config::HttpConfig;
+use crate::http::Front;
 use crate::metrics::Metrics;
 
 /// The `[http]` settings a connection is served under.
@@ -269,7 +269,7 @@ impl Drop for AbortOnDrop {
 
 /// Closes the connection when its client is too slow, and drains it on shutdown. The receiver
 /// of `stopping` lives as long as the watchdog, so as long as its connection: shutdown waits for
-/// the last one (`server.rs`).
+/// the last one (`server/mod.rs`).
 async fn watchdog(watch: Arc<Watch>, limits: Arc<Limits>, mut stopping: watch::Receiver<()>) {
     let mut draining = false;
     loop {

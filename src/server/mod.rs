@@ -1,7 +1,16 @@
-//! The HTTP server: accepts connections (no Nagle) up to `http.max_connections`, answers one
-//! more with 503, serves each over HTTP/1.1 under the timeouts of `[http]`
-//! ([`connection`]), and on shutdown stops accepting and lets
-//! in-flight requests finish.
+//! The server: where connections are accepted and where bytes enter and leave the socket. It
+//! accepts connections (no Nagle) up to `http.max_connections`, answers one more with 503
+//! ([`refusal`]), serves each over HTTP/1.1 under the timeouts of `[http]` (`connection.rs`,
+//! with the watchdog that closes a connection whose client is too slow), and on shutdown stops
+//! accepting and lets in-flight requests finish.
+//!
+//! A request leaves the socket one of two ways, both in this folder: the plainest reads (a GET
+//! of a metadata document or an inline chunk, no Range, no condition) are parsed and answered on
+//! the connection itself, as bytes (`connection/plain.rs`); from the first request of any other
+//! kind on, hyper serves the connection and hands each request to `crate::http`'s front (the
+//! bypass of the router, then the router). What an answer says is `crate::http`'s to decide;
+//! how it reaches the client (writes, timeouts, refusals, connection metrics) is decided here.
+//! Nothing in `crate::http` imports this module.
 //!
 //! HTTP/1.1 only: no Zarr client speaks h2c (README, "HTTP"), and HTTP/2 would let one
 //! connection hold many responses that its client never lets through, with nothing on the
@@ -30,7 +39,7 @@ pub async fn serve(
     let connections = Arc::new(Semaphore::new(connection_slots(&state.config.http)));
     let refusals = Arc::new(Semaphore::new(refusal::AT_ONCE));
     let meters = Arc::new(connection::Meters::new(&state.metrics));
-    let front = Arc::new(super::front(state));
+    let front = Arc::new(crate::http::front(state));
     // Every connection task holds a receiver: the sender learns it is closed when the last ends.
     let (stop, stopping) = watch::channel(());
     let mut shutdown = std::pin::pin!(shutdown);

@@ -25,8 +25,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::{Closed, VERDICT_CLOSED, VERDICT_NONE, Watched};
-use crate::http::answer;
-use crate::http::front::Reads;
+use crate::http::{Reads, accepts_gzip_in};
 
 /// How the plain reads of a connection ended.
 pub(super) enum Ended {
@@ -185,7 +184,7 @@ fn parse(bytes: &[u8]) -> Parsed<'_> {
         }
     }
     let encodings = request.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("accept-encoding"));
-    let gzip = answer::accepts_gzip_in(encodings.map(|h| h.value));
+    let gzip = accepts_gzip_in(encodings.map(|h| h.value));
     Parsed::Read { len, path, gzip, id }
 }
 
