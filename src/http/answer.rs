@@ -1,16 +1,18 @@
 //! Answers of the data plane, whatever view asked for them (v3 keys, the Zarr v2 view, the
 //! listings): metadata documents and chunks with their ETags, Range and conditional requests,
-//! and the headers every answer about a version carries (their heads: [`head`]).
+//! and the headers every answer about a version carries (their heads: [`head`], the kept heads of full answers: [`kept`]).
 
 mod head;
+mod kept;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
-pub(super) use head::{Added, Kind, Page, full, full_wire, full_wire_end, tag_value};
+pub(super) use head::{Added, Kind, Page, full_wire_end, tag_value};
 use head::{Head, NOTHING_ADDED, Status};
+pub(super) use kept::{full, full_wire};
 
 use super::range::{Plan, plan};
 use crate::app::AppState;

@@ -1,25 +1,20 @@
 //! The head of a data-plane answer that carries a representation: 200, 206 or 304. [`Head`]
 //! says once what such a head holds (status, length, ETag, content type, `Vary`,
 //! `Content-Encoding`, `Cache-Control`, `Last-Modified`, the version, and the headers added in
-//! front of the router); its two encodings are derived from it here: a header map for hyper
-//! ([`Head::response`]), and for full answers the bytes a plain read sends on the connection
-//! ([`full_wire`]). A full answer's head is encoded once per worker thread, version, kind, URL
-//! form and added set, and kept ([`full`], [`full_wire`]): per answer, only its ETag, request
-//! id, `Date` and length are written (bench/README.md, "Stop 21" and "Stop 22").
+//! front of the router: [`Head::insert_into`]); its two encodings are derived from that here: a
+//! header map for hyper ([`Head::response`]), and the bytes a plain read sends on the connection
+//! ([`wire`], of the same map, and [`full_wire_end`]). Full answers take their head from one
+//! encoded once per worker thread and version (`kept.rs`).
 
 use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
-use bytes::Bytes;
 
 use super::{Served, VERSION_HEADER, sized};
-use crate::http::observe::REQUEST_ID;
-use crate::versions::VersionView;
 
 /// What an answer's status line says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,7 +143,7 @@ impl Head<'_> {
 /// Headers added to the answers given in front of the router (the CORS layer's there), and the
 /// number of the set: a head built with one set is never reused with another.
 pub(in crate::http) struct Added {
-    id: u64,
+    pub(super) id: u64,
     /// Each header, and whether it is added to (`Vary`) rather than set.
     headers: Vec<(HeaderName, HeaderValue, bool)>,
 }
@@ -179,48 +174,7 @@ impl Added {
     }
 }
 
-/// The answer (200, all of `body`) to a GET of something in `view` that asks for no range and
-/// revalidates nothing: the [`Head`] of `kind` about the version `served` names, with `added`,
-/// from the header map encoded once per thread, version, kind, URL form (`pinned`) and `added`,
-/// then cloned. Cloning a map of a dozen headers costs a fifth of inserting them one by one
-/// (hashing each name, probing, growing): bench/README.md, "Stop 21". The map's first entry is
-/// the ETag, set here; its second the request id, set by the caller.
-pub(in crate::http) fn full(
-    view: &Arc<VersionView>,
-    kind: Kind,
-    pinned: bool,
-    served: impl FnOnce() -> Served,
-    added: &Added,
-    tag: &HeaderValue,
-    body: Bytes,
-) -> Response {
-    let mut h = KEPT.with_borrow_mut(|kept| kept.find(view, kind, pinned, added, served).map.clone());
-    match h.iter_mut().next() {
-        Some((name, value)) if name == header::ETAG => *value = tag.clone(),
-        _ => drop(h.insert(header::ETAG, tag.clone())),
-    }
-    let mut response = Response::new(Body::from(body));
-    *response.headers_mut() = h;
-    response
-}
-
-/// [`full`]'s answer as the bytes sent on an HTTP/1.1 connection, begun in `out`: its status
-/// line and head up to `tag`, the ETag; [`full_wire_end`] writes the rest. The head's other lines
-/// are the kept map's (the same as [`full`]'s), written as bytes once.
-pub(in crate::http) fn full_wire(
-    view: &Arc<VersionView>,
-    kind: Kind,
-    pinned: bool,
-    served: impl FnOnce() -> Served,
-    added: &Added,
-    tag: &HeaderValue,
-    out: &mut Vec<u8>,
-) {
-    KEPT.with_borrow_mut(|kept| out.extend_from_slice(&kept.find(view, kind, pinned, added, served).wire));
-    wire_line(out, b"etag: ", tag.as_bytes());
-}
-
-/// The end of the head of an answer [`full_wire`] began: `id` (the request id), the `Date` and
+/// The end of the head of an answer `kept::full_wire` began: `id` (the request id), the `Date` and
 /// the body's length (`len`). The body is the caller's to send after it: copying a large one
 /// here would give every connection a copy of its own, held while its client reads slowly.
 pub(in crate::http) fn full_wire_end(id: &HeaderValue, len: usize, out: &mut Vec<u8>) {
@@ -231,7 +185,7 @@ pub(in crate::http) fn full_wire_end(id: &HeaderValue, len: usize, out: &mut Vec
 }
 
 /// A head line as hyper writes it, `name` with its `: `.
-fn wire_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+pub(super) fn wire_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(name);
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
@@ -254,92 +208,9 @@ fn with_date<R>(f: impl FnOnce(&[u8]) -> R) -> R {
     })
 }
 
-thread_local! {
-    /// The heads of full answers this thread encoded last ([`full`], [`full_wire`]).
-    static KEPT: RefCell<KeptHeads> = const { RefCell::new(KeptHeads { kept: Vec::new(), next: 0 }) };
-}
-
-/// How many heads a thread keeps: a few stores' versions, in each kind and URL form.
-const HEADS_KEPT: usize = 16;
-
-struct KeptHeads {
-    kept: Vec<Kept>,
-    /// Which one the next new head replaces, once there are [`HEADS_KEPT`].
-    next: usize,
-}
-
-/// A full answer's head about one version, encoded both ways (the view held weakly: a view that
-/// leaves the cache is freed, and its address is not reused while this is kept, so that a new
-/// view cannot be mistaken for it).
-struct Kept {
-    view: Weak<VersionView>,
-    kind: Kind,
-    pinned: bool,
-    added: u64,
-    /// The head for hyper, the ETag's and the request id's places first.
-    map: HeaderMap,
-    /// The status line and the head's lines but the ETag and the request id, as sent.
-    wire: Vec<u8>,
-}
-
-impl KeptHeads {
-    fn find(
-        &mut self,
-        view: &Arc<VersionView>,
-        kind: Kind,
-        pinned: bool,
-        added: &Added,
-        served: impl FnOnce() -> Served,
-    ) -> &Kept {
-        let found = self.kept.iter().position(|k| {
-            k.view.as_ptr() == Arc::as_ptr(view) && k.kind == kind && k.pinned == pinned && k.added == added.id
-        });
-        let at = match found {
-            Some(at) => at,
-            None => {
-                let map = kept_map(kind, &served(), added);
-                let wire = wire(StatusCode::OK, &map);
-                let kept = Kept { view: Arc::downgrade(view), kind, pinned, added: added.id, map, wire };
-                if self.kept.len() < HEADS_KEPT {
-                    self.kept.push(kept);
-                    self.kept.len() - 1
-                } else {
-                    let at = self.next;
-                    self.next = (at + 1) % HEADS_KEPT;
-                    self.kept[at] = kept;
-                    at
-                }
-            }
-        };
-        &self.kept[at]
-    }
-}
-
-/// The [`Head`] of full answers of `kind` about the version `served` names, with `added`, as a
-/// header map whose first two entries are the ETag's and the request id's places, to be filled
-/// per answer.
-fn kept_map(kind: Kind, served: &Served, added: &Added) -> HeaderMap {
-    let mut h = HeaderMap::with_capacity(16);
-    let unset = HeaderValue::from_static("-");
-    h.insert(header::ETAG, unset.clone());
-    h.insert(REQUEST_ID, unset.clone());
-    // The version's own values copied for this thread: a clone of one shared by every thread
-    // counts its users in memory that every core writes.
-    let own = |v: &HeaderValue| HeaderValue::from_bytes(v.as_bytes()).unwrap_or_else(|_| v.clone());
-    let served = Served {
-        cache_control: served.cache_control.clone(),
-        version: served.version.as_ref().map(own),
-        last_modified: own(&served.last_modified),
-        head_only: false,
-    };
-    // Inserting the ETag again keeps its place, the first.
-    Head { status: Status::Full, kind, etag: &unset, served: &served, length: None, added }.insert_into(&mut h);
-    h
-}
-
 /// The status line of `status` and the lines of a kept map but its first two (the ETag's and the
 /// request id's places), as hyper writes them.
-fn wire(status: StatusCode, map: &HeaderMap) -> Vec<u8> {
+pub(super) fn wire(status: StatusCode, map: &HeaderMap) -> Vec<u8> {
     let reason = status.canonical_reason().unwrap_or_default();
     let mut wire = format!("HTTP/1.1 {} {reason}\r\n", status.as_str()).into_bytes();
     for (name, value) in map.iter().skip(2) {
@@ -356,4 +227,85 @@ pub(in crate::http) fn tag_value(tag: &str) -> HeaderValue {
 fn content_range(range: &Range<u64>, len: u64) -> HeaderValue {
     HeaderValue::from_str(&format!("bytes {}-{}/{len}", range.start, range.end - 1))
         .unwrap_or(HeaderValue::from_static("bytes */0"))
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    pub(in crate::http::answer) fn served() -> Served {
+        Served {
+            cache_control: HeaderValue::from_static("public, max-age=60"),
+            version: Some(HeaderValue::from_static("7")),
+            last_modified: HeaderValue::from_static("Thu, 26 Nov 2026 20:13:06 GMT"),
+            head_only: false,
+        }
+    }
+
+    pub(in crate::http::answer) fn lines(h: &HeaderMap) -> Vec<String> {
+        h.iter().map(|(n, v)| format!("{n}: {}", v.to_str().unwrap())).collect()
+    }
+
+    #[test]
+    fn a_plain_reads_head_ends_with_its_id_date_and_length() {
+        let mut end = Vec::new();
+        full_wire_end(&HeaderValue::from_static("id-1"), 1234, &mut end);
+        let end = String::from_utf8(end).unwrap();
+        let date = end.strip_prefix("x-request-id: id-1\r\ndate: ").unwrap();
+        let (date, rest) = date.split_once("\r\n").unwrap();
+        assert!(httpdate::parse_http_date(date).is_ok(), "{date}");
+        assert_eq!(rest, "content-length: 1234\r\n\r\n");
+    }
+
+    #[test]
+    fn partial_and_not_modified_heads() {
+        let tag = HeaderValue::from_static("\"abc\"");
+        let served = served();
+        let partial = Status::Partial { range: 4..8, of: 100 };
+        let head = Head {
+            status: partial,
+            kind: Kind::Octet,
+            etag: &tag,
+            served: &served,
+            length: Some(4),
+            added: &NOTHING_ADDED,
+        };
+        let response = head.response(Body::empty());
+        assert_eq!(response.status(), StatusCode::PARTIAL_CONTENT);
+        assert_eq!(
+            lines(response.headers()),
+            [
+                "content-type: application/octet-stream",
+                "accept-ranges: bytes",
+                "cache-control: public, max-age=60",
+                "last-modified: Thu, 26 Nov 2026 20:13:06 GMT",
+                "etag: \"abc\"",
+                "content-length: 4",
+                "content-range: bytes 4-7/100",
+                "zarrgate-version: 7",
+            ]
+        );
+        // A 304 of a gzip-compressed document: what a cache updates, the full answer's length,
+        // and no Content-Encoding (it has no body to encode).
+        let head = Head {
+            status: Status::NotModified,
+            kind: Kind::JsonGzip,
+            etag: &tag,
+            served: &served,
+            length: Some(100),
+            added: &NOTHING_ADDED,
+        };
+        let response = head.response(Body::empty());
+        assert_eq!(response.status(), StatusCode::NOT_MODIFIED);
+        assert_eq!(
+            lines(response.headers()),
+            [
+                "content-length: 100",
+                "etag: \"abc\"",
+                "cache-control: public, max-age=60",
+                "vary: accept-encoding",
+                "zarrgate-version: 7"
+            ]
+        );
+    }
 }
