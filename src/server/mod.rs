@@ -1,16 +1,20 @@
-//! The server: where connections are accepted and where bytes enter and leave the socket. It
-//! accepts connections (no Nagle) up to `http.max_connections`, answers one more with 503
-//! ([`refusal`]), serves each over HTTP/1.1 under the timeouts of `[http]` (`connection.rs`,
-//! with the watchdog that closes a connection whose client is too slow), and on shutdown stops
-//! accepting and lets in-flight requests finish.
+//! The server: where connections are accepted, and where bytes enter and leave the socket.
 //!
-//! A request leaves the socket one of two ways, both in this folder: the plainest reads (a GET
-//! of a metadata document or an inline chunk, no Range, no condition) are parsed and answered on
-//! the connection itself, as bytes (`connection/plain.rs`); from the first request of any other
-//! kind on, hyper serves the connection and hands each request to `crate::http`'s front (the
-//! bypass of the router, then the router). What an answer says is `crate::http`'s to decide;
-//! how it reaches the client (writes, timeouts, refusals, connection metrics) is decided here.
-//! Nothing in `crate::http` imports this module.
+//! - `mod.rs` (here) accepts connections (no Nagle) up to `http.max_connections`, and on
+//!   shutdown stops accepting and lets in-flight requests finish;
+//! - `refusal.rs` answers a connection beyond the limit with 503 and closes it;
+//! - `connection.rs` serves one connection over HTTP/1.1: its plain reads first, then hyper;
+//! - `connection/watchdog.rs` closes a connection whose client is too slow (the header, idle and
+//!   send timeouts of `[http]`) and drains it on shutdown;
+//! - `connection/plain.rs` parses the plainest reads (a GET of a metadata document or an inline
+//!   chunk, no Range, no condition) with httparse and writes their answers on the socket as
+//!   bytes, until the first request of any other kind hands the connection to hyper.
+//!
+//! Every answer leaves through this folder: written by `plain.rs`, or by hyper on the
+//! connection `connection.rs` serves. What an answer says is decided in `crate::http`: hyper
+//! hands each request to its front (the bypass of the router, then the router), and `plain.rs`
+//! asks it for a plain read's answer as bytes (`Reads::answer_wire`). Nothing in `crate::http`
+//! imports this module.
 //!
 //! HTTP/1.1 only: no Zarr client speaks h2c (README, "HTTP"), and HTTP/2 would let one
 //! connection hold many responses that its client never lets through, with nothing on the
