@@ -1,5 +1,7 @@
 //! The HTTP edge: the Zarr data plane, the REST control plane and the ops endpoints, with the
-//! middleware every request goes through (request id, logging, metrics).
+//! middleware every request goes through (request id, logging, metrics). Routing and rendering
+//! only: the server one room up (`src/server/`) accepts the connections and writes the answers
+//! on them; it takes from here [`front`] and what answers a plain read as bytes ([`Reads`]).
 
 mod answer;
 mod auth;
@@ -20,6 +22,7 @@ mod stores;
 mod summary;
 mod v2;
 
+// What the server uses (nothing here uses the server).
 pub(crate) use answer::accepts_gzip_in;
 pub(crate) use front::{Front, Reads};
 
