@@ -12,6 +12,7 @@ pub mod http;
 pub mod logs;
 pub mod metrics;
 pub mod redact;
+pub mod server;
 pub mod sources;
 pub mod versions;
 pub mod zarr;

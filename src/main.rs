@@ -119,7 +119,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         tracing::warn!("drain deadline passed; exiting with requests still in flight");
         std::process::exit(0);
     });
-    zarrgate::http::serve(listener, state, async {
+    zarrgate::server::serve(listener, state, async {
         let _ = stop_rx.await;
     })
     .await?;

@@ -303,7 +303,7 @@ both_backends! {
     async fn plain_reads_answered_before_hyper_are_the_routers_answers(server) {
         // A plain read (a GET of a metadata document or an inline chunk asking no range and
         // revalidating nothing) is answered on the connection before hyper sees it
-        // (src/http/server/connection/plain.rs). Each is sent twice, pipelined, on a connection of
+        // (src/server/connection/plain.rs). Each is sent twice, pipelined, on a connection of
         // its own: both answers must be the router's (status, every header but the date and a
         // request id made here, body), and the request's own id echoed.
         let version = register(&server).await;

@@ -74,7 +74,7 @@ fn hrefs(body: &str) -> Vec<&str> {
 }
 
 /// The statuses of `GET {path}` sent `n` times, pipelined on one connection: the first is read
-/// before hyper (src/http/server/connection/plain.rs), which hands what it does not answer
+/// before hyper (src/server/connection/plain.rs), which hands what it does not answer
 /// itself, and every request after it, to hyper.
 async fn pipelined_statuses(server: &TestServer, path: &str, n: usize) -> Vec<u16> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -1,15 +1,18 @@
 //! Answers of the data plane, whatever view asked for them (v3 keys, the Zarr v2 view, the
 //! listings): metadata documents and chunks with their ETags, Range and conditional requests,
-//! and the headers every answer about a version carries.
+//! and the headers every answer about a version carries (their heads: [`head`], the kept heads of full answers: [`kept`]).
 
-use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+mod head;
+mod kept;
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+
+pub(super) use head::{Added, Kind, Page, full_wire_end, tag_value};
+use head::{Head, NOTHING_ADDED, Status};
+pub(super) use kept::{full, full_wire};
 
 use super::range::{Plan, plan};
 use crate::app::AppState;
@@ -25,7 +28,9 @@ pub const VERSION_HEADER: HeaderName = HeaderName::from_static("zarrgate-version
 /// Headers every answer about a version carries.
 pub(super) struct Served {
     pub(super) cache_control: HeaderValue,
-    pub(super) version: HeaderValue,
+    /// The version's number (`Zarrgate-Version`); `None` in an answer about no one version (the
+    /// list of stores).
+    pub(super) version: Option<HeaderValue>,
     pub(super) last_modified: HeaderValue,
     pub(super) head_only: bool,
 }
@@ -48,28 +53,11 @@ pub(super) async fn metadata(doc: &RenderedDoc, headers: &HeaderMap, served: &Se
 
 /// `doc`'s answer, from `gzip` when there is one and the client asked for it.
 fn metadata_with(doc: &RenderedDoc, gzip: Option<Bytes>, headers: &HeaderMap, served: &Served) -> Response {
-    match gzip {
-        Some(gz) => metadata_with_tag(gz, &doc.gzip_etag, true, headers, served),
-        None => metadata_with_tag(doc.identity.clone(), &doc.etag, false, headers, served),
-    }
-}
-
-/// A metadata document's answer from its body (`gzip`-compressed or not) and the body's ETag.
-pub(super) fn metadata_with_tag(
-    body: Bytes,
-    etag: &HeaderValue,
-    gzip: bool,
-    headers: &HeaderMap,
-    served: &Served,
-) -> Response {
-    let mut response = bytes_response(body, etag, "application/json", headers, served);
-    let success = response.status().is_success();
-    let h = response.headers_mut();
-    h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
-    if gzip && success {
-        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-    }
-    response
+    let (body, tag, kind) = match gzip {
+        Some(gz) => (gz, &doc.gzip_etag, Kind::JsonGzip),
+        None => (doc.identity.clone(), &doc.etag, Kind::Json),
+    };
+    bytes_answer(body, tag, kind, headers, served, &NOTHING_ADDED)
 }
 
 pub(super) async fn chunk(
@@ -94,7 +82,7 @@ pub(super) async fn chunk(
 
 /// A chunk whose bytes are at hand (inline, or a fill chunk) tagged `etag`.
 fn bytes_chunk(bytes: Bytes, etag: &str, headers: &HeaderMap, served: &Served) -> Response {
-    bytes_response(bytes, &tag_value(etag), "application/octet-stream", headers, served)
+    bytes_answer(bytes, &tag_value(etag), Kind::Octet, headers, served, &NOTHING_ADDED)
 }
 
 async fn virtual_chunk(
@@ -105,59 +93,65 @@ async fn virtual_chunk(
 ) -> Result<Response, ApiError> {
     let length = chunk.length;
     let tag = tag_value(&chunk.etag);
+    let head = |status, length| Head { status, kind: Kind::Octet, etag: &tag, served, length, added: &NOTHING_ADDED };
     let (status, range) = match plan(headers, length, tag.to_str().unwrap_or_default()) {
-        Plan::NotModified => return Ok(not_modified(&tag, served, length)),
+        Plan::NotModified => return Ok(head(Status::NotModified, Some(length)).response(Body::empty())),
         Plan::Unsatisfiable => return Err(ApiError::RangeNotSatisfiable { len: length }),
-        Plan::Full => (StatusCode::OK, 0..length),
-        Plan::Partial(r) => (StatusCode::PARTIAL_CONTENT, r),
+        Plan::Full => (Status::Full, 0..length),
+        Plan::Partial(r) => (Status::Partial { range: r.clone(), of: length }, r),
     };
     // Nothing to read for HEAD, nor for an empty reference (object stores refuse empty ranges).
-    let mut response = if served.head_only || range.is_empty() {
-        sized(Body::empty())
+    let body = if served.head_only || range.is_empty() {
+        Body::empty()
     } else {
-        sized(Body::from_stream(app.reader.fetch(chunk, range.clone()).await?.body))
+        Body::from_stream(app.reader.fetch(chunk, range.clone()).await?.body)
     };
-    *response.status_mut() = status;
-    let h = response.headers_mut();
-    set_common(h, &tag, "application/octet-stream", served);
-    h.insert(header::CONTENT_LENGTH, HeaderValue::from(range.end - range.start));
-    if status == StatusCode::PARTIAL_CONTENT {
-        h.insert(header::CONTENT_RANGE, content_range(&range, length));
-    }
-    Ok(response)
+    Ok(head(status, Some(range.end - range.start)).response(body))
 }
 
-/// A body held in memory, with conditional and Range handling.
+/// A body of `kind` held in memory, with conditional and Range handling, for a page or a listing.
 pub(super) fn bytes_response(
     body: Bytes,
     tag: &HeaderValue,
-    content_type: &'static str,
+    kind: Kind,
     headers: &HeaderMap,
     served: &Served,
 ) -> Response {
+    bytes_answer(body, tag, kind, headers, served, &NOTHING_ADDED)
+}
+
+/// A body of `kind` held in memory, with conditional and Range handling, and the headers `added`.
+pub(super) fn bytes_answer(
+    body: Bytes,
+    tag: &HeaderValue,
+    kind: Kind,
+    headers: &HeaderMap,
+    served: &Served,
+    added: &Added,
+) -> Response {
     let len = body.len() as u64;
     let (status, range) = match plan(headers, len, tag.to_str().unwrap_or_default()) {
-        Plan::NotModified => return not_modified(tag, served, len),
-        Plan::Unsatisfiable => return ApiError::RangeNotSatisfiable { len }.into_response(),
-        Plan::Full => (StatusCode::OK, 0..len),
-        Plan::Partial(r) => (StatusCode::PARTIAL_CONTENT, r),
+        Plan::NotModified => {
+            let head = Head { status: Status::NotModified, kind, etag: tag, served, length: Some(len), added };
+            return head.response(Body::empty());
+        }
+        Plan::Unsatisfiable => {
+            let mut refused = ApiError::RangeNotSatisfiable { len }.into_response();
+            if kind.varies() {
+                refused.headers_mut().insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+            }
+            return refused;
+        }
+        Plan::Full => (Status::Full, 0..len),
+        Plan::Partial(r) => (Status::Partial { range: r.clone(), of: len }, r),
     };
-    let content_length = range.end - range.start;
-    let body =
-        if served.head_only { Body::empty() } else { Body::from(body.slice(range.start as usize..range.end as usize)) };
-    let mut response = sized(body);
-    *response.status_mut() = status;
-    let h = response.headers_mut();
-    set_common(h, tag, content_type, served);
-    // A body in memory: hyper writes its length itself, with no allocation and no header to
-    // insert or to check again. HEAD has no body to measure.
-    if served.head_only {
-        h.insert(header::CONTENT_LENGTH, HeaderValue::from(content_length));
-    }
-    if status == StatusCode::PARTIAL_CONTENT {
-        h.insert(header::CONTENT_RANGE, content_range(&range, len));
-    }
-    response
+    // A body in memory: hyper writes its length itself. HEAD has no body to measure.
+    let (body, length) = if served.head_only {
+        (Body::empty(), Some(range.end - range.start))
+    } else {
+        (Body::from(body.slice(range.start as usize..range.end as usize)), None)
+    };
+    Head { status, kind, etag: tag, served, length, added }.response(body)
 }
 
 /// A response with room for the headers a data-plane answer carries (those set here, the CORS
@@ -201,262 +195,12 @@ pub(super) fn lasting(value: &HeaderValue) -> HeaderValue {
     }
 }
 
-/// 304, with the length of the representation it stands for: a `Content-Length` on a 304 may
-/// only be the 200's (RFC 9110 8.6), and HEAD would otherwise say 0.
-fn not_modified(tag: &HeaderValue, served: &Served, len: u64) -> Response {
-    let mut response = StatusCode::NOT_MODIFIED.into_response();
-    let h = response.headers_mut();
-    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-    h.insert(header::ETAG, tag.clone());
-    h.insert(header::CACHE_CONTROL, served.cache_control.clone());
-    response
-}
-
-fn set_common(h: &mut HeaderMap, tag: &HeaderValue, content_type: &'static str, served: &Served) {
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-    h.insert(header::CACHE_CONTROL, served.cache_control.clone());
-    h.insert(header::LAST_MODIFIED, served.last_modified.clone());
-    h.insert(header::ETAG, tag.clone());
-}
-
-/// Headers added to the answers given in front of the router (the CORS layer's there), and the
-/// number of the set: a head built with one set is never reused with another.
-pub(super) struct Added {
-    id: u64,
-    /// Each header, and whether it is added to (`Vary`) rather than set.
-    headers: Vec<(HeaderName, HeaderValue, bool)>,
-}
-
-impl Added {
-    pub(super) fn new(headers: Vec<(HeaderName, HeaderValue, bool)>) -> Self {
-        static SETS: AtomicU64 = AtomicU64::new(0);
-        Self { id: SETS.fetch_add(1, Ordering::Relaxed), headers }
-    }
-
-    /// `response` with the headers, as the CORS layer adds them: `Vary` added to, the others set.
-    pub(super) fn apply(&self, mut response: Response) -> Response {
-        self.apply_to(response.headers_mut());
-        response
-    }
-
-    fn apply_to(&self, h: &mut HeaderMap) {
-        for (name, value, vary) in &self.headers {
-            if *vary {
-                h.append(name, value.clone());
-            } else {
-                h.insert(name, value.clone());
-            }
-        }
-    }
-}
-
-/// The body of a full answer, which decides its head.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    /// A metadata document as rendered.
-    Json,
-    /// A metadata document, gzip-compressed.
-    JsonGzip,
-    /// A chunk's bytes.
-    Octet,
-}
-
-impl Kind {
-    pub(super) fn content_type(self) -> &'static str {
-        if self == Kind::Octet { "application/octet-stream" } else { "application/json" }
-    }
-}
-
-/// The answer (200, all of `body`) to a GET of something in `view` that asks for no range and
-/// revalidates nothing: with the headers [`metadata_with`] and [`bytes_chunk`] would give it
-/// (and `versioned`, and `added`), from a head built once per thread, version, kind, URL form
-/// and `added`, then cloned. Cloning a map of a dozen headers costs a fifth of inserting them
-/// one by one (hashing each name, probing, growing): bench/README.md, "Stop 21". The head's
-/// first entry is the ETag, set here; its second the request id, set by the caller.
-pub(super) fn full(
-    view: &Arc<VersionView>,
-    kind: Kind,
-    pinned: bool,
-    served: impl FnOnce() -> Served,
-    added: &Added,
-    tag: &HeaderValue,
-    body: Bytes,
-) -> Response {
-    let mut h = HEADS.with_borrow_mut(|heads| heads.find(view, kind, pinned, added, served).head.clone());
-    match h.iter_mut().next() {
-        Some((name, value)) if name == header::ETAG => *value = tag.clone(),
-        _ => drop(h.insert(header::ETAG, tag.clone())),
-    }
-    let mut response = Response::new(Body::from(body));
-    *response.headers_mut() = h;
-    response
-}
-
-/// [`full`]'s answer as the bytes sent on an HTTP/1.1 connection, begun in `out`: its status
-/// line and head up to `tag`, the ETag; [`full_wire_end`] writes the rest. The head's other lines
-/// are written once per thread, version and kind, like [`full`]'s head.
-pub(super) fn full_wire(
-    view: &Arc<VersionView>,
-    kind: Kind,
-    pinned: bool,
-    served: impl FnOnce() -> Served,
-    added: &Added,
-    tag: &HeaderValue,
-    out: &mut Vec<u8>,
-) {
-    HEADS.with_borrow_mut(|heads| out.extend_from_slice(&heads.find(view, kind, pinned, added, served).wire));
-    wire_line(out, b"etag: ", tag.as_bytes());
-}
-
-/// The end of the head of an answer [`full_wire`] began: `id` (the request id), the `Date` and
-/// the body's length (`len`). The body is the caller's to send after it: copying a large one
-/// here would give every connection a copy of its own, held while its client reads slowly.
-pub(super) fn full_wire_end(id: &HeaderValue, len: usize, out: &mut Vec<u8>) {
-    wire_line(out, b"x-request-id: ", id.as_bytes());
-    with_date(|date| wire_line(out, b"date: ", date));
-    wire_line(out, b"content-length: ", itoa::Buffer::new().format(len).as_bytes());
-    out.extend_from_slice(b"\r\n");
-}
-
-fn wire_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// `f` of the `Date` of an answer sent now, as hyper writes it (formatted once a second per
-/// thread).
-fn with_date<R>(f: impl FnOnce(&[u8]) -> R) -> R {
-    thread_local! {
-        static DATE: RefCell<(u64, Vec<u8>)> = const { RefCell::new((u64::MAX, Vec::new())) };
-    }
-    let now = std::time::SystemTime::now();
-    let second = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    DATE.with_borrow_mut(|(at, date)| {
-        if *at != second {
-            *at = second;
-            *date = httpdate::fmt_http_date(now).into_bytes();
-        }
-        f(date)
-    })
-}
-
-thread_local! {
-    /// The heads of full answers this thread built last ([`full`]).
-    static HEADS: RefCell<Heads> = const { RefCell::new(Heads { kept: Vec::new(), next: 0 }) };
-}
-
-/// How many heads a thread keeps: a few stores' versions, in each kind and URL form.
-const HEADS_KEPT: usize = 16;
-
-struct Heads {
-    kept: Vec<Head>,
-    /// Which one the next new head replaces, once there are [`HEADS_KEPT`].
-    next: usize,
-}
-
-/// A head of full answers about one version (held weakly: a view that leaves the cache is freed,
-/// and its address is not reused while this is kept, so that a new view cannot be mistaken for
-/// it).
-struct Head {
-    view: Weak<VersionView>,
-    kind: Kind,
-    pinned: bool,
-    added: u64,
-    head: HeaderMap,
-    /// The status line and the head's lines but the ETag and the request id, as sent.
-    wire: Vec<u8>,
-}
-
-impl Heads {
-    fn find(
-        &mut self,
-        view: &Arc<VersionView>,
-        kind: Kind,
-        pinned: bool,
-        added: &Added,
-        served: impl FnOnce() -> Served,
-    ) -> &Head {
-        let found = self.kept.iter().position(|k| {
-            k.view.as_ptr() == Arc::as_ptr(view) && k.kind == kind && k.pinned == pinned && k.added == added.id
-        });
-        let at = match found {
-            Some(at) => at,
-            None => {
-                let head = head(kind, &served(), added);
-                let wire = wire(&head);
-                let head = Head { view: Arc::downgrade(view), kind, pinned, added: added.id, head, wire };
-                if self.kept.len() < HEADS_KEPT {
-                    self.kept.push(head);
-                    self.kept.len() - 1
-                } else {
-                    let at = self.next;
-                    self.next = (at + 1) % HEADS_KEPT;
-                    self.kept[at] = head;
-                    at
-                }
-            }
-        };
-        &self.kept[at]
-    }
-}
-
-/// The status line of a 200 and the lines of `head` but its first two (the ETag's and the
-/// request id's places), as hyper writes them.
-fn wire(head: &HeaderMap) -> Vec<u8> {
-    let mut wire = b"HTTP/1.1 200 OK\r\n".to_vec();
-    for (name, value) in head.iter().skip(2) {
-        wire_line(&mut wire, format!("{name}: ").as_bytes(), value.as_bytes());
-    }
-    wire
-}
-
-/// The head of full answers of `kind` about the version `served` names: the headers of
-/// [`metadata_with`] or [`bytes_chunk`] for a 200, of `versioned`, and `added`; the ETag's and
-/// the request id's places first, to be filled per answer.
-fn head(kind: Kind, served: &Served, added: &Added) -> HeaderMap {
-    let mut h = HeaderMap::with_capacity(16);
-    let unset = HeaderValue::from_static("-");
-    h.insert(header::ETAG, unset.clone());
-    h.insert(super::observe::REQUEST_ID, unset.clone());
-    // The version's own values copied for this thread: a clone of one shared by every thread
-    // counts its users in memory that every core writes.
-    let own = |v: &HeaderValue| HeaderValue::from_bytes(v.as_bytes()).unwrap_or_else(|_| v.clone());
-    let served = Served {
-        cache_control: served.cache_control.clone(),
-        version: own(&served.version),
-        last_modified: own(&served.last_modified),
-        head_only: false,
-    };
-    set_common(&mut h, &unset, kind.content_type(), &served);
-    if kind != Kind::Octet {
-        h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
-    }
-    if kind == Kind::JsonGzip {
-        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-    }
-    h.insert(VERSION_HEADER, served.version);
-    added.apply_to(&mut h);
-    h
-}
-
-/// An ETag as a header value (ours are always visible ASCII).
-pub(super) fn tag_value(tag: &str) -> HeaderValue {
-    HeaderValue::from_str(tag).unwrap_or(HeaderValue::from_static("\"\""))
-}
-
-fn content_range(range: &std::ops::Range<u64>, len: u64) -> HeaderValue {
-    HeaderValue::from_str(&format!("bytes {}-{}/{len}", range.start, range.end - 1))
-        .unwrap_or(HeaderValue::from_static("bytes */0"))
-}
-
 pub(super) fn accepts_gzip(headers: &HeaderMap) -> bool {
     accepts_gzip_in(headers.get_all(header::ACCEPT_ENCODING).iter().map(HeaderValue::as_bytes))
 }
 
 /// [`accepts_gzip`] of a request whose `Accept-Encoding` lines are `values`.
-pub(super) fn accepts_gzip_in<'a>(values: impl Iterator<Item = &'a [u8]>) -> bool {
+pub(crate) fn accepts_gzip_in<'a>(values: impl Iterator<Item = &'a [u8]>) -> bool {
     // As `HeaderValue::to_str`: visible ASCII only.
     let visible = |v: &&[u8]| v.iter().all(|&b| b == b'\t' || (32..127).contains(&b));
     let items = values.filter(visible).filter_map(|v| std::str::from_utf8(v).ok()).flat_map(|v| v.split(','));

@@ -20,7 +20,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::answer::{Served, bytes_response};
+use super::answer::{Kind, Page, Served, bytes_response};
 use super::html::{SCRIPT, STYLE, escape, href, secure};
 use crate::app::AppState;
 use crate::error::ApiError;
@@ -118,7 +118,7 @@ fn html_response(body: String, version: i64, headers: &HeaderMap, served: &Serve
     let tag = etag('h', body.as_bytes());
     let tag = HeaderValue::from_str(&format!("{}-v{version}\"", tag.trim_end_matches('"')))
         .unwrap_or(HeaderValue::from_static("\"\""));
-    let mut response = bytes_response(Bytes::from(body), &tag, "text/html; charset=utf-8", headers, served);
+    let mut response = bytes_response(Bytes::from(body), &tag, Kind::Page(Page::Html), headers, served);
     response.headers_mut().insert(header::VARY, HeaderValue::from_static("accept"));
     secure(response.headers_mut());
     response

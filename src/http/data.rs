@@ -54,7 +54,7 @@ impl Plane {
                 Some(_) => self.pinned_cache_control.clone(),
                 None => self.current_cache_control.clone(),
             },
-            version: view.version_header.clone(),
+            version: Some(view.version_header.clone()),
             last_modified: view.last_modified.clone(),
             head_only: method == Method::HEAD,
         }
@@ -181,7 +181,7 @@ async fn stores_page(
     let now = chrono::Utc::now().format("%a, %d %b %Y %H:%M:%S GMT").to_string();
     let served = Served {
         cache_control: plane.current_cache_control.clone(),
-        version: HeaderValue::from_static("0"),
+        version: None,
         last_modified: HeaderValue::from_str(&now).unwrap_or(HeaderValue::from_static("Thu, 01 Jan 1970 00:00:00 GMT")),
         head_only: method == Method::HEAD,
     };
@@ -290,7 +290,10 @@ fn pinned_version(segment: &str) -> Result<(&str, Option<i64>), ApiError> {
 fn versioned(mut response: Response, served: Served) -> Response {
     let missing = response.status() == StatusCode::NOT_FOUND;
     let h = response.headers_mut();
-    h.insert(VERSION_HEADER, served.version);
+    if let Some(version) = served.version {
+        // Already there in an answer with a representation's head (`answer::Head`).
+        h.entry(VERSION_HEADER).or_insert(version);
+    }
     if missing {
         // A missing chunk or key of a version is as stable as the version itself.
         h.insert(header::CACHE_CONTROL, served.cache_control);
@@ -433,16 +436,12 @@ pub(super) fn read_key_now(
         if full {
             return Some(answer::full(view, kind, pinned.is_some(), served, added, &tag, body));
         }
-        let served = served();
-        let response = match kind {
-            answer::Kind::Octet => answer::bytes_response(body, &tag, kind.content_type(), headers, &served),
-            _ => answer::metadata_with_tag(body, &tag, kind == answer::Kind::JsonGzip, headers, &served),
-        };
+        let response = answer::bytes_answer(body, &tag, kind, headers, &served(), added);
         let status = response.status();
         if status.is_client_error() || status.is_server_error() {
             return None;
         }
-        Some(added.apply(versioned(response, served)))
+        Some(response)
     });
     found.ok()
 }

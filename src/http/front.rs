@@ -31,14 +31,14 @@ use super::observe::{self, Observed, Observer};
 use crate::logs;
 
 /// The router, and what answers a plain read in front of it.
-pub(in crate::http) struct Front {
+pub(crate) struct Front {
     router: Router,
     reads: Option<Reads>,
 }
 
 /// What a plain read needs: the data plane, the observer the router's requests go through too,
 /// and the CORS headers the router's CORS layer would add.
-pub(in crate::http) struct Reads {
+pub(crate) struct Reads {
     plane: Arc<Plane>,
     observer: Arc<Observer>,
     /// The CORS headers.
@@ -58,7 +58,7 @@ impl Front {
     }
 
     /// The answer to `request`, whose body may take up to `body_timeout` between two frames.
-    pub(super) async fn answer(&self, request: hyper::Request<Incoming>, body_timeout: Duration) -> Response {
+    pub(crate) async fn answer(&self, request: hyper::Request<Incoming>, body_timeout: Duration) -> Response {
         if let Some(reads) = &self.reads
             && request.method() == Method::GET
             && let Some(split) = data::key_split(request.uri().path())
@@ -110,7 +110,7 @@ impl Reads {
 impl Front {
     /// What answers plain reads as bytes on the connection ([`Reads::answer_wire`]), if they
     /// may be answered in front of the router.
-    pub(super) fn reads(&self) -> Option<&Reads> {
+    pub(crate) fn reads(&self) -> Option<&Reads> {
         self.reads.as_ref()
     }
 }
@@ -124,7 +124,7 @@ impl Reads {
     /// this worker thread does not have what it needs at hand. `None` (and `out` as it was) when
     /// that answer is not a full one of a metadata document or an inline chunk: the request is
     /// then hyper's.
-    pub(super) async fn answer_wire(
+    pub(crate) async fn answer_wire(
         &self,
         path: &str,
         gzip: bool,

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use percent_encoding::utf8_percent_encode;
 use serde_json::{Value, json};
 
-use super::answer::{Served, bytes_response};
+use super::answer::{Kind, Page, Served, bytes_response};
 use super::html::{SEGMENT, encode, escape, secure};
 use super::v2::Rendered;
 use super::v2::V2Views;
@@ -74,9 +74,9 @@ pub(super) async fn list(
     let title = format!("{}/{segment}/{}", base(v2), dir(node.path.as_str()));
     let json = wants_json(headers);
     let (body, content_type) = if json {
-        (json_listing(view, segment, node, &entries).to_string(), "application/json")
+        (json_listing(view, segment, node, &entries).to_string(), Kind::Page(Page::Json))
     } else {
-        (html(&title, node, &entries), "text/html; charset=utf-8")
+        (html(&title, node, &entries), Kind::Page(Page::Html))
     };
     let tag = etag('l', body.as_bytes());
     let tag = HeaderValue::from_str(&format!("{}-v{}\"", tag.trim_end_matches('"'), view.head.id))

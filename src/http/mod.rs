@@ -1,5 +1,7 @@
 //! The HTTP edge: the Zarr data plane, the REST control plane and the ops endpoints, with the
-//! middleware every request goes through (request id, logging, metrics).
+//! middleware every request goes through (request id, logging, metrics). Routing and rendering
+//! only: the server one room up (`src/server/`) accepts the connections and writes the answers
+//! on them; it takes from here [`front`] and what answers a plain read as bytes ([`Reads`]).
 
 mod answer;
 mod auth;
@@ -16,12 +18,13 @@ mod openapi;
 mod ops;
 mod preconditions;
 pub mod range;
-mod server;
 mod stores;
 mod summary;
 mod v2;
 
-pub use server::serve;
+// What the server uses (nothing here uses the server).
+pub(crate) use answer::accepts_gzip_in;
+pub(crate) use front::{Front, Reads};
 
 use std::sync::Arc;
 
@@ -35,8 +38,9 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use crate::app::AppState;
 use crate::error::ApiError;
 
-/// Every route of the server, and in front of them the plain reads of keys (`front.rs`).
-fn front(state: AppState) -> front::Front {
+/// Every route of the server, and in front of them the plain reads of keys (`front.rs`): what
+/// the server hands each connection's requests to.
+pub(crate) fn front(state: AppState) -> front::Front {
     let plane = Arc::new(data::Plane::new(&state));
     let observer = Arc::new(observe::Observer::new(&state.metrics));
     let reads = (!state.read_auth_required()).then(|| (plane.clone(), observer.clone(), state.config.http.cors));
@@ -71,7 +75,7 @@ fn router(state: AppState, plane: Arc<data::Plane>, observer: Arc<observe::Obser
         .layer(middleware::from_fn_with_state(observer, observe::observe));
     // A method router adds `Allow` to its 405 outside every layer of the router, `observe`
     // included: the server writes the problem body that lists the allowed methods
-    // (`error::last_as_problem`, in `server/connection.rs`).
+    // (`error::last_as_problem`, in the server's `connection.rs`).
     routes.with_state(state)
 }
 

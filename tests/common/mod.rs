@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use sqlx::Connection;
 use zarrgate::app::{self, App};
 use zarrgate::config::Config;
-use zarrgate::http;
+use zarrgate::server;
 
 /// Which catalog a test server uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,7 +201,7 @@ impl TestServer {
         let url = format!("http://{}", listener.local_addr().unwrap());
         let state = App::start(config).await.unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(http::serve(listener, state.clone(), async {
+        tokio::spawn(server::serve(listener, state.clone(), async {
             let _ = stopped.await;
         }));
         let client = reqwest::Client::builder().no_gzip().build().unwrap();

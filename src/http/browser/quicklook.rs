@@ -10,7 +10,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde_json::json;
 
-use super::super::answer::{Served, bytes_response};
+use super::super::answer::{Kind, Page, Served, bytes_response};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::versions::VersionView;
@@ -60,7 +60,7 @@ pub(in crate::http) async fn answer(
     let tag = HeaderValue::from_str(&etag('q', identity.as_bytes())).unwrap_or(HeaderValue::from_static("\"\""));
     let q = &rendered;
     Ok(match format {
-        Format::Png => bytes_response(q.png.clone(), &tag, "image/png", headers, served),
+        Format::Png => bytes_response(q.png.clone(), &tag, Kind::Page(Page::Png), headers, served),
         Format::Json => {
             let axis = |a: &Option<(String, f64, f64)>| {
                 a.as_ref().map(|(name, first, last)| json!({"name": name, "first": first, "last": last}))
@@ -70,7 +70,7 @@ pub(in crate::http) async fn answer(
                               "axes": {"rows": axis(&q.axes[0]), "columns": axis(&q.axes[1])},
                               "caption": caption(q),
                               "colour_map": "viridis", "max_side": quicklook::MAX_SIDE});
-            bytes_response(Bytes::from(body.to_string()), &tag, "application/json", headers, served)
+            bytes_response(Bytes::from(body.to_string()), &tag, Kind::Page(Page::Json), headers, served)
         }
     })
 }

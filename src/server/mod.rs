@@ -1,7 +1,20 @@
-//! The HTTP server: accepts connections (no Nagle) up to `http.max_connections`, answers one
-//! more with 503, serves each over HTTP/1.1 under the timeouts of `[http]`
-//! ([`connection`]), and on shutdown stops accepting and lets
-//! in-flight requests finish.
+//! The server: where connections are accepted, and where bytes enter and leave the socket.
+//!
+//! - `mod.rs` (here) accepts connections (no Nagle) up to `http.max_connections`, and on
+//!   shutdown stops accepting and lets in-flight requests finish;
+//! - `refusal.rs` answers a connection beyond the limit with 503 and closes it;
+//! - `connection.rs` serves one connection over HTTP/1.1: its plain reads first, then hyper;
+//! - `connection/watchdog.rs` closes a connection whose client is too slow (the header, idle and
+//!   send timeouts of `[http]`) and drains it on shutdown;
+//! - `connection/plain.rs` parses the plainest reads (a GET of a metadata document or an inline
+//!   chunk, no Range, no condition) with httparse and writes their answers on the socket as
+//!   bytes, until the first request of any other kind hands the connection to hyper.
+//!
+//! Every answer leaves through this folder: written by `plain.rs`, or by hyper on the
+//! connection `connection.rs` serves. What an answer says is decided in `crate::http`: hyper
+//! hands each request to its front (the bypass of the router, then the router), and `plain.rs`
+//! asks it for a plain read's answer as bytes (`Reads::answer_wire`). Nothing in `crate::http`
+//! imports this module.
 //!
 //! HTTP/1.1 only: no Zarr client speaks h2c (README, "HTTP"), and HTTP/2 would let one
 //! connection hold many responses that its client never lets through, with nothing on the
@@ -30,7 +43,7 @@ pub async fn serve(
     let connections = Arc::new(Semaphore::new(connection_slots(&state.config.http)));
     let refusals = Arc::new(Semaphore::new(refusal::AT_ONCE));
     let meters = Arc::new(connection::Meters::new(&state.metrics));
-    let front = Arc::new(super::front(state));
+    let front = Arc::new(crate::http::front(state));
     // Every connection task holds a receiver: the sender learns it is closed when the last ends.
     let (stop, stopping) = watch::channel(());
     let mut shutdown = std::pin::pin!(shutdown);

@@ -24,9 +24,9 @@ use std::task::{Poll, Waker};
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::{Closed, VERDICT_CLOSED, VERDICT_NONE, Watched};
-use crate::http::answer;
-use crate::http::front::Reads;
+use super::watchdog::{VERDICT_CLOSED, VERDICT_NONE, closed, verdict};
+use super::{Closed, Watched};
+use crate::http::{Reads, accepts_gzip_in};
 
 /// How the plain reads of a connection ended.
 pub(super) enum Ended {
@@ -52,7 +52,7 @@ const COPIED: usize = 16 << 10;
 
 /// Answers the plain reads that arrive on `io`, until its client closes it, the watchdog does,
 /// or a request that is not a plain read arrives. `registered` is the waker last handed to the
-/// watchdog ([`super::verdict`]).
+/// watchdog (`watchdog::verdict`).
 pub(super) async fn answer(io: &mut Watched, reads: &Reads, max_head: usize, registered: &mut Option<Waker>) -> Ended {
     let mut buf = vec![0u8; BUFFER.min(max_head)];
     let (mut start, mut filled) = (0, 0);
@@ -185,7 +185,7 @@ fn parse(bytes: &[u8]) -> Parsed<'_> {
         }
     }
     let encodings = request.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("accept-encoding"));
-    let gzip = answer::accepts_gzip_in(encodings.map(|h| h.value));
+    let gzip = accepts_gzip_in(encodings.map(|h| h.value));
     Parsed::Read { len, path, gzip, id }
 }
 
@@ -217,9 +217,9 @@ fn plain_in_path(b: u8) -> bool {
 /// requests).
 async fn read(io: &mut Watched, buf: &mut [u8], registered: &mut Option<Waker>) -> Result<usize, Closed> {
     std::future::poll_fn(|cx| {
-        match super::verdict(&io.watch, registered, cx.waker()) {
+        match verdict(&io.watch, registered, cx.waker()) {
             VERDICT_NONE => {}
-            v if v >= VERDICT_CLOSED => return Poll::Ready(Err(super::closed(v))),
+            v if v >= VERDICT_CLOSED => return Poll::Ready(Err(closed(v))),
             _ => return Poll::Ready(Err(Closed::Client)),
         }
         let mut read = ReadBuf::new(buf);
@@ -242,9 +242,9 @@ async fn write_all(
 ) -> Result<(), Closed> {
     std::future::poll_fn(|cx| {
         loop {
-            let v = super::verdict(&io.watch, registered, cx.waker());
+            let v = verdict(&io.watch, registered, cx.waker());
             if v >= VERDICT_CLOSED {
-                return Poll::Ready(Err(super::closed(v)));
+                return Poll::Ready(Err(closed(v)));
             }
             let polled = if body.is_empty() {
                 Pin::new(&mut *io).poll_write(cx, head)
