@@ -16,7 +16,6 @@ use crate::app::AppState;
 use crate::error::ApiError;
 use crate::versions::view::RenderedDoc;
 use crate::versions::{Chunk, VersionView, VirtualChunk};
-use crate::zarr::ChunkLocation;
 use crate::zarr::hierarchy::Node;
 
 /// Which version a response belongs to.
@@ -72,16 +71,16 @@ pub(super) fn metadata_with_tag(
     response
 }
 
+/// The answer for `chunk` (of array `node`, at `key`), as the lookup found it.
 pub(super) async fn chunk(
     app: &AppState,
-    view: &VersionView,
+    chunk: Chunk,
     node: &Node,
-    at: ChunkLocation,
     key: &str,
     headers: &HeaderMap,
     served: &Served,
 ) -> Result<Response, ApiError> {
-    match app.reader.chunk(view, node, at).await? {
+    match chunk {
         Chunk::Missing => Err(ApiError::NotFound(format!(
             "chunk {key:?} of array {} has no data: readers use its fill value",
             node.path

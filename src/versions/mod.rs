@@ -1,6 +1,6 @@
 //! The read and write use cases of store versions, between the HTTP edge and the stores: the
-//! [`Reader`] (which version a URL names, its view, blocks, chunks and source reads, with their
-//! caches) and the [`Registrar`] (register, patch, delete, settle). Services take the parts they
+//! [`Reader`] (the one lookup of what a read URL names: its version, view, block and chunk;
+//! source reads; their caches) and the [`Registrar`] (register, patch, delete, settle). Services take the parts they
 //! need and answer with their own [`Error`]; nothing here knows about HTTP requests or responses.
 
 pub mod cache;
@@ -8,16 +8,19 @@ pub mod error;
 pub mod facts;
 pub mod icechunk;
 pub mod ingest;
+pub mod lookup;
 mod patch;
 pub mod quicklook;
 pub mod read;
 pub mod register;
 mod retention;
 pub mod sync;
+pub mod v2;
 pub mod view;
 
 pub use error::Error;
 pub use ingest::Format;
+pub use lookup::{Found, Keys, Lookup, Named, ReadUrl};
 pub use read::{Chunk, Reader, VirtualChunk};
 pub use register::{Registered, Registrar, Registration, Settings};
 pub use view::RenderedQuicklook;
