@@ -135,9 +135,9 @@ impl Reads {
     /// appended to `out` as sent on the connection, and its body, to be sent right after it (the
     /// shared bytes the version or the cache holds, not a copy): the bytes hyper would send for
     /// [`Reads::answer`]'s answer, without hyper (bench/README.md, "Stop 22"). Waits only when
-    /// this worker thread does not have what it needs at hand. `None` (and `out` as it was) when
+    /// this worker thread does not have what it needs at hand. `Err` (and `out` as it was) when
     /// that answer is not a full one of a metadata document or a chunk in memory: the request
-    /// is then hyper's, with what was looked up of it, if anything.
+    /// is then hyper's, handed over with what was looked up of it (`None`: nothing was).
     pub(super) async fn answer_wire(
         &self,
         path: &str,

@@ -12,9 +12,10 @@
 //!
 //! The first request that is anything else (another method, HTTP/1.0, a `Range` or a
 //! conditional header, a body, `Connection` other than `keep-alive`, `Expect`, `Upgrade`, a path
-//! with anything to decode, a head that does not parse or is longer than the buffer, a read
-//! that needs to wait) is handed to hyper, with every byte after it: hyper serves the rest of
-//! the connection. The watchdog's timeouts apply throughout: the socket is the same [`Watched`].
+//! with anything to decode, a head that does not parse or is longer than the buffer, a key
+//! that names anything but a metadata document or a chunk in memory) is handed to hyper, with
+//! every byte after it and what was looked up of it ([`Handed`]): hyper serves the rest of the
+//! connection, and goes on from that lookup instead of making it again. The watchdog's timeouts apply throughout: the socket is the same [`Watched`].
 
 use std::io::IoSlice;
 use std::pin::Pin;
