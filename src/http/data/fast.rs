@@ -16,15 +16,37 @@ use super::{Plane, versioned};
 use crate::http::{answer, range};
 use crate::versions::lookup::{Found, Keys, Lookup, Named, ReadUrl};
 use crate::versions::{Chunk, VersionView};
+use crate::zarr::ChunkLocation;
 
-/// What a plain read answers: a metadata document or a chunk held in memory, of the version
-/// `view`, in the form asked.
-struct Plain<'a> {
-    view: &'a Arc<VersionView>,
+/// What a plain read answers: a metadata document or a chunk in memory, of the version
+/// `view`, in the form asked; `of` and `body` are what the lookup found, for a read that is
+/// the router's after all ([`Plain::found`]).
+struct Plain {
+    view: Arc<VersionView>,
     pinned: Option<i64>,
     body: Bytes,
     tag: HeaderValue,
     kind: answer::Kind,
+    of: Of,
+}
+
+/// What a plain read's body is of.
+enum Of {
+    /// The `zarr.json` of the node at this index.
+    Doc(u32),
+    /// The chunk at `at` of the array at index `node`, with its ETag.
+    Chunk { node: u32, at: ChunkLocation, etag: String },
+}
+
+impl Plain {
+    /// What the lookup found, as it found it.
+    fn found(self) -> Found {
+        let named = match self.of {
+            Of::Doc(node) => Named::Metadata(node),
+            Of::Chunk { node, at, etag } => Named::Chunk { node, at, chunk: Chunk::Bytes { bytes: self.body, etag } },
+        };
+        Found { view: self.view, pinned: self.pinned, named }
+    }
 }
 
 /// The lookup's URL of `GET /{store}/{key}`.
@@ -33,23 +55,26 @@ fn url<'a>((store, key): (&'a str, &'a str)) -> ReadUrl<'a> {
 }
 
 /// What `found` answers as a plain read: a metadata document (gzip-compressed if `gzip` and
-/// compressed already) or a chunk in memory. `None` for anything else.
-fn plain(found: &Found, gzip: bool) -> Option<Plain<'_>> {
+/// compressed already) or a chunk in memory (taken, not copied). `found` as it was for
+/// anything else.
+fn plain(found: Found, gzip: bool) -> Result<Plain, Found> {
     let Found { view, pinned, named } = found;
-    let (body, tag, kind) = match named {
+    let (body, tag, kind, of) = match named {
         Named::Metadata(node) => {
-            let doc = &view.docs[*node as usize];
-            match if gzip { doc.gzip_now()? } else { None } {
-                Some(gzip) => (gzip, doc.gzip_etag.clone(), answer::Kind::JsonGzip),
-                None => (doc.identity.clone(), doc.etag.clone(), answer::Kind::Json),
+            let doc = &view.docs[node as usize];
+            match if gzip { doc.gzip_now() } else { Some(None) } {
+                Some(Some(gzip)) => (gzip, doc.gzip_etag.clone(), answer::Kind::JsonGzip, Of::Doc(node)),
+                Some(None) => (doc.identity.clone(), doc.etag.clone(), answer::Kind::Json, Of::Doc(node)),
+                // Not compressed yet: the router's way compresses it off the async workers.
+                None => return Err(Found { view, pinned, named }),
             }
         }
-        Named::Chunk { chunk: Chunk::Bytes { bytes, etag }, .. } => {
-            (bytes.clone(), answer::tag_value(etag), answer::Kind::Octet)
+        Named::Chunk { node, at, chunk: Chunk::Bytes { bytes, etag } } => {
+            (bytes, answer::tag_value(&etag), answer::Kind::Octet, Of::Chunk { node, at, etag })
         }
-        _ => return None,
+        named => return Err(Found { view, pinned, named }),
     };
-    Some(Plain { view, pinned: *pinned, body, tag, kind })
+    Ok(Plain { view, pinned, body, tag, kind, of })
 }
 
 /// [`super::read_key`] answered from what this worker thread has at hand: with any status but
@@ -63,27 +88,28 @@ pub(in crate::http) fn read_key_now(
     request: &Parts,
     added: &answer::Added,
 ) -> Result<Response, Lookup> {
-    let lookup = plane.app.reader.lookup_now(&url(at));
-    let Lookup::Found(found) = &lookup else { return Err(lookup) };
-    let headers = &request.headers;
-    let Some(Plain { view, pinned, body, tag, kind }) = plain(found, answer::accepts_gzip(headers)) else {
-        return Err(lookup);
+    let found = match plane.app.reader.lookup_now(&url(at)) {
+        Lookup::Found(found) => found,
+        other => return Err(other),
     };
-    let served = || plane.served(view, pinned, &request.method);
-    let full = request.method == Method::GET
-        && matches!(range::plan(headers, body.len() as u64, tag.to_str().unwrap_or_default()), range::Plan::Full);
-    if full {
-        return Ok(answer::full(view, kind, pinned.is_some(), served, added, &tag, body));
+    let headers = &request.headers;
+    let plain = plain(found, answer::accepts_gzip(headers)).map_err(Lookup::Found)?;
+    match range::plan(headers, plain.body.len() as u64, plain.tag.to_str().unwrap_or_default()) {
+        range::Plan::Full if request.method == Method::GET => {
+            let Plain { view, pinned, body, tag, kind, .. } = plain;
+            let served = || plane.served(&view, pinned, &request.method);
+            return Ok(answer::full(&view, kind, pinned.is_some(), served, added, &tag, body));
+        }
+        // An error (416): the router's way answers it (a browser's as a page).
+        range::Plan::Unsatisfiable => return Err(Lookup::Found(plain.found())),
+        _ => {}
     }
-    let served = served();
+    let Plain { view, pinned, body, tag, kind, .. } = plain;
+    let served = plane.served(&view, pinned, &request.method);
     let response = match kind {
         answer::Kind::Octet => answer::bytes_response(body, &tag, kind.content_type(), headers, &served),
         _ => answer::metadata_with_tag(body, &tag, kind == answer::Kind::JsonGzip, headers, &served),
     };
-    let status = response.status();
-    if status.is_client_error() || status.is_server_error() {
-        return Err(lookup);
-    }
     Ok(added.apply(versioned(response, served)))
 }
 
@@ -99,13 +125,13 @@ pub(in crate::http) fn read_key_wire(
     added: &answer::Added,
     out: &mut Vec<u8>,
 ) -> Result<Bytes, Lookup> {
-    let lookup = plane.app.reader.lookup_now(&url(at));
-    if let Lookup::Found(found) = &lookup
-        && let Some(plain) = plain(found, gzip)
-    {
-        return Ok(wire(plane, plain, added, out));
+    match plane.app.reader.lookup_now(&url(at)) {
+        Lookup::Found(found) => match plain(found, gzip) {
+            Ok(plain) => Ok(wire(plane, plain, added, out)),
+            Err(found) => Err(Lookup::Found(found)),
+        },
+        other => Err(other),
     }
-    Err(lookup)
 }
 
 /// [`read_key_wire`] gone on from `so_far`, waiting for what this worker thread does not have
@@ -122,19 +148,15 @@ pub(in crate::http) async fn read_key_wire_waiting(
         Ok(found) => found,
         Err(e) => return Err(Lookup::Failed(e)),
     };
-    match plain(&found, gzip) {
-        Some(plain) => Ok(wire(plane, plain, added, out)),
-        None => Err(Lookup::Found(found)),
+    match plain(found, gzip) {
+        Ok(plain) => Ok(wire(plane, plain, added, out)),
+        Err(found) => Err(Lookup::Found(found)),
     }
 }
 
-fn wire(
-    plane: &Plane,
-    Plain { view, pinned, body, tag, kind }: Plain<'_>,
-    added: &answer::Added,
-    out: &mut Vec<u8>,
-) -> Bytes {
-    let served = || plane.served(view, pinned, &Method::GET);
-    answer::full_wire(view, kind, pinned.is_some(), served, added, &tag, out);
+fn wire(plane: &Plane, plain: Plain, added: &answer::Added, out: &mut Vec<u8>) -> Bytes {
+    let Plain { view, pinned, body, tag, kind, .. } = plain;
+    let served = || plane.served(&view, pinned, &Method::GET);
+    answer::full_wire(&view, kind, pinned.is_some(), served, added, &tag, out);
     body
 }
