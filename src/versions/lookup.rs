@@ -36,8 +36,11 @@ pub enum Keys {
 /// and which keys it names.
 #[derive(Debug, Clone, Copy)]
 pub struct ReadUrl<'a> {
+    /// The store as the URL writes it.
     pub segment: &'a str,
+    /// The key under it, if the read names one.
     pub key: Option<&'a str>,
+    /// Which view's keys.
     pub keys: Keys,
 }
 
@@ -45,14 +48,17 @@ pub struct ReadUrl<'a> {
 /// what the key names in it.
 #[derive(Debug)]
 pub struct Found {
+    /// The version's view.
     pub view: Arc<VersionView>,
+    /// The version the URL pins (`None`: the store's current one).
     pub pinned: Option<i64>,
+    /// What the key names in it.
     pub named: Named,
 }
 
-/// What a key names in a version: a new kind of chunk (assembled from pieces of several
-/// sources, say) is one more [`Chunk`] variant, made by the chunk step
-/// ([`chunk_in`]).
+/// What a key names in a version. A new kind of chunk (assembled from pieces of several
+/// sources, say) is one more [`Chunk`] variant, made by the chunk step (`read.rs`, `chunk_in`,
+/// from the chunk's reference in its block).
 #[derive(Debug)]
 pub enum Named {
     /// The version itself (a URL with no key).
