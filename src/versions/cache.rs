@@ -7,7 +7,6 @@
 use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -22,8 +21,7 @@ use crate::zarr::ManifestBlock;
 
 mod front;
 
-use front::HeadsFront;
-pub use front::{Front, FrontKey, FrontOf, NoFront};
+pub use front::{Front, FrontKey, FrontOf, HeadsFront, NoFront};
 
 /// A store as the URL names it: `name` (its current version) or `name@version`.
 pub type HeadKey = String;
@@ -40,7 +38,7 @@ pub type QuicklookKey = (i64, u32, Vec<u64>);
 pub type QuicklookOutcome = std::result::Result<Arc<RenderedQuicklook>, Arc<str>>;
 
 /// One cache: values loaded once per key, with what each worker thread keeps in front of it
-/// (`F`: [`NoFront`], or a [`Front`] of its last values), hits and misses counted here under the
+/// (`F`: [`NoFront`], a [`Front`] of its last values, or the [`HeadsFront`]), hits and misses counted here under the
 /// cache's name, wherever the value was found (the thread's front or the shared memo).
 pub struct Memo<K, V, F = NoFront> {
     name: &'static str,
@@ -58,9 +56,8 @@ impl<K, V, F> std::fmt::Debug for Memo<K, V, F> {
 
 impl<K, V, F> Memo<K, V, F>
 where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
+    K: Hash + Eq + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
-    F: FrontOf<K, V>,
 {
     fn new(name: &'static str, cache: Cache<K, V>, front: F, metrics: &Metrics) -> Self {
         Self {
@@ -74,43 +71,67 @@ where
 
     /// The value at `key` if this worker thread has it at hand (counted as a hit): no waiting,
     /// no shared memo. `None` sends the lookup to [`Memo::load`].
-    pub fn now(&self, key: &K) -> Option<V> {
+    pub fn now<Q: ?Sized>(&self, key: &Q) -> Option<V>
+    where
+        F: FrontOf<Q, V>,
+    {
         let value = self.front.get(key)?;
         self.hits.inc();
         Some(value)
     }
 
     /// The value at `key` from the shared memo, loaded by `load` on a miss (once, however many
-    /// ask at the same time), and kept in this worker thread's front. A failed load is not kept.
-    /// `load` makes the loading future on a miss only: a hit's future never holds one (a load
-    /// through the catalog is kilobytes of state, moved with every request that holds it).
-    pub async fn load<Fut: Future<Output = Result<V>>>(&self, key: K, load: impl FnOnce() -> Fut) -> Result<V> {
-        let value = match self.cache.get(&key).await {
+    /// ask at the same time; the key owned then only), and kept in this worker thread's front. A
+    /// failed load is not kept. `load` makes the loading future on a miss only: a hit's future
+    /// never holds one (a load through the catalog is kilobytes of state, moved with every
+    /// request that holds it).
+    pub async fn load<Q, Fut>(&self, key: &Q, load: impl FnOnce() -> Fut) -> Result<V>
+    where
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: std::borrow::Borrow<Q>,
+        F: FrontOf<Q, V>,
+        Fut: Future<Output = Result<V>>,
+    {
+        // Before the memo is asked: a value kept meanwhile is kept under what was current then.
+        let ticket = self.front.ticket();
+        let value = match self.cache.get(key).await {
             Some(value) => {
                 self.hits.inc();
                 value
             }
             // Boxed: a miss is rare, and its future would make every hit's larger.
-            None => Box::pin(self.load_missed(&key, load)).await?,
+            None => Box::pin(self.load_missed(key.to_owned(), load)).await?,
         };
-        self.front.keep(&key, &value);
+        self.front.keep(key, &value, ticket);
         Ok(value)
     }
 
     /// The value at `key`: [`Memo::now`], else [`Memo::load`].
-    pub async fn get_or_load<Fut: Future<Output = Result<V>>>(&self, key: K, load: impl FnOnce() -> Fut) -> Result<V> {
+    pub async fn get_or_load<Fut: Future<Output = Result<V>>>(&self, key: K, load: impl FnOnce() -> Fut) -> Result<V>
+    where
+        K: Clone,
+        F: FrontOf<K, V>,
+    {
         match self.now(&key) {
             Some(value) => Ok(value),
-            None => self.load(key, load).await,
+            None => self.load(&key, load).await,
         }
     }
 
     /// A lookup that missed: loaded once however many ask, or found loaded by another meanwhile.
-    async fn load_missed<Fut: Future<Output = Result<V>>>(&self, key: &K, load: impl FnOnce() -> Fut) -> Result<V> {
-        let entry =
-            self.cache.entry(key.clone()).or_try_insert_with(load()).await.map_err(|e: Arc<Error>| (*e).clone())?;
+    async fn load_missed<Fut: Future<Output = Result<V>>>(&self, key: K, load: impl FnOnce() -> Fut) -> Result<V> {
+        let entry = self.cache.entry(key).or_try_insert_with(load()).await.map_err(|e: Arc<Error>| (*e).clone())?;
         if entry.is_fresh() { &self.misses } else { &self.hits }.inc();
         Ok(entry.into_value())
+    }
+
+    /// Forgets the value at `key` (a value a front holds is served until it lets go of it).
+    pub async fn forget<Q>(&self, key: &Q)
+    where
+        Q: Hash + Eq + ?Sized,
+        K: std::borrow::Borrow<Q>,
+    {
+        self.cache.invalidate(key).await;
     }
 
     /// The most it holds (entries, or bytes when weighed).
@@ -123,28 +144,6 @@ where
             metrics.cache_bytes.with_label_values(&[self.name]).set(self.cache.weighted_size() as i64);
         }
         metrics.cache_entries.with_label_values(&[self.name]).set(self.cache.entry_count() as i64);
-    }
-}
-
-/// The heads' memo, keyed by a store as the URL names it: asked by `&str`, owned on a miss only.
-impl Memo<HeadKey, LoadedHead> {
-    /// [`Memo::load`] for a `&str` key; nothing kept in a front (the heads' is [`Caches`]'s,
-    /// kept with each head's expiry).
-    async fn load_str<Fut: Future<Output = Result<LoadedHead>>>(
-        &self,
-        key: &str,
-        load: impl FnOnce() -> Fut,
-    ) -> Result<LoadedHead> {
-        if let Some(value) = self.cache.get(key).await {
-            self.hits.inc();
-            return Ok(value);
-        }
-        Box::pin(self.load_missed(&key.to_owned(), load)).await
-    }
-
-    /// Forgets the head at `key`.
-    async fn forget(&self, key: &str) {
-        self.cache.invalidate(key).await;
     }
 }
 
@@ -161,15 +160,9 @@ async fn forget_store_in<V: Clone + Send + Sync + 'static>(heads: &Cache<HeadKey
 /// The caches of the read path.
 #[derive(Debug)]
 pub struct Caches {
-    /// Store (as the URL names it) -> what is served there.
-    pub heads: Memo<HeadKey, LoadedHead>,
-    /// Each worker thread's last heads.
-    heads_front: HeadsFront,
-    /// Counts the invalidations of heads: a head a front took before the last one is not
-    /// served again.
-    heads_generation: AtomicU64,
-    /// How long a head read from the catalog is served (`cache.current_version_ttl_ms`).
-    heads_ttl: Duration,
+    /// Store (as the URL names it) -> what is served there, each worker thread's last 8 in
+    /// front (until the memo's TTL would end them, or the next invalidation).
+    pub heads: Memo<HeadKey, LoadedHead, HeadsFront>,
     /// Version -> its view, each worker thread's last 8 in front.
     pub views: Memo<i64, Arc<VersionView>, Front<i64, VersionView>>,
     /// Version -> its Zarr v2 view (weighed against `cache.metadata_bytes` like the views it
@@ -220,10 +213,7 @@ impl Caches {
         });
         Self {
             last_heads,
-            heads: Memo::new("heads", heads, NoFront, metrics),
-            heads_front: HeadsFront::default(),
-            heads_generation: AtomicU64::new(0),
-            heads_ttl,
+            heads: Memo::new("heads", heads, HeadsFront::new(heads_ttl), metrics),
             views: Memo::new("metadata", views, Front::new(8), metrics),
             v2_views: Memo::new("v2_metadata", v2_views, NoFront, metrics),
             blocks: Memo::new("blocks", blocks, Front::new(64), metrics),
@@ -239,44 +229,7 @@ impl Caches {
             forget_store_in(last, store).await;
         }
         // After the memo forgot: a head a front takes from now on is read after that.
-        self.heads_generation.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// The invalidations of heads so far: read before a head is asked of the memo, and kept
-    /// with it in a front.
-    pub fn heads_generation(&self) -> u64 {
-        self.heads_generation.load(Ordering::SeqCst)
-    }
-
-    /// `segment`'s head, if this worker thread kept it and it is still to be served (counted
-    /// as a hit of the heads' memo, as [`Memo::now`] counts).
-    pub fn head_now(&self, segment: &str) -> Option<Arc<StoreHead>> {
-        // The coarse clock: a head is at most a tick (a few milliseconds) past its TTL here.
-        let head = self.heads_front.get(segment, self.heads_generation(), crate::clock::coarse_millis())?;
-        self.heads.hits.inc();
-        Some(head)
-    }
-
-    /// `segment`'s head from the heads' memo, loaded by `load` on a miss.
-    pub async fn load_head<Fut: Future<Output = Result<LoadedHead>>>(
-        &self,
-        segment: &str,
-        load: impl FnOnce() -> Fut,
-    ) -> Result<LoadedHead> {
-        self.heads.load_str(segment, load).await
-    }
-
-    /// Forgets `segment`'s head in the heads' memo.
-    pub async fn forget_head(&self, segment: &str) {
-        self.heads.forget(segment).await;
-    }
-
-    /// Keeps `head`, as the memo gave it when `generation` was current, in this thread's front
-    /// until it would leave the memo.
-    pub fn front_head(&self, segment: &str, (head, loaded): &LoadedHead, generation: u64) {
-        let left = (*loaded + self.heads_ttl).saturating_duration_since(Instant::now());
-        let expires = crate::clock::coarse_millis() + u64::try_from(left.as_millis()).unwrap_or(u64::MAX / 2);
-        self.heads_front.keep(segment, head, expires, generation);
+        self.heads.front.invalidate();
     }
 
     /// Forgets every store head (when the change feed follows again after an interruption:
@@ -286,7 +239,7 @@ impl Caches {
     /// the next read) must not turn the stores this replica served into 503s.
     pub fn forget_all(&self) {
         self.heads.cache.invalidate_all();
-        self.heads_generation.fetch_add(1, Ordering::SeqCst);
+        self.heads.front.invalidate();
     }
 
     /// Notes what `segment` was when just read from the catalog.

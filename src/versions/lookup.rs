@@ -150,8 +150,8 @@ impl Reader {
         let wait = |step| Lookup::Pending(Pending { pinned, step });
         loop {
             step = match step {
-                Step::Head => match self.caches.head_now(url.segment) {
-                    Some(head) => Step::View(head),
+                Step::Head => match self.caches.heads.now(url.segment) {
+                    Some((head, _)) => Step::View(head),
                     None => return wait(Step::Head),
                 },
                 Step::View(head) => {

@@ -104,8 +104,6 @@ impl Reader {
     /// first) or the catalog. A store deleted (and not registered again) is
     /// [`StoreHead::Deleted`], pinned or not.
     pub(super) async fn head(&self, segment: &str, store: &str, pinned: Option<i64>) -> Result<Arc<StoreHead>> {
-        // Read before the memo is asked: an invalidation after this makes the front drop it.
-        let generation = self.caches.heads_generation();
         let load = move || async move {
             let started = Instant::now();
             // One statement: the version and the deletion mark as of one moment, so a store
@@ -116,13 +114,9 @@ impl Reader {
             self.caches.remember_head(segment, &head).await;
             Ok((head, started))
         };
-        let head = match self.caches.load_head(segment, load).await {
-            Ok(loaded) => {
-                if *loaded.0 != StoreHead::Unknown {
-                    self.caches.front_head(segment, &loaded, generation);
-                }
-                loaded.0
-            }
+        // Kept in this worker thread's front unless no store has the name.
+        let head = match self.caches.heads.load(segment, load).await {
+            Ok(loaded) => loaded.0,
             // Degraded: the catalog is unreachable, and what this replica last read of the store
             // is recent enough (`cache.unavailable_ttl_seconds`) to serve meanwhile.
             Err(e) if e.is_unreachable() => match Box::pin(self.caches.last_head(segment)).await {
@@ -137,7 +131,7 @@ impl Reader {
         if *head == StoreHead::Unknown {
             // Not kept: a store registered right after this read must not answer 404 (read by
             // clients as fill values) for as long as the entry would live.
-            Box::pin(self.caches.forget_head(segment)).await;
+            Box::pin(self.caches.heads.forget(segment)).await;
         }
         Ok(head)
     }
@@ -155,7 +149,7 @@ impl Reader {
 
     /// [`Reader::view`] from the shared memo (the lookup asked this worker thread's front first).
     pub(super) async fn load_view(&self, head: &VersionHead) -> Result<Arc<VersionView>> {
-        self.caches.views.load(head.id, || self.build_view(head)).await
+        self.caches.views.load(&head.id, || self.build_view(head)).await
     }
 
     async fn build_view(&self, head: &VersionHead) -> Result<Arc<VersionView>> {
@@ -205,7 +199,7 @@ impl Reader {
         tile: u64,
     ) -> Result<Arc<ManifestBlock>> {
         let load = move || async move { self.load_block(head, node, tile).await.map(Arc::new) };
-        self.caches.blocks.load((head.id, node.index, tile), load).await
+        self.caches.blocks.load(&(head.id, node.index, tile), load).await
     }
 
     /// The block holding `tile` of array `node` in version `head`, read from the catalog (not

@@ -4,30 +4,40 @@
 //! ([`super::Memo`]) counts what it finds.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-use super::BlockKey;
+use super::{BlockKey, LoadedHead};
 use crate::catalog::StoreHead;
 
-/// What a memo keeps in front of it, per worker thread: nothing ([`NoFront`]), or the last
-/// values taken ([`Front`]).
-pub trait FrontOf<K, V> {
+/// What a memo keeps in front of it, per worker thread, asked by `&Q`: nothing ([`NoFront`]),
+/// the last values taken ([`Front`]), or the last store heads ([`HeadsFront`]).
+pub trait FrontOf<Q: ?Sized, V> {
+    /// What a value kept must have been asked of the memo under (read before it is asked).
+    type Ticket: Copy;
+    /// The ticket of a value about to be asked of the memo.
+    fn ticket(&self) -> Self::Ticket;
     /// The value at `key` if this worker thread has it at hand (and it is not the memo's turn:
     /// [`TOUCH_EVERY`]).
-    fn get(&self, key: &K) -> Option<V>;
-    /// Keeps `value` at `key` for this worker thread.
-    fn keep(&self, key: &K, value: &V);
+    fn get(&self, key: &Q) -> Option<V>;
+    /// Keeps `value` at `key` for this worker thread, asked of the memo under `ticket`.
+    fn keep(&self, key: &Q, value: &V, ticket: Self::Ticket);
 }
 
 /// No front: every lookup asks the memo.
 #[derive(Debug, Default)]
 pub struct NoFront;
 
-impl<K, V> FrontOf<K, V> for NoFront {
-    fn get(&self, _: &K) -> Option<V> {
+impl<Q: ?Sized, V> FrontOf<Q, V> for NoFront {
+    type Ticket = ();
+
+    fn ticket(&self) {}
+
+    fn get(&self, _: &Q) -> Option<V> {
         None
     }
 
-    fn keep(&self, _: &K, _: &V) {}
+    fn keep(&self, _: &Q, _: &V, (): ()) {}
 }
 
 /// Where a key sits in a [`Front`] (modulo its size): cheap, and different for the keys read
@@ -88,6 +98,10 @@ impl<K: Eq + Send, T: Send + Sync> Front<K, T> {
 }
 
 impl<K: FrontKey + Eq + Clone + Send, T: Send + Sync> FrontOf<K, Arc<T>> for Front<K, T> {
+    type Ticket = ();
+
+    fn ticket(&self) {}
+
     fn get(&self, key: &K) -> Option<Arc<T>> {
         let mut slots = self.slots.get()?.borrow_mut();
         let found = slots.get_mut(key.slot() % self.size)?.as_mut().filter(|s| s.key == *key)?;
@@ -98,7 +112,7 @@ impl<K: FrontKey + Eq + Clone + Send, T: Send + Sync> FrontOf<K, Arc<T>> for Fro
         found.value.upgrade()
     }
 
-    fn keep(&self, key: &K, value: &Arc<T>) {
+    fn keep(&self, key: &K, value: &Arc<T>, (): ()) {
         let cell = self.slots.get_or(|| std::cell::RefCell::new((0..self.size).map(|_| None).collect()));
         if let Some(at) = cell.borrow_mut().get_mut(key.slot() % self.size) {
             *at = Some(Slot { key: key.clone(), value: Arc::downgrade(value), hits: 0 });
@@ -110,10 +124,15 @@ impl<K: FrontKey + Eq + Clone + Send, T: Send + Sync> FrontOf<K, Arc<T>> for Fro
 /// lookup in the memo hashes the name, takes moka's locks and its clock (a twentieth of a
 /// cached read, bench/README.md "Stop 17"). Unlike views and blocks, heads change: each is kept
 /// with its expiry (when the memo's TTL would end it) and the invalidation count it was taken
-/// under; a head is served only before its expiry and while no invalidation happened since.
-#[derive(Default)]
-pub(super) struct HeadsFront {
+/// under (its ticket); a head is served only before its expiry and while no invalidation
+/// happened since. A store no one has registered is never kept: one registered right after
+/// must not answer 404 (read by clients as fill values) from a front.
+pub struct HeadsFront {
     slots: thread_local::ThreadLocal<std::cell::RefCell<Vec<HeadSlot>>>,
+    /// Counts the invalidations of heads ([`HeadsFront::invalidate`]).
+    generation: AtomicU64,
+    /// How long a head read from the catalog is served (`cache.current_version_ttl_ms`).
+    ttl: Duration,
 }
 
 /// Heads kept per thread: a few stores are read at once.
@@ -122,6 +141,8 @@ pub(super) const HEADS_FRONT_SLOTS: usize = 8;
 struct HeadSlot {
     segment: Box<str>,
     head: Arc<StoreHead>,
+    /// When the head was read from the catalog.
+    loaded: Instant,
     /// [`crate::clock::coarse_millis`] from which the head is not served.
     expires: u64,
     generation: u64,
@@ -134,9 +155,42 @@ impl std::fmt::Debug for HeadsFront {
     }
 }
 
+impl FrontOf<str, LoadedHead> for HeadsFront {
+    /// The invalidations so far.
+    type Ticket = u64;
+
+    fn ticket(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    fn get(&self, segment: &str) -> Option<LoadedHead> {
+        // The coarse clock: a head is at most a tick (a few milliseconds) past its TTL here.
+        self.get_at(segment, self.ticket(), crate::clock::coarse_millis())
+    }
+
+    fn keep(&self, segment: &str, (head, loaded): &LoadedHead, generation: u64) {
+        if **head == StoreHead::Unknown {
+            return;
+        }
+        let left = (*loaded + self.ttl).saturating_duration_since(Instant::now());
+        let expires = crate::clock::coarse_millis() + u64::try_from(left.as_millis()).unwrap_or(u64::MAX / 2);
+        self.keep_at(segment, (head, *loaded), expires, generation);
+    }
+}
+
 impl HeadsFront {
+    /// Heads served for `ttl` from when they were read.
+    pub(super) fn new(ttl: Duration) -> Self {
+        Self { slots: thread_local::ThreadLocal::new(), generation: AtomicU64::new(0), ttl }
+    }
+
+    /// Serves no head kept before now: one more invalidation.
+    pub(super) fn invalidate(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// `segment`'s head, if kept under `generation` and not expired at `now`.
-    pub(super) fn get(&self, segment: &str, generation: u64, now: u64) -> Option<Arc<StoreHead>> {
+    fn get_at(&self, segment: &str, generation: u64, now: u64) -> Option<LoadedHead> {
         let mut slots = self.slots.get()?.borrow_mut();
         let slot = slots.iter_mut().find(|s| *s.segment == *segment)?;
         if slot.generation != generation || now >= slot.expires {
@@ -148,12 +202,12 @@ impl HeadsFront {
         if slot.hits % TOUCH_EVERY == 0 {
             return None;
         }
-        Some(Arc::clone(&slot.head))
+        Some((Arc::clone(&slot.head), slot.loaded))
     }
 
-    pub(super) fn keep(&self, segment: &str, head: &Arc<StoreHead>, expires: u64, generation: u64) {
+    fn keep_at(&self, segment: &str, (head, loaded): (&Arc<StoreHead>, Instant), expires: u64, generation: u64) {
         let mut slots = self.slots.get_or_default().borrow_mut();
-        let slot = HeadSlot { segment: segment.into(), head: Arc::clone(head), expires, generation, hits: 0 };
+        let slot = HeadSlot { segment: segment.into(), head: Arc::clone(head), loaded, expires, generation, hits: 0 };
         if let Some(at) = slots.iter().position(|s| *s.segment == *segment) {
             slots[at] = slot;
         } else if slots.len() < HEADS_FRONT_SLOTS {
@@ -175,61 +229,61 @@ mod tests {
 
     #[test]
     fn a_heads_front_serves_a_head_until_its_expiry_or_the_next_invalidation() {
-        let front = HeadsFront::default();
+        let front = HeadsFront::new(Duration::from_secs(60));
         let now = crate::clock::coarse_millis();
         let later = now + 500;
-        assert!(front.get("era5", 0, now).is_none(), "nothing kept yet");
-        front.keep("era5", &version(1), later, 0);
-        assert_eq!(front.get("era5", 0, now).as_deref(), Some(&*version(1)));
-        assert!(front.get("era5@1", 0, now).is_none(), "another segment");
-        assert!(front.get("era5", 1, now).is_none(), "an invalidation since it was kept");
-        assert!(front.get("era5", 0, later).is_none(), "its expiry");
-        front.keep("era5", &version(2), later, 1);
-        assert_eq!(front.get("era5", 1, now).as_deref(), Some(&*version(2)), "kept again, replaced");
+        assert!(front.get_at("era5", 0, now).is_none(), "nothing kept yet");
+        front.keep_at("era5", (&version(1), Instant::now()), later, 0);
+        assert_eq!(front.get_at("era5", 0, now).map(|h| h.0).as_deref(), Some(&*version(1)));
+        assert!(front.get_at("era5@1", 0, now).is_none(), "another segment");
+        assert!(front.get_at("era5", 1, now).is_none(), "an invalidation since it was kept");
+        assert!(front.get_at("era5", 0, later).is_none(), "its expiry");
+        front.keep_at("era5", (&version(2), Instant::now()), later, 1);
+        assert_eq!(front.get_at("era5", 1, now).map(|h| h.0).as_deref(), Some(&*version(2)), "kept again, replaced");
         // Another thread has a front of its own.
         std::thread::scope(|s| {
-            s.spawn(|| assert!(front.get("era5", 1, now).is_none()));
+            s.spawn(|| assert!(front.get_at("era5", 1, now).is_none()));
         });
         // Full: the head expiring first makes room.
         for i in 0..HEADS_FRONT_SLOTS as i64 {
-            front.keep(&format!("s{i}"), &version(i), later + i as u64 + 1, 1);
+            front.keep_at(&format!("s{i}"), (&version(i), Instant::now()), later + i as u64 + 1, 1);
         }
-        assert!(front.get("era5", 1, now).is_none(), "era5 expired first: replaced");
-        assert!(front.get("s0", 1, now).is_some() && front.get("s7", 1, now).is_some());
+        assert!(front.get_at("era5", 1, now).is_none(), "era5 expired first: replaced");
+        assert!(front.get_at("s0", 1, now).is_some() && front.get_at("s7", 1, now).is_some());
     }
 
     #[test]
     fn one_head_hit_in_touch_every_goes_to_the_memo() {
-        let front = HeadsFront::default();
+        let front = HeadsFront::new(Duration::from_secs(60));
         let now = crate::clock::coarse_millis();
-        front.keep("era5", &version(1), now + 60_000, 0);
-        let served = (0..TOUCH_EVERY * 2).filter(|_| front.get("era5", 0, now).is_some()).count();
+        front.keep_at("era5", (&version(1), Instant::now()), now + 60_000, 0);
+        let served = (0..TOUCH_EVERY * 2).filter(|_| front.get_at("era5", 0, now).is_some()).count();
         assert_eq!(served, (TOUCH_EVERY as usize - 1) * 2);
     }
 
     #[test]
     fn a_front_serves_what_its_thread_kept_while_the_value_lives() {
         let front: Front<i64, String> = Front::new(4);
-        assert!(front.get(&1).is_none(), "nothing kept yet");
+        assert!(FrontOf::get(&front, &1).is_none(), "nothing kept yet");
         let value = Arc::new("view 1".to_owned());
-        front.keep(&1, &value);
-        assert_eq!(front.get(&1).as_deref().map(String::as_str), Some("view 1"));
-        assert!(front.get(&5).is_none(), "another key in the same slot");
-        front.keep(&5, &value);
-        assert!(front.get(&1).is_none(), "slot 5 of 4 is slot 1: replaced");
+        front.keep(&1, &value, ());
+        assert_eq!(FrontOf::get(&front, &1).as_deref().map(String::as_str), Some("view 1"));
+        assert!(FrontOf::get(&front, &5).is_none(), "another key in the same slot");
+        front.keep(&5, &value, ());
+        assert!(FrontOf::get(&front, &1).is_none(), "slot 5 of 4 is slot 1: replaced");
         std::thread::scope(|s| {
-            s.spawn(|| assert!(front.get(&5).is_none(), "each thread has its own"));
+            s.spawn(|| assert!(FrontOf::get(&front, &5).is_none(), "each thread has its own"));
         });
         drop(value);
-        assert!(front.get(&5).is_none(), "held weakly: gone once its memo and every reader let go");
+        assert!(FrontOf::get(&front, &5).is_none(), "held weakly: gone once its memo and every reader let go");
     }
 
     #[test]
     fn a_front_sends_one_hit_in_touch_every_to_its_memo() {
         let front: Front<i64, u32> = Front::new(2);
         let value = Arc::new(7);
-        front.keep(&3, &value);
-        let misses = (1..=3 * TOUCH_EVERY).filter(|_| front.get(&3).is_none()).count();
+        front.keep(&3, &value, ());
+        let misses = (1..=3 * TOUCH_EVERY).filter(|_| FrontOf::get(&front, &3).is_none()).count();
         assert_eq!(misses, 3);
     }
 }
