@@ -140,7 +140,7 @@ impl Reader {
                 Lookup::Pending(pending) => pending,
             };
             let pinned = pending.pinned;
-            let step = Box::pin(self.wait_for(url, pending)).await?;
+            let step = self.wait_for(url, pending).await?;
             lookup = self.go_on_now(url, Pending { pinned, step });
         }
     }
@@ -190,8 +190,9 @@ impl Reader {
                 Step::View(self.head(url.segment, name, pinned).await?)
             }
             Step::View(head) => Step::Named(self.load_view(version_of(&head, url.segment, pinned)?).await?),
+            // Boxed, as is the fill chunk's: rare, and their futures would make every wait's larger.
             Step::V2(view) => {
-                let rendered = self.v2_view(&view).await?;
+                let rendered = Box::pin(self.v2_view(&view)).await?;
                 Step::V2Named(view, rendered)
             }
             Step::Block { view, node, at } => {
@@ -200,7 +201,7 @@ impl Reader {
                 Step::Chunk { view, node, at, block }
             }
             Step::Fill { view, node, at } => {
-                let chunk = match self.fill_chunk(&view.head, node_of(&view, node)?).await? {
+                let chunk = match Box::pin(self.fill_chunk(&view.head, node_of(&view, node)?)).await? {
                     Some(bytes) => Chunk::Bytes { etag: etag('f', &bytes), bytes },
                     None => Chunk::Missing,
                 };
