@@ -491,6 +491,31 @@ async fn concurrent_misses_load_a_block_once() {
     assert_eq!(server.metric(r#"zarrgate_cache_hits_total{cache="blocks"}"#).await, 31.0);
 }
 
+/// A read is looked up once, whichever ways it takes: a virtual chunk asked first on a
+/// connection of its own is looked up before hyper and answered by hyper, and an inline chunk
+/// whose block no cache held is answered before it; each counts one lookup of each cache it
+/// needs (head, view, block), never two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_is_looked_up_once_whichever_ways_it_takes() {
+    let server = TestServer::start(common::Backend::Sqlite).await;
+    register(&server).await;
+    let lookups = |cache: &'static str| {
+        let server = &server;
+        async move {
+            let hits = server.metric(&format!(r#"zarrgate_cache_hits_total{{cache="{cache}"}}"#)).await;
+            hits + server.metric(&format!(r#"zarrgate_cache_misses_total{{cache="{cache}"}}"#)).await
+        }
+    };
+    let x = f32_bytes([0.0, 1.0, 2.0, 3.0]);
+    for (key, body) in [("x/c/0", &x[..]), ("x/c/0", &x[..]), ("g/sub/scalar/c", &[0, 0, 0xc0, 0x3f][..])] {
+        let before = [lookups("heads").await, lookups("metadata").await, lookups("blocks").await];
+        let answers = exchange(&server, &format!("GET /demo/{key} HTTP/1.1\r\nHost: test\r\n\r\n"), &[false]).await;
+        assert_eq!((answers[0].0, &answers[0].2[..]), (200, body), "{key}");
+        let after = [lookups("heads").await, lookups("metadata").await, lookups("blocks").await];
+        assert_eq!(after.map(|a| a as i64), before.map(|b| b as i64 + 1), "{key}: head, view, block");
+    }
+}
+
 /// With read tokens configured, every data-plane read needs one (or an admin token): without,
 /// 401, which Zarr clients report as an error (never as fill values). Answers are `private`,
 /// so a shared cache never hands them to a reader without a token. A browser's CORS preflight

@@ -18,8 +18,7 @@ use super::range::{Plan, plan};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::versions::view::RenderedDoc;
-use crate::versions::{Chunk, VersionView, VirtualChunk};
-use crate::zarr::ChunkLocation;
+use crate::versions::{Chunk, VirtualChunk};
 use crate::zarr::hierarchy::Node;
 
 /// Which version a response belongs to.
@@ -60,16 +59,16 @@ fn metadata_with(doc: &RenderedDoc, gzip: Option<Bytes>, headers: &HeaderMap, se
     bytes_answer(body, tag, kind, headers, served, &NOTHING_ADDED)
 }
 
+/// The answer for `chunk` (of array `node`, at `key`), as the lookup found it.
 pub(super) async fn chunk(
     app: &AppState,
-    view: &VersionView,
+    chunk: Chunk,
     node: &Node,
-    at: ChunkLocation,
     key: &str,
     headers: &HeaderMap,
     served: &Served,
 ) -> Result<Response, ApiError> {
-    match app.reader.chunk(view, node, at).await? {
+    match chunk {
         Chunk::Missing => Err(ApiError::NotFound(format!(
             "chunk {key:?} of array {} has no data: readers use its fill value",
             node.path

@@ -12,26 +12,29 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use super::answer::{Served, Target, chunk, metadata};
-use super::{answer, browser, html, listing, range, v2};
+use super::answer::{Served, Target, metadata};
+use super::v2::{self, V2_SEGMENT};
+use super::{answer, browser, html, listing};
 use crate::app::AppState;
 use crate::config::Config;
 use crate::error::ApiError;
-use crate::versions::{Chunk, VersionView};
-use crate::zarr::Resolved;
+use crate::versions::VersionView;
+use crate::versions::lookup::{self, Found, Keys, Lookup, Named, ReadUrl};
+
+mod fast;
+
+pub(super) use fast::{read_key_now, read_key_wire, read_key_wire_waiting};
 
 pub use super::answer::VERSION_HEADER;
 
-/// The data plane's state: the application, the `Cache-Control` values of its answers,
-/// rendered once, and the versions' Zarr v2 views.
+/// The data plane's state: the application, and the `Cache-Control` values of its answers,
+/// rendered once.
 pub(super) struct Plane {
     pub(super) app: AppState,
     /// Under a store's current version.
     current_cache_control: HeaderValue,
     /// Under a pinned version.
     pinned_cache_control: HeaderValue,
-    /// The Zarr v2 views, rendered once per version.
-    pub(super) v2: v2::V2Views,
 }
 
 impl Plane {
@@ -40,7 +43,6 @@ impl Plane {
             app: app.clone(),
             current_cache_control: answer::lasting(&cache_control(&app.config, app.config.http.max_age_seconds, "")),
             pinned_cache_control: answer::lasting(&cache_control(&app.config, 31_536_000, ", immutable")),
-            v2: v2::V2Views::new(&app.config, &app.metrics),
         }
     }
 }
@@ -74,9 +76,6 @@ pub(super) enum Flavor {
     /// of a URL that answers both `zarr.json` and `.zgroup`.
     V2,
 }
-
-/// The first path segment of the Zarr v2 view, a name no store may have.
-pub(super) const V2_SEGMENT: &str = "v2";
 
 /// What the data plane's handlers are given: the plane and the view their routes name.
 type Routed = (Arc<Plane>, Flavor);
@@ -138,11 +137,17 @@ pub(super) fn key_at(path: &str, split: usize) -> (&str, &str) {
     (&path[1..split], &path[split + 1..])
 }
 
-/// Answers `GET /{store}/{key}` (as split by [`key_split`]) as [`read`] does.
-pub(super) async fn read_key(plane: &Plane, (store, key): (&str, &str), request: &Parts) -> Response {
+/// Answers `GET /{store}/{key}` (as split by [`key_split`]) as [`read`] does, from the lookup
+/// `so_far` of an earlier way in, if any.
+pub(super) async fn read_key(
+    plane: &Plane,
+    (store, key): (&str, &str),
+    request: &Parts,
+    so_far: Option<Lookup>,
+) -> Response {
     let target = Target { key, directory: key.ends_with('/') };
-    let response =
-        respond(plane, Flavor::V3, store, target, request.uri.query(), &request.method, &request.headers).await;
+    let asked = Asked { target, query: request.uri.query(), method: &request.method, headers: &request.headers };
+    let response = respond(plane, Flavor::V3, store, asked, so_far).await;
     // The router's layer for this read: an error as a page for a browser.
     html::error_page(response, &request.headers, request.uri.path()).await
 }
@@ -154,7 +159,8 @@ async fn read(
     request: Request,
 ) -> Response {
     let target = Target { key: &key, directory: key.ends_with('/') };
-    respond(&plane, flavor, &store, target, query.as_deref(), request.method(), request.headers()).await
+    let asked = Asked { target, query: query.as_deref(), method: request.method(), headers: request.headers() };
+    respond(&plane, flavor, &store, asked, None).await
 }
 
 async fn read_root(
@@ -163,8 +169,9 @@ async fn read_root(
     RawQuery(query): RawQuery,
     request: Request,
 ) -> Response {
-    let (method, headers) = (request.method(), request.headers());
-    respond(&plane, flavor, &store, Target { key: "", directory: true }, query.as_deref(), method, headers).await
+    let target = Target { key: "", directory: true };
+    let asked = Asked { target, query: query.as_deref(), method: request.method(), headers: request.headers() };
+    respond(&plane, flavor, &store, asked, None).await
 }
 
 /// `GET /`: the stores, for a browser (anything else gets the 404 it always got).
@@ -189,8 +196,9 @@ async fn stores_page(
 }
 
 async fn read_store(State((plane, flavor)): State<Routed>, Path(store): Path<String>, request: Request) -> Response {
-    let (method, headers) = (request.method(), request.headers());
-    respond(&plane, flavor, &store, Target { key: "", directory: false }, None, method, headers).await
+    let target = Target { key: "", directory: false };
+    let asked = Asked { target, query: None, method: request.method(), headers: request.headers() };
+    respond(&plane, flavor, &store, asked, None).await
 }
 
 async fn other(plane: State<Routed>, path: Path<(String, String)>, request: Request) -> Response {
@@ -229,18 +237,21 @@ fn allow(mut response: Response) -> Response {
     response
 }
 
-async fn respond(
-    plane: &Plane,
-    flavor: Flavor,
-    store: &str,
-    target: Target<'_>,
-    query: Option<&str>,
-    method: &Method,
-    headers: &HeaderMap,
-) -> Response {
-    let (name, pinned) = match pinned_version(store) {
+/// What a read asks for under a store: its target, query, method and headers.
+#[derive(Clone, Copy)]
+struct Asked<'a> {
+    target: Target<'a>,
+    query: Option<&'a str>,
+    method: &'a Method,
+    headers: &'a HeaderMap,
+}
+
+/// The answer to `asked` under `store` (as the URL writes it) in the view `flavor` names;
+/// `so_far` is the lookup of this read as far as an earlier way in took it.
+async fn respond(plane: &Plane, flavor: Flavor, store: &str, asked: Asked<'_>, mut so_far: Option<Lookup>) -> Response {
+    let (name, pinned) = match lookup::pinned_version(store) {
         Ok(named) => named,
-        Err(e) => return e.into_response(),
+        Err(e) => return ApiError::from(e).into_response(),
     };
     if name == V2_SEGMENT {
         // A store registered as `v2` before the name was reserved: its keys would be the v2
@@ -255,7 +266,7 @@ async fn respond(
     let mut attempt = 0;
     let answer = loop {
         attempt += 1;
-        let answer = serve_key((plane, flavor), store, (name, pinned), target, query, method, headers).await;
+        let answer = serve_key((plane, flavor), store, asked, so_far.take()).await;
         let gone = matches!(&answer, Err(ApiError::Gone(_)) | Ok((Err(ApiError::Gone(_)), _)));
         if gone && pinned.is_none() && attempt == 1 {
             plane.app.reader.forget_store(name).await;
@@ -268,22 +279,6 @@ async fn respond(
         Err(e) => return e.into_response(),
     };
     versioned(response.unwrap_or_else(IntoResponse::into_response), served)
-}
-
-/// The store's name in a URL's first segment (`era5`, `era5@3`), and the version it pins.
-fn pinned_version(segment: &str) -> Result<(&str, Option<i64>), ApiError> {
-    // A byte search: `split_once` costs 100 instructions for a name of a few bytes.
-    match segment.bytes().position(|b| b == b'@').map(|at| (&segment[..at], &segment[at + 1..])) {
-        None => Ok((segment, None)),
-        Some((name, version)) => match version_number(version) {
-            Some(v) => Ok((name, Some(v))),
-            // Not 404: a client would read every chunk under this URL as fill values.
-            None => Err(ApiError::BadRequest(format!(
-                "{version:?} is not a version number: pin a version as /{name}@<number>/..., with the number from \
-                 the Zarrgate-Version header or GET /api/v1/stores/{name}"
-            ))),
-        },
-    }
 }
 
 /// `response` with the headers every answer about the version `served` carries.
@@ -301,255 +296,71 @@ fn versioned(mut response: Response, served: Served) -> Response {
     response
 }
 
-/// What a read answered without waiting has found: a metadata document or an inline chunk of
-/// the version `view`, in the form asked.
-struct Found<'a> {
-    view: &'a Arc<VersionView>,
-    pinned: Option<i64>,
-    body: bytes::Bytes,
-    tag: HeaderValue,
-    kind: answer::Kind,
-}
-
-/// What `key` names in `view`: a metadata document (gzip-compressed if `gzip` and at hand), or a
-/// chunk to look up. `None` for anything else.
-enum Named<'v> {
-    Doc(bytes::Bytes, HeaderValue, answer::Kind),
-    Chunk(&'v crate::zarr::hierarchy::Node, crate::zarr::ChunkLocation),
-}
-
-fn named<'v>(view: &'v VersionView, key: &str, gzip: bool) -> Option<Named<'v>> {
-    if key.ends_with('/') {
-        return None;
-    }
-    match view.hierarchy.resolve(key) {
-        Resolved::Metadata(node) => {
-            let doc = &view.docs[node.index as usize];
-            Some(match if gzip { doc.gzip_now()? } else { None } {
-                Some(gzip) => Named::Doc(gzip, doc.gzip_etag.clone(), answer::Kind::JsonGzip),
-                None => Named::Doc(doc.identity.clone(), doc.etag.clone(), answer::Kind::Json),
-            })
-        }
-        Resolved::Chunk { node, location, .. } => Some(Named::Chunk(node, location)),
-        Resolved::NotFound(_) => None,
-    }
-}
-
-/// Why a read was not found without waiting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Missed {
-    /// It is not a metadata document or an inline chunk (or `then` declined it).
-    Other,
-    /// The store's head or view, or the chunk's block, is not at hand on this worker thread.
-    Wait,
-}
-
-/// What `then` answers of what `GET /{store}/{key}` finds without waiting, from what this
-/// worker thread has at hand (the store's head and view, and an inline chunk's block, in its
-/// fronts): a metadata document (gzip-compressed if `gzip` and at hand) or an inline chunk,
-/// counted as read if `then` answers.
-fn found_now<R>(
-    plane: &Plane,
-    (store, key): (&str, &str),
-    gzip: bool,
-    then: impl FnOnce(Found<'_>) -> Option<R>,
-) -> Result<R, Missed> {
-    if key.ends_with('/') {
-        return Err(Missed::Other);
-    }
-    let (_, pinned) = pinned_version(store).map_err(|_| Missed::Other)?;
-    let reader = &plane.app.reader;
-    let view = reader.open_now(store).ok_or(Missed::Wait)?;
-    let (body, tag, kind, chunk) = match named(&view, key, gzip).ok_or(Missed::Other)? {
-        Named::Doc(body, tag, kind) => (body, tag, kind, None),
-        Named::Chunk(node, location) => match reader.inline_chunk_now(&view, node, location) {
-            Some(Chunk::Bytes { bytes, etag }) => {
-                (bytes, answer::tag_value(&etag), answer::Kind::Octet, Some((node, location)))
-            }
-            _ if reader.block_at_hand(&view, node, location) => return Err(Missed::Other),
-            _ => return Err(Missed::Wait),
-        },
+/// The lookup's URL of a read: the store's segment, and the key when the read names one (not
+/// a listing, a page or a PROPFIND, which need the version only).
+fn read_url<'a>(flavor: Flavor, segment: &'a str, asked: &Asked<'a>) -> ReadUrl<'a> {
+    let whole = asked.target.directory || asked.method.as_str() == listing::PROPFIND;
+    let keys = match flavor {
+        Flavor::V3 => Keys::V3,
+        Flavor::V2 => Keys::V2,
     };
-    let answered = then(Found { view: &view, pinned, body, tag, kind }).ok_or(Missed::Other)?;
-    reader.count_now(store, &view, chunk);
-    Ok(answered)
+    ReadUrl { segment, key: (!whole).then_some(asked.target.key), keys }
 }
 
-/// [`found_now`], waiting for the store's head and view when this worker thread does not have
-/// them at hand (a head past its time to live, a view not yet read here), and taking a chunk's
-/// block from the cache when another thread put it there. A block is not loaded here: which
-/// kind of chunk a key names is known only from its block, and a read not found here is
-/// answered by the router's way, which would count the block's lookup twice (its head's and
-/// view's are counted twice then, when this waited for them: a read of something else that
-/// comes first on its connection just as the store's head is past its time to live). Errors
-/// are `None`: the read itself meets (and reports) them.
-async fn found<R>(
-    plane: &Plane,
-    (store, key): (&str, &str),
-    gzip: bool,
-    then: impl FnOnce(Found<'_>) -> Option<R>,
-) -> Option<R> {
-    let (name, pinned) = pinned_version(store).ok()?;
-    let view = plane.app.reader.open(store, name, pinned).await.ok()?;
-    let (body, tag, kind, chunk) = match named(&view, key, gzip)? {
-        Named::Doc(body, tag, kind) => (body, tag, kind, None),
-        Named::Chunk(node, location) => {
-            let reader = &plane.app.reader;
-            let chunk = match reader.inline_chunk_now(&view, node, location) {
-                Some(chunk) => chunk,
-                None => {
-                    reader.front_block(&view, node, location).await;
-                    reader.inline_chunk_now(&view, node, location)?
-                }
-            };
-            match chunk {
-                Chunk::Bytes { bytes, etag } => {
-                    (bytes, answer::tag_value(&etag), answer::Kind::Octet, Some((node, location)))
-                }
-                _ => return None,
-            }
-        }
-    };
-    let answered = then(Found { view: &view, pinned, body, tag, kind })?;
-    if let Some((node, location)) = chunk {
-        plane.app.reader.count_block_now(&view, node, location);
-    }
-    Some(answered)
-}
-
-/// [`read_key`] answered without waiting ([`found_now`]): with any status but an error, and
-/// the headers `added`. `None` for anything else, which [`read_key`] answers. The same answer,
-/// at a fraction of the cost: no future per layer, no `Response` moved through each
-/// (bench/README.md, "Stop 20"), and for a full answer (200) a head built once
-/// ([`answer::full`], "Stop 21").
-pub(super) fn read_key_now(
-    plane: &Plane,
-    at: (&str, &str),
-    request: &Parts,
-    added: &answer::Added,
-) -> Option<Response> {
-    let headers = &request.headers;
-    let found = found_now(plane, at, answer::accepts_gzip(headers), |Found { view, pinned, body, tag, kind }| {
-        let served = || plane.served(view, pinned, &request.method);
-        let full = request.method == Method::GET
-            && matches!(range::plan(headers, body.len() as u64, tag.to_str().unwrap_or_default()), range::Plan::Full);
-        if full {
-            return Some(answer::full(view, kind, pinned.is_some(), served, added, &tag, body));
-        }
-        let response = answer::bytes_answer(body, &tag, kind, headers, &served(), added);
-        let status = response.status();
-        if status.is_client_error() || status.is_server_error() {
-            return None;
-        }
-        Some(response)
-    });
-    found.ok()
-}
-
-/// The full answer (200) to a plain `GET /{store}/{key}` found without waiting ([`found_now`]),
-/// begun in `out` as sent on the connection ([`answer::full_wire`]), and its body, for the
-/// caller to end ([`answer::full_wire_end`]): for a GET that asks no range, revalidates nothing
-/// and accepts gzip if `gzip`. Why not (and `out` as it was) for anything else.
-pub(super) fn read_key_wire(
-    plane: &Plane,
-    at: (&str, &str),
-    gzip: bool,
-    added: &answer::Added,
-    out: &mut Vec<u8>,
-) -> Result<bytes::Bytes, Missed> {
-    found_now(plane, at, gzip, |found| Some(wire(plane, found, added, out)))
-}
-
-/// [`read_key_wire`], waiting for what this worker thread does not have at hand ([`found`]).
-pub(super) async fn read_key_wire_waiting(
-    plane: &Plane,
-    at: (&str, &str),
-    gzip: bool,
-    added: &answer::Added,
-    out: &mut Vec<u8>,
-) -> Option<bytes::Bytes> {
-    found(plane, at, gzip, |found| Some(wire(plane, found, added, out))).await
-}
-
-fn wire(
-    plane: &Plane,
-    Found { view, pinned, body, tag, kind }: Found<'_>,
-    added: &answer::Added,
-    out: &mut Vec<u8>,
-) -> bytes::Bytes {
-    let served = || plane.served(view, pinned, &Method::GET);
-    answer::full_wire(view, kind, pinned.is_some(), served, added, &tag, out);
-    body
-}
-
-/// A version number as written in a pinned URL: digits only, no sign, no leading zero.
-fn version_number(text: &str) -> Option<i64> {
-    let canonical =
-        !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) && (text == "0" || !text.starts_with('0'));
-    canonical.then(|| text.parse().ok()).flatten()
-}
-
-/// The answer for `key` (and `query`) in the version the URL names (store `name`, `pinned` or
-/// current), in the view `flavor` names, with the headers every answer about that
-/// version carries; `Err` when the version itself cannot be found.
+/// The answer for what `asked` names under `segment` (the store as the URL writes it), in the
+/// view `flavor` names, with the headers every answer about that version carries; `Err` when
+/// the version itself cannot be found.
 async fn serve_key(
     (plane, flavor): (&Plane, Flavor),
     segment: &str,
-    (name, pinned): (&str, Option<i64>),
-    target: Target<'_>,
-    query: Option<&str>,
-    method: &Method,
-    headers: &HeaderMap,
+    asked: Asked<'_>,
+    so_far: Option<Lookup>,
 ) -> Result<(Result<Response, ApiError>, Served), ApiError> {
     let app = &plane.app;
-    let view = app.reader.open(segment, name, pinned).await?;
-    let served = plane.served(&view, pinned, method);
+    let Asked { target, query, method, headers } = asked;
+    let Found { view, pinned, named } = app.reader.lookup(&read_url(flavor, segment, &asked), so_far).await?;
+    let view = &view;
+    let served = plane.served(view, pinned, method);
     // The listings of the Zarr v2 view name its documents; those of the v3 keys `zarr.json`.
-    let v2 = (flavor == Flavor::V2).then_some(&plane.v2);
+    let v2 = flavor == Flavor::V2;
     if method.as_str() == listing::PROPFIND {
-        let listed = Box::pin(listing::propfind(&plane.app, v2, &view, segment, target, headers, &served)).await;
+        let listed = Box::pin(listing::propfind(app, v2, view, segment, target, headers, &served)).await;
         return Ok((listed, served));
     }
     if flavor == Flavor::V3
         && target.directory
-        && let Some(shown) = Box::pin(browse(plane, &view, segment, target.key, query, headers, &served)).await
+        && let Some(shown) = Box::pin(browse(plane, view, segment, target.key, query, headers, &served)).await
     {
         return Ok((shown, served));
     }
     if target.directory {
-        let listed = Box::pin(listing::list(&plane.app, v2, &view, segment, target.key, headers, &served)).await;
+        let listed = Box::pin(listing::list(app, v2, view, segment, target.key, headers, &served)).await;
         return Ok((listed, served));
     }
     let key = target.key;
-    let response = match flavor {
-        Flavor::V3 => match view.hierarchy.resolve(key) {
-            Resolved::Metadata(node) => Ok(metadata(&view.docs[node.index as usize], headers, &served).await),
-            Resolved::Chunk { node, location, .. } => chunk(app, &view, node, location, key, headers, &served).await,
-            Resolved::NotFound(why) => {
-                listing::redirect(&view, segment, key).ok_or_else(|| ApiError::NotFound(v2_hint(why, segment, key)))
-            }
+    let unknown = |why: Option<String>| {
+        listing::redirect(view, segment, key).ok_or_else(|| {
+            ApiError::NotFound(match why {
+                Some(why) => v2::hint(why, segment, key),
+                None => v2::unknown(segment, key),
+            })
+        })
+    };
+    let response = match named {
+        Named::Metadata(node) => Ok(metadata(&view.docs[node as usize], headers, &served).await),
+        Named::V2Document(rendered) => match rendered.docs.get(key) {
+            Some(doc) => Ok(metadata(doc, headers, &served).await),
+            None => unknown(None),
         },
-        Flavor::V2 => match Box::pin(v2::serve(&plane.app, &plane.v2, &view, key, headers, &served)).await {
-            Some(answer) => answer,
-            None => listing::redirect(&view, segment, key).ok_or_else(|| {
-                ApiError::NotFound(format!(
-                    "no key {key:?} in the Zarr v2 view of {segment}: it has .zgroup, .zattrs, .zarray, .zmetadata \
-                     and v2 chunk keys (the Zarr v3 keys are at /{segment}/{key})"
-                ))
-            }),
+        Named::Chunk { node, chunk, .. } => match view.hierarchy.node_at(node) {
+            Some(array) => answer::chunk(app, chunk, array, key, headers, &served).await,
+            None => Err(ApiError::Internal(format!("version {}: no node {node}", view.head.id))),
         },
+        Named::Unknown(why) => unknown(why),
+        Named::NotFound(why) => Err(ApiError::NotFound(why)),
+        Named::Version => unknown(None),
     };
     Ok((response, served))
-}
-
-/// Why a v3 key was not found, and for a Zarr v2 document (a v3 store answers 404 to the
-/// probes of zarr-python 3 and xarray), where the store's Zarr v2 view is.
-fn v2_hint(why: String, segment: &str, key: &str) -> String {
-    let name = key.rsplit_once('/').map_or(key, |(_, name)| name);
-    if !crate::zarr::v2view::V2_NAMES.contains(&name) {
-        return why;
-    }
-    format!("{key} is a Zarr v2 key and this is a Zarr v3 store: its Zarr v2 view is at /{V2_SEGMENT}/{segment}/{key}")
 }
 
 /// A node's quick look (`?quicklook=`) or, for a browser, its page; `None` for the listing.

@@ -29,6 +29,7 @@ use super::answer;
 use super::data::{self, Plane};
 use super::observe::{self, Observed, Observer};
 use crate::logs;
+use crate::versions::Lookup;
 
 /// The router, and what answers a plain read in front of it.
 pub(crate) struct Front {
@@ -57,8 +58,14 @@ impl Front {
         Self { router, reads }
     }
 
-    /// The answer to `request`, whose body may take up to `body_timeout` between two frames.
-    pub(crate) async fn answer(&self, request: hyper::Request<Incoming>, body_timeout: Duration) -> Response {
+    /// The answer to `request`, whose body may take up to `body_timeout` between two frames;
+    /// `handed` is what the connection's plain reads looked up of it, if they handed it over.
+    pub(crate) async fn answer(
+        &self,
+        request: hyper::Request<Incoming>,
+        body_timeout: Duration,
+        handed: Option<Handed>,
+    ) -> Response {
         if let Some(reads) = &self.reads
             && request.method() == Method::GET
             && let Some(split) = data::key_split(request.uri().path())
@@ -66,7 +73,7 @@ impl Front {
             // A GET's body is nothing to read. The parts are kept, not the request: cheaper
             // than keeping the body to put the request back together (callgrind: 600
             // instructions more per request, in moves).
-            return reads.answer(request.into_parts().0, split).await;
+            return reads.answer(request.into_parts().0, split, handed).await;
         }
         let request = request.map(|body| Body::new(TimeoutBody::new(body_timeout, body)));
         let request = collapse_slashes(request);
@@ -79,23 +86,30 @@ impl Front {
 
 impl Reads {
     /// The answer to `GET /{store}/{key}`, `split` the index of the `/` between the two:
-    /// without waiting when it can be ([`data::read_key_now`]), else as the router's would be.
-    async fn answer(&self, request: Parts, split: usize) -> Response {
+    /// without waiting when it can be ([`data::read_key_now`]), else as the router's would be,
+    /// going on from the lookup `handed` over by the connection's plain reads if it is this
+    /// read's.
+    async fn answer(&self, request: Parts, split: usize, handed: Option<Handed>) -> Response {
         let path = request.uri.path();
         let at = data::key_at(path, split);
         let (observed, id) = Observed::start(&self.observer, &request.headers);
+        let handed = handed.filter(|h| *h.path == *path).map(|h| h.lookup);
         let (now, id) = logs::in_request(id, || {
-            let response = data::read_key_now(&self.plane, at, &request, &self.cors)?;
-            Some(observed.finish_now(&self.observer, data::KEY_ROUTE, &Method::GET, path, response))
+            // A read the plain reads handed over is not one to answer without waiting.
+            let response = match handed {
+                Some(lookup) => return Err(lookup),
+                None => data::read_key_now(&self.plane, at, &request, &self.cors)?,
+            };
+            Ok(observed.finish_now(&self.observer, data::KEY_ROUTE, &Method::GET, path, response))
         });
         let response = match now {
-            Some(mut response) => {
+            Ok(mut response) => {
                 response.headers_mut().insert(observe::REQUEST_ID, id);
                 response
             }
-            None => {
+            Err(so_far) => {
                 observe::identified(id, async {
-                    let response = self.cors.apply(data::read_key(&self.plane, at, &request).await);
+                    let response = self.cors.apply(data::read_key(&self.plane, at, &request, Some(so_far)).await);
                     observed.finish(&self.observer, data::KEY_ROUTE, &Method::GET, path, response).await
                 })
                 .await
@@ -121,39 +135,48 @@ impl Reads {
     /// appended to `out` as sent on the connection, and its body, to be sent right after it (the
     /// shared bytes the version or the cache holds, not a copy): the bytes hyper would send for
     /// [`Reads::answer`]'s answer, without hyper (bench/README.md, "Stop 22"). Waits only when
-    /// this worker thread does not have what it needs at hand. `None` (and `out` as it was) when
-    /// that answer is not a full one of a metadata document or an inline chunk: the request is
-    /// then hyper's.
+    /// this worker thread does not have what it needs at hand. `Err` (and `out` as it was) when
+    /// that answer is not a full one of a metadata document or a chunk in memory: the request
+    /// is then hyper's, handed over with what was looked up of it (`None`: nothing was).
     pub(crate) async fn answer_wire(
         &self,
         path: &str,
         gzip: bool,
         id: Option<&[u8]>,
         out: &mut Vec<u8>,
-    ) -> Option<Bytes> {
-        let split = data::key_split(path)?;
+    ) -> Result<Bytes, Option<Handed>> {
+        let split = data::key_split(path).ok_or(None)?;
         let at = data::key_at(path, split);
         let (observed, id) = Observed::start_raw(&self.observer, id);
         let (now, id) = logs::in_request(id, || data::read_key_wire(&self.plane, at, gzip, &self.cors, out));
+        let handed = |lookup| Some(Handed { path: path.into(), lookup });
         let (body, id) = match now {
             Ok(body) => (body, id),
-            // Not waited for: the router's way looks up what this one did again, and would
-            // count those lookups twice.
-            Err(data::Missed::Other) => return None,
-            Err(data::Missed::Wait) => {
-                let waiting = data::read_key_wire_waiting(&self.plane, at, gzip, &self.cors, out);
+            Err(Lookup::Pending(pending)) => {
+                let so_far = Lookup::Pending(pending);
+                let waiting = data::read_key_wire_waiting(&self.plane, at, gzip, &self.cors, out, so_far);
                 let mut waiting = std::pin::pin!(logs::InRequest::new(id, waiting));
-                let body = waiting.as_mut().await?;
+                let body = waiting.as_mut().await.map_err(handed)?;
                 // Always there once the future has completed (`InRequest` puts it back).
                 (body, waiting.take_id().unwrap_or(axum::http::HeaderValue::from_static("-")))
             }
+            // Hyper's, with the lookup: the router's way goes on from it, and counts nothing twice.
+            Err(lookup) => return Err(handed(lookup)),
         };
         // The request id is written after the lookups, whose log lines carried it meanwhile: no
         // copy of it is made.
         answer::full_wire_end(&id, body.len(), out);
         observed.counted(&self.observer, data::KEY_ROUTE, &Method::GET, path, axum::http::StatusCode::OK);
-        Some(body)
+        Ok(body)
     }
+}
+
+/// A plain read handed over to hyper, and what was looked up of it: hyper's first request on
+/// the connection, which goes on from the lookup instead of making it again.
+pub(crate) struct Handed {
+    /// The read's path.
+    path: Box<str>,
+    lookup: Lookup,
 }
 
 /// The headers the data plane's CORS layer adds to an answer that is not a preflight. With its

@@ -4,7 +4,7 @@
 //! `/v2/{store}/` for the Zarr v2 view. A node lists its metadata documents (`zarr.json`, or
 //! under `/v2/` its v2 documents) and its child nodes, all held by the version's views, so a
 //! listing reads no manifest block (beyond the v2 view's one bounded check per version,
-//! `v2::MISSING_SCAN_CHUNKS`). An array's chunk keys are not listed: no
+//! `versions::v2::MISSING_SCAN_CHUNKS`). An array's chunk keys are not listed: no
 //! Zarr reader needs them (every chunk key follows from the metadata; a missing one reads as the
 //! fill value), and an array can have ten million; the JSON listing says so, with the grid.
 
@@ -19,11 +19,10 @@ use serde_json::{Value, json};
 
 use super::answer::{Kind, Page, Served, bytes_response};
 use super::html::{SEGMENT, encode, escape, secure};
-use super::v2::Rendered;
-use super::v2::V2Views;
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::versions::VersionView;
+use crate::versions::view::V2Rendered as Rendered;
 use crate::versions::view::{RenderedDoc, etag};
 use crate::zarr::hierarchy::Node;
 use crate::zarr::metadata::NodeKind;
@@ -61,7 +60,7 @@ enum Depth {
 /// Zarr v2 view (`/v2/{store}/{key}`) if `v2`.
 pub(super) async fn list(
     app: &AppState,
-    v2: Option<&V2Views>,
+    v2: bool,
     view: &Arc<VersionView>,
     segment: &str,
     key: &str,
@@ -107,20 +106,16 @@ fn listed_node<'a>(view: &'a VersionView, key: &str) -> Result<&'a Node, ApiErro
 }
 
 /// The Zarr v2 view of `view`'s version if `v2`.
-async fn v2_of(
-    app: &AppState,
-    v2: Option<&V2Views>,
-    view: &Arc<VersionView>,
-) -> Result<Option<Arc<Rendered>>, ApiError> {
-    match v2 {
-        Some(v2) => Ok(Some(v2.get(&app.reader, view).await?)),
-        None => Ok(None),
+async fn v2_of(app: &AppState, v2: bool, view: &Arc<VersionView>) -> Result<Option<Arc<Rendered>>, ApiError> {
+    if !v2 {
+        return Ok(None);
     }
+    Ok(Some(app.reader.v2_view(view).await?))
 }
 
 /// Where the listed view's URLs begin, before the store's segment.
-fn base(v2: Option<&V2Views>) -> &'static str {
-    if v2.is_some() { "/v2" } else { "" }
+fn base(v2: bool) -> &'static str {
+    if v2 { "/v2" } else { "" }
 }
 
 /// A metadata document by key (`obs/zarr.json`, or in the Zarr v2 view `rendered`, `obs/.zattrs`).

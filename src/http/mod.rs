@@ -24,7 +24,7 @@ mod v2;
 
 // What the server uses (nothing here uses the server).
 pub(crate) use answer::accepts_gzip_in;
-pub(crate) use front::{Front, Reads};
+pub(crate) use front::{Front, Handed, Reads};
 
 use std::sync::Arc;
 

@@ -177,20 +177,24 @@ async fn serve_until_closed(
     let mut io = Watched { io: stream, watch: watch.clone(), blocked: false, handed: Bytes::new() };
     // The waker last handed to the watchdog: handed again only when the task's changes.
     let mut registered: Option<std::task::Waker> = None;
+    // What the plain reads looked up of the request they handed over: hyper's first.
+    let mut looked_up = None;
     if let Some(reads) = front.reads() {
         match plain::answer(&mut io, reads, limits.max_head, &mut registered).await {
             plain::Ended::Closed(why) => return why,
-            plain::Ended::HandedOver(bytes) => io.handed = bytes,
+            plain::Ended::HandedOver(bytes, handed) => (io.handed, looked_up) = (bytes, handed),
         }
     }
+    let looked_up = std::cell::Cell::new(looked_up);
     let io = TokioIo::new(io);
     let service = {
         let (watch, request_body) = (watch.clone(), limits.request_body);
         hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
             let answering = Answering::start(&watch);
             let front = front.clone();
+            let handed = looked_up.take();
             async move {
-                let mut response = front.answer(request, request_body).await;
+                let mut response = front.answer(request, request_body, handed).await;
                 // Here, outside the router: a method router adds `Allow` to its 405 after every
                 // layer. Boxed: an error is rare, and this future is moved on every request.
                 if response.status().is_client_error() || response.status().is_server_error() {

@@ -1,15 +1,16 @@
 //! The read and write use cases of store versions, between the HTTP edge and the stores: the
-//! [`Reader`] (which version a URL names, its view, blocks, chunks and source reads, with their
-//! caches), the [`Registrar`] (register, patch, delete, settle), [`Stores`] (list, describe,
-//! versions, recorded sources, verify) and [`ObjectStores`] (register, remove, load). Services
-//! take the parts they need and answer with their own [`Error`]; nothing here knows about HTTP
-//! requests or responses.
+//! [`Reader`] (the one lookup of what a read URL names: its version, view, block and chunk;
+//! source reads; their caches), the [`Registrar`] (register, patch, delete, settle), [`Stores`]
+//! (list, describe, versions, recorded sources, verify) and [`ObjectStores`] (register, remove,
+//! load). Services take the parts they need and answer with their own [`Error`]; nothing here
+//! knows about HTTP requests or responses.
 
 pub mod cache;
 pub mod error;
 pub mod facts;
 pub mod icechunk;
 pub mod ingest;
+pub mod lookup;
 pub mod object_stores;
 mod patch;
 pub mod quicklook;
@@ -18,10 +19,12 @@ pub mod register;
 mod retention;
 pub mod stores;
 pub mod sync;
+pub mod v2;
 pub mod view;
 
 pub use error::Error;
 pub use ingest::Format;
+pub use lookup::{Found, Keys, Lookup, Named, ReadUrl};
 pub use object_stores::{ObjectStoreSettings, ObjectStores};
 pub use read::{Chunk, Reader, VirtualChunk};
 pub use register::{Registered, Registrar, Registration, Settings};

@@ -1,6 +1,7 @@
-//! The read path of store versions: which version a URL names, its view, its blocks (the one
-//! block loader, cached or not), its chunks and fill chunks, and the reads of virtual chunks
-//! from their sources. Everything a data-plane answer or an export needs, with no HTTP in it.
+//! The read path of store versions: the [`Reader`], its heads, views, blocks (the one block
+//! loader, cached or not), chunks and fill chunks, and the reads of virtual chunks from their
+//! sources; which of them a URL names is the lookup's (`lookup.rs`). Everything a data-plane
+//! answer or an export needs, with no HTTP in it.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -98,91 +99,11 @@ impl Reader {
         self.caches.forget_store(store).await;
     }
 
-    /// The view of the version a URL names: `store`'s current version, or its version `pinned`;
-    /// `segment` is the store as the URL writes it (`name` or `name@version`).
-    pub async fn open(&self, segment: &str, store: &str, pinned: Option<i64>) -> Result<Arc<VersionView>> {
-        match &*self.head(segment, store, pinned).await? {
-            StoreHead::Version(head) => self.view(head).await,
-            // Not 404: a reader still holding the store's metadata would read every chunk as fill.
-            StoreHead::Deleted(at_ms) => {
-                let at = chrono::DateTime::from_timestamp_millis(*at_ms)
-                    .map_or_else(|| at_ms.to_string(), |t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
-                Err(Error::StoreDeleted(format!(
-                    "store {store:?} was deleted at {at}; nothing is served under this name until a store of \
-                     that name is registered again"
-                )))
-            }
-            StoreHead::Unknown => Err(match pinned {
-                None => Error::NotFound(format!("no store is named {store:?}")),
-                Some(v) => Error::Gone(format!(
-                    "store {store:?} has no version {v}: it never existed or retention removed it; \
-                     read /{store}/zarr.json for the current version"
-                )),
-            }),
-        }
-    }
-
-    /// [`Reader::open`] for a version this worker thread has at hand (its head and view in the
-    /// thread's fronts); `None` when it would have to wait, or the answer is an error. Not counted
-    /// as cache hits until [`Reader::count_now`].
-    pub fn open_now(&self, segment: &str) -> Option<Arc<VersionView>> {
-        match &*self.caches.peek_head(segment)? {
-            StoreHead::Version(head) => self.caches.views.peek_fronted(&self.caches.views_front, &head.id),
-            _ => None,
-        }
-    }
-
-    /// [`Reader::chunk`] for an inline chunk whose block this worker thread has at hand; `None`
-    /// for anything else (a missing or virtual chunk, a block to load). Not counted until
-    /// [`Reader::count_now`].
-    pub fn inline_chunk_now(&self, view: &VersionView, node: &Node, at: ChunkLocation) -> Option<Chunk> {
-        let key = (view.head.id, node.index, at.tile);
-        let block = self.caches.blocks.peek_fronted(&self.caches.blocks_front, &key)?;
-        match block.get(at.slot) {
-            ChunkRef::Inline(bytes) => Some(Chunk::Bytes { etag: etag('i', &bytes), bytes }),
-            _ => None,
-        }
-    }
-
-    /// Whether this worker thread has the block of the chunk at `at` of array `node` in `view`'s
-    /// version at hand (for [`Reader::inline_chunk_now`]).
-    pub fn block_at_hand(&self, view: &VersionView, node: &Node, at: ChunkLocation) -> bool {
-        let key = (view.head.id, node.index, at.tile);
-        self.caches.blocks.peek_fronted(&self.caches.blocks_front, &key).is_some()
-    }
-
-    /// Brings the block of the chunk at `at` of array `node` in `view`'s version to this worker
-    /// thread's front if the cache holds it, for [`Reader::inline_chunk_now`]: nothing is loaded,
-    /// nothing counted.
-    pub async fn front_block(&self, view: &VersionView, node: &Node, at: ChunkLocation) {
-        let key = (view.head.id, node.index, at.tile);
-        self.caches.blocks.front_held(&self.caches.blocks_front, key).await;
-    }
-
-    /// Counts the cache hits of a read answered from [`Reader::open_now`] (of `segment`, which
-    /// gave `view`) and, if it read one, [`Reader::inline_chunk_now`] (of that node and location).
-    pub fn count_now(&self, segment: &str, view: &VersionView, chunk: Option<(&Node, ChunkLocation)>) {
-        self.caches.count_head(segment);
-        self.caches.views.count_peeked(&self.caches.views_front, &view.head.id);
-        if let Some((node, at)) = chunk {
-            self.count_block_now(view, node, at);
-        }
-    }
-
-    /// Counts the cache hit of a read answered from [`Reader::inline_chunk_now`] (of that node
-    /// and location in `view`).
-    pub fn count_block_now(&self, view: &VersionView, node: &Node, at: ChunkLocation) {
-        self.caches.blocks.count_peeked(&self.caches.blocks_front, &(view.head.id, node.index, at.tile));
-    }
-
-    /// What is served under `store` (current, or version `pinned`), cached under `segment`.
-    /// A store deleted (and not registered again) is [`StoreHead::Deleted`], pinned or not.
-    pub async fn head(&self, segment: &str, store: &str, pinned: Option<i64>) -> Result<Arc<StoreHead>> {
-        if let Some(head) = self.caches.fronted_head(segment) {
-            return Ok(head);
-        }
-        // Read before the memo is asked: an invalidation after this makes the front drop it.
-        let generation = self.caches.heads_generation();
+    /// What is served under `store` (current, or version `pinned`), from the heads' memo
+    /// (cached under `segment`, and kept in this worker thread's front: the lookup asked that
+    /// first) or the catalog. A store deleted (and not registered again) is
+    /// [`StoreHead::Deleted`], pinned or not.
+    pub(super) async fn head(&self, segment: &str, store: &str, pinned: Option<i64>) -> Result<Arc<StoreHead>> {
         let load = move || async move {
             let started = Instant::now();
             // One statement: the version and the deletion mark as of one moment, so a store
@@ -193,13 +114,9 @@ impl Reader {
             self.caches.remember_head(segment, &head).await;
             Ok((head, started))
         };
-        let head = match self.caches.heads.get_or_load_borrowed(segment, load).await {
-            Ok(loaded) => {
-                if *loaded.0 != StoreHead::Unknown {
-                    self.caches.front_head(segment, &loaded, generation);
-                }
-                loaded.0
-            }
+        // Kept in this worker thread's front unless no store has the name.
+        let head = match self.caches.heads.load(segment, load).await {
+            Ok(loaded) => loaded.0,
             // Degraded: the catalog is unreachable, and what this replica last read of the store
             // is recent enough (`cache.unavailable_ttl_seconds`) to serve meanwhile.
             Err(e) if e.is_unreachable() => match Box::pin(self.caches.last_head(segment)).await {
@@ -214,7 +131,7 @@ impl Reader {
         if *head == StoreHead::Unknown {
             // Not kept: a store registered right after this read must not answer 404 (read by
             // clients as fill values) for as long as the entry would live.
-            Box::pin(self.caches.heads.forget(&segment.to_owned())).await;
+            Box::pin(self.caches.heads.forget(segment)).await;
         }
         Ok(head)
     }
@@ -227,45 +144,62 @@ impl Reader {
     /// The served view of a version, built once (off the async workers: a large hierarchy is
     /// CPU work) and cached.
     pub async fn view(&self, head: &VersionHead) -> Result<Arc<VersionView>> {
-        let load = move || async move {
-            let started = Instant::now();
-            let nodes = self.catalog.nodes(head.id).await?;
-            self.time("nodes", started);
-            if nodes.is_empty() {
-                // Every version has its root: this one was deleted after `head` was read.
-                return Err(gone(head));
-            }
-            let (head, nested_budget) = (head.clone(), self.limits.max_metadata_bytes);
-            let view = tokio::task::spawn_blocking(move || {
-                let stored = nodes
-                    .into_iter()
-                    .map(|n| NodePath::new(&n.path).map(|p| (p, n.metadata, n.tile_shape)))
-                    .collect::<std::result::Result<Vec<_>, _>>()
-                    .map_err(|e| Error::Internal(format!("version {}: {e}", head.id)))?;
-                let hierarchy = Hierarchy::build_from_text(stored, nested_budget)
-                    .map_err(|e| Error::Internal(format!("version {}: {e}", head.id)))?;
-                Ok(Arc::new(VersionView::new(head, hierarchy)))
-            })
-            .await?;
-            let Ok(view) = view else { return view };
-            // Large documents are compressed after the first answer, not before it.
-            let compressing = Arc::clone(&view);
-            drop(tokio::task::spawn_blocking(move || compressing.compress_large()));
-            if u64::from(view.weight()) > self.caches.views.capacity() {
-                tracing::warn!(store = %view.head.store, version = view.head.id, bytes = view.weight(),
-                    capacity = self.caches.views.capacity(),
-                    "this version's view is larger than cache.metadata_bytes: it is built again for every request; \
-                     raise cache.metadata_bytes");
-            }
-            Ok(view)
-        };
-        self.caches.views.get_or_load_fronted(&self.caches.views_front, head.id, load).await
+        self.caches.views.get_or_load(head.id, || self.build_view(head)).await
+    }
+
+    /// [`Reader::view`] from the shared memo (the lookup asked this worker thread's front first).
+    pub(super) async fn load_view(&self, head: &VersionHead) -> Result<Arc<VersionView>> {
+        self.caches.views.load(&head.id, || self.build_view(head)).await
+    }
+
+    async fn build_view(&self, head: &VersionHead) -> Result<Arc<VersionView>> {
+        let started = Instant::now();
+        let nodes = self.catalog.nodes(head.id).await?;
+        self.time("nodes", started);
+        if nodes.is_empty() {
+            // Every version has its root: this one was deleted after `head` was read.
+            return Err(gone(head));
+        }
+        let (head, nested_budget) = (head.clone(), self.limits.max_metadata_bytes);
+        let view = tokio::task::spawn_blocking(move || {
+            let stored = nodes
+                .into_iter()
+                .map(|n| NodePath::new(&n.path).map(|p| (p, n.metadata, n.tile_shape)))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| Error::Internal(format!("version {}: {e}", head.id)))?;
+            let hierarchy = Hierarchy::build_from_text(stored, nested_budget)
+                .map_err(|e| Error::Internal(format!("version {}: {e}", head.id)))?;
+            Ok(Arc::new(VersionView::new(head, hierarchy)))
+        })
+        .await?;
+        let Ok(view) = view else { return view };
+        // Large documents are compressed after the first answer, not before it.
+        let compressing = Arc::clone(&view);
+        drop(tokio::task::spawn_blocking(move || compressing.compress_large()));
+        if u64::from(view.weight()) > self.caches.views.capacity() {
+            tracing::warn!(store = %view.head.store, version = view.head.id, bytes = view.weight(),
+                capacity = self.caches.views.capacity(),
+                "this version's view is larger than cache.metadata_bytes: it is built again for every request; \
+                 raise cache.metadata_bytes");
+        }
+        Ok(view)
     }
 
     /// The block holding `tile` of array `node` in version `head`, cached.
     pub async fn block(&self, head: &VersionHead, node: &Node, tile: u64) -> Result<Arc<ManifestBlock>> {
         let load = move || async move { self.load_block(head, node, tile).await.map(Arc::new) };
-        self.caches.blocks.get_or_load_fronted(&self.caches.blocks_front, (head.id, node.index, tile), load).await
+        self.caches.blocks.get_or_load((head.id, node.index, tile), load).await
+    }
+
+    /// [`Reader::block`] from the shared memo (the lookup asked this worker thread's front first).
+    pub(super) async fn load_block_cached(
+        &self,
+        head: &VersionHead,
+        node: &Node,
+        tile: u64,
+    ) -> Result<Arc<ManifestBlock>> {
+        let load = move || async move { self.load_block(head, node, tile).await.map(Arc::new) };
+        self.caches.blocks.load(&(head.id, node.index, tile), load).await
     }
 
     /// The block holding `tile` of array `node` in version `head`, read from the catalog (not
@@ -290,21 +224,16 @@ impl Reader {
     }
 
     /// The chunk at `at` of array `node` in `view`'s version; for a store served with
-    /// `missing_chunks = "fill"`, a missing chunk is its array's fill chunk when one can be built.
+    /// `missing_chunks = "fill"`, a missing chunk is its array's fill chunk when one can be built
+    /// (the chunk step of [`Reader::lookup`], for a reader that has the node at hand).
     pub async fn chunk(&self, view: &VersionView, node: &Node, at: ChunkLocation) -> Result<Chunk> {
         let block = self.block(&view.head, node, at.tile).await?;
-        match block.get(at.slot) {
-            ChunkRef::Missing if view.head.fill_missing => {
-                Ok(match Box::pin(self.fill_chunk(&view.head, node)).await? {
-                    Some(bytes) => Chunk::Bytes { etag: etag('f', &bytes), bytes },
-                    None => Chunk::Missing,
-                })
-            }
-            ChunkRef::Missing => Ok(Chunk::Missing),
-            ChunkRef::Inline(bytes) => Ok(Chunk::Bytes { etag: etag('i', &bytes), bytes }),
-            ChunkRef::Virtual { .. } => VirtualChunk::new(block.clone(), at.slot)
-                .map(Chunk::Virtual)
-                .ok_or_else(|| Error::Internal("a virtual reference read back as another kind".into())),
+        match chunk_in(view, at, &block)? {
+            Some(chunk) => Ok(chunk),
+            None => Ok(match Box::pin(self.fill_chunk(&view.head, node)).await? {
+                Some(bytes) => Chunk::Bytes { etag: etag('f', &bytes), bytes },
+                None => Chunk::Missing,
+            }),
         }
     }
 
@@ -340,6 +269,19 @@ impl Reader {
     pub(super) fn time(&self, operation: &str, started: Instant) {
         time_catalog(&self.metrics, operation, started);
     }
+}
+
+/// The chunk at `at` in `block`, of `view`'s version; `None` for a missing chunk that is to
+/// read as its array's fill chunk. A new kind of chunk is one more arm here.
+pub(super) fn chunk_in(view: &VersionView, at: ChunkLocation, block: &Arc<ManifestBlock>) -> Result<Option<Chunk>> {
+    Ok(Some(match block.get(at.slot) {
+        ChunkRef::Missing if view.head.fill_missing => return Ok(None),
+        ChunkRef::Missing => Chunk::Missing,
+        ChunkRef::Inline(bytes) => Chunk::Bytes { etag: etag('i', &bytes), bytes },
+        ChunkRef::Virtual { .. } => VirtualChunk::new(block.clone(), at.slot)
+            .map(Chunk::Virtual)
+            .ok_or_else(|| Error::Internal("a virtual reference read back as another kind".into()))?,
+    }))
 }
 
 /// Records the latency of a catalog operation in `metrics`.

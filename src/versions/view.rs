@@ -2,6 +2,7 @@
 //! gzip, with strong ETags), and the header values every answer about the version carries,
 //! pre-rendered because they are part of the per-request budget.
 
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -11,6 +12,7 @@ use http::HeaderValue;
 
 use crate::catalog::VersionHead;
 use crate::zarr::Hierarchy;
+use crate::zarr::v2view::V2View;
 
 /// Documents at least this large are compressed off the async workers: by a task started once
 /// the view is built ([`VersionView::compress_large`]), or by a reader asking for gzip first
@@ -160,6 +162,23 @@ pub fn etag(kind: char, content: &[u8]) -> String {
     tag.extend((0..32).rev().map(|digit| b"0123456789abcdef"[((hash >> (digit * 4)) & 0xf) as usize]));
     tag.push(b'"');
     String::from_utf8(tag).unwrap_or_default()
+}
+
+/// A version's Zarr v2 view with its documents ready to serve (built by `v2.rs`).
+#[derive(Debug)]
+pub struct V2Rendered {
+    /// The view (key resolution, what was left out).
+    pub view: V2View,
+    /// Each document, by key.
+    pub docs: HashMap<String, RenderedDoc>,
+}
+
+impl V2Rendered {
+    /// Its weight in the `v2_views` cache, in bytes.
+    pub(super) fn weight(&self) -> u32 {
+        let docs: usize = self.docs.values().map(|d| d.weight()).sum();
+        u32::try_from(self.view.weight() + docs).unwrap_or(u32::MAX)
+    }
 }
 
 /// A quick look as served: the PNG and its scale, the chunks it was drawn from and their ETags.

@@ -183,6 +183,11 @@ impl Hierarchy {
         self.by_path.get(path).map(|&i| &self.nodes[i as usize])
     }
 
+    /// The node at `index` (its [`Node::index`]).
+    pub fn node_at(&self, index: u32) -> Option<&Node> {
+        self.nodes.get(index as usize)
+    }
+
     /// Approximate heap footprint, for the metadata cache's weigher: documents, paths (twice:
     /// the node and the index), a group's parsed metadata (about four times its text), layouts.
     pub fn weight(&self) -> usize {

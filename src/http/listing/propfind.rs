@@ -13,11 +13,11 @@ use axum::response::Response;
 use bytes::Bytes;
 
 use super::super::answer::{Served, Target};
-use super::super::v2::{Rendered, V2Views};
 use super::{Depth, What, base, dir, docs_of, encode, escape, metadata_doc, v2_of};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::versions::VersionView;
+use crate::versions::view::V2Rendered as Rendered;
 use crate::zarr::hierarchy::Node;
 
 /// A piece of the answer is sent once it is this long.
@@ -30,7 +30,7 @@ const CLOSE: &str = "</D:multistatus>\n";
 /// v2 view if `v2`.
 pub(in crate::http) async fn propfind(
     app: &AppState,
-    v2: Option<&V2Views>,
+    v2: bool,
     view: &Arc<VersionView>,
     segment: &str,
     target: Target<'_>,

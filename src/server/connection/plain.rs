@@ -12,9 +12,10 @@
 //!
 //! The first request that is anything else (another method, HTTP/1.0, a `Range` or a
 //! conditional header, a body, `Connection` other than `keep-alive`, `Expect`, `Upgrade`, a path
-//! with anything to decode, a head that does not parse or is longer than the buffer, a read
-//! that needs to wait) is handed to hyper, with every byte after it: hyper serves the rest of
-//! the connection. The watchdog's timeouts apply throughout: the socket is the same [`Watched`].
+//! with anything to decode, a head that does not parse or is longer than the buffer, a key
+//! that names anything but a metadata document or a chunk in memory) is handed to hyper, with
+//! every byte after it and what was looked up of it ([`Handed`]): hyper serves the rest of the
+//! connection, and goes on from that lookup instead of making it again. The watchdog's timeouts apply throughout: the socket is the same [`Watched`].
 
 use std::io::IoSlice;
 use std::pin::Pin;
@@ -26,14 +27,15 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::watchdog::{VERDICT_CLOSED, VERDICT_NONE, closed, verdict};
 use super::{Closed, Watched};
-use crate::http::{Reads, accepts_gzip_in};
+use crate::http::{Handed, Reads, accepts_gzip_in};
 
 /// How the plain reads of a connection ended.
 pub(super) enum Ended {
     /// The connection is over, for this reason.
     Closed(Closed),
-    /// A request that is not a plain read arrived: these bytes, from its first on, are hyper's.
-    HandedOver(Bytes),
+    /// A request that is not a plain read arrived: these bytes, from its first on, are hyper's,
+    /// with what was looked up of that request, if anything.
+    HandedOver(Bytes, Option<Handed>),
 }
 
 /// The read buffer: a plain read's head is a few hundred bytes. A longer head is hyper's.
@@ -57,6 +59,7 @@ pub(super) async fn answer(io: &mut Watched, reads: &Reads, max_head: usize, reg
     let mut buf = vec![0u8; BUFFER.min(max_head)];
     let (mut start, mut filled) = (0, 0);
     let mut out = Vec::with_capacity(BUFFER);
+    let mut handed = None;
     loop {
         let mut answered = 0;
         // The body of the last answer, when it is too long to copy behind its head in `out`.
@@ -74,10 +77,14 @@ pub(super) async fn answer(io: &mut Watched, reads: &Reads, max_head: usize, reg
                     let activity = &io.watch.activity;
                     activity.answering.fetch_add(1, Ordering::Relaxed);
                     activity.head_since.store(0, Ordering::Relaxed);
-                    let Some(body) = reads.answer_wire(path, gzip, id, &mut out).await else {
-                        // Hyper's: counted again when hyper has its head.
-                        io.watch.activity.answering.fetch_sub(1, Ordering::Relaxed);
-                        break Stopped::Other;
+                    let body = match reads.answer_wire(path, gzip, id, &mut out).await {
+                        Ok(body) => body,
+                        Err(looked_up) => {
+                            // Hyper's: counted again when hyper has its head.
+                            io.watch.activity.answering.fetch_sub(1, Ordering::Relaxed);
+                            handed = looked_up;
+                            break Stopped::Other;
+                        }
                     };
                     answered += 1;
                     start += len;
@@ -110,14 +117,14 @@ pub(super) async fn answer(io: &mut Watched, reads: &Reads, max_head: usize, reg
         }
         match stopped {
             Stopped::Sending => continue,
-            Stopped::Other => return Ended::HandedOver(Bytes::copy_from_slice(&buf[start..filled])),
+            Stopped::Other => return Ended::HandedOver(Bytes::copy_from_slice(&buf[start..filled]), handed),
             Stopped::Partial => {}
         }
         buf.copy_within(start..filled, 0);
         (start, filled) = (0, filled - start);
         if filled == buf.len() {
             // A head longer than the buffer: hyper's, under its own limit.
-            return Ended::HandedOver(Bytes::copy_from_slice(&buf[..filled]));
+            return Ended::HandedOver(Bytes::copy_from_slice(&buf[..filled]), None);
         }
         match read(io, &mut buf[filled..], registered).await {
             Ok(0) => return Ended::Closed(Closed::Client),
