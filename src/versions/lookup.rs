@@ -231,21 +231,23 @@ impl Reader {
 
 /// The version `head` names, or why there is none: `segment` is the store as the URL wrote it.
 fn version_of<'h>(head: &'h StoreHead, segment: &str, pinned: Option<i64>) -> Result<&'h VersionHead> {
-    let store = segment.split_once('@').map_or(segment, |(name, _)| name);
+    // The store's name only for an error: its search cost a found read 140 instructions.
+    let store = || segment.split_once('@').map_or(segment, |(name, _)| name);
     match head {
         StoreHead::Version(version) => Ok(version),
         // Not 404: a reader still holding the store's metadata would read every chunk as fill.
         StoreHead::Deleted(at_ms) => {
             let at = chrono::DateTime::from_timestamp_millis(*at_ms)
                 .map_or_else(|| at_ms.to_string(), |t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+            let store = store();
             Err(Error::StoreDeleted(format!(
                 "store {store:?} was deleted at {at}; nothing is served under this name until a store of that name \
                  is registered again"
             )))
         }
-        StoreHead::Unknown => Err(match pinned {
-            None => Error::NotFound(format!("no store is named {store:?}")),
-            Some(v) => Error::Gone(format!(
+        StoreHead::Unknown => Err(match (pinned, store()) {
+            (None, store) => Error::NotFound(format!("no store is named {store:?}")),
+            (Some(v), store) => Error::Gone(format!(
                 "store {store:?} has no version {v}: it never existed or retention removed it; read \
                  /{store}/zarr.json for the current version"
             )),
