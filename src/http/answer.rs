@@ -199,6 +199,7 @@ pub(super) fn accepts_gzip(headers: &HeaderMap) -> bool {
 }
 
 /// [`accepts_gzip`] of a request whose `Accept-Encoding` lines are `values`.
+#[inline]
 pub(crate) fn accepts_gzip_in<'a>(values: impl Iterator<Item = &'a [u8]>) -> bool {
     // As `HeaderValue::to_str`: visible ASCII only.
     let visible = |v: &&[u8]| v.iter().all(|&b| b == b'\t' || (32..127).contains(&b));

@@ -230,6 +230,7 @@ impl Reader {
 }
 
 /// The version `head` names, or why there is none: `segment` is the store as the URL wrote it.
+#[inline]
 fn version_of<'h>(head: &'h StoreHead, segment: &str, pinned: Option<i64>) -> Result<&'h VersionHead> {
     // The store's name only for an error: its search cost a found read 140 instructions.
     let store = || segment.split_once('@').map_or(segment, |(name, _)| name);

@@ -216,7 +216,32 @@ const REFUSED: [&str; 11] = [
 /// and `/`, all of which `http`'s `Uri` takes too. A `%` (to decode), a query or anything else
 /// makes the request hyper's, which answers it as before.
 fn plain_in_path(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&b)
+    // A match, not `b"...".contains(&b)`: that is a `memchr` call per punctuation byte, and
+    // callgrind counted 70 to 200 instructions per request for it, as the build inlined it or not.
+    matches!(
+        b,
+        b'a'..=b'z'
+            | b'A'..=b'Z'
+            | b'0'..=b'9'
+            | b'-'
+            | b'.'
+            | b'_'
+            | b'~'
+            | b'!'
+            | b'$'
+            | b'&'
+            | b'\''
+            | b'('
+            | b')'
+            | b'*'
+            | b'+'
+            | b','
+            | b';'
+            | b'='
+            | b':'
+            | b'@'
+            | b'/'
+    )
 }
 
 /// Reads into `buf` what the client has sent: how much (0 when it has closed), or why the
@@ -277,6 +302,14 @@ async fn write_all(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_bytes_of_a_plain_path_are_the_unreserved_the_sub_delims_and_the_separators() {
+        for b in 0..=u8::MAX {
+            let expected = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&b);
+            assert_eq!(super::plain_in_path(b), expected, "byte {b:#04x}");
+        }
+    }
     use super::{Parsed, parse};
 
     fn read(bytes: &[u8]) -> Option<(usize, &str, bool, Option<&[u8]>)> {
