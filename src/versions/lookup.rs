@@ -129,11 +129,11 @@ impl Reader {
         // The steps of the commonest read (a metadata document, its head and view at hand) in a
         // straight line, the rest by `go_on_now`: each turn of its loop moves the step, and
         // callgrind counted ~400 instructions more per `zarr.json` without this.
-        let Some((head, _)) = self.caches.heads.now(url.segment) else {
+        let Some(head) = self.head_now(url) else {
             return Lookup::Pending(Pending { pinned, step: Step::Head });
         };
-        let view = match version_of(&head, url.segment, pinned) {
-            Ok(version) => self.caches.views.now(&version.id),
+        let view = match self.view_now(&head, url, pinned) {
+            Ok(view) => view,
             Err(e) => return Lookup::Failed(e),
         };
         let Some(view) = view else {
@@ -162,25 +162,34 @@ impl Reader {
         }
     }
 
+    /// The head step from this worker thread's front: the store `url` names.
+    #[inline]
+    fn head_now(&self, url: &ReadUrl<'_>) -> Option<Arc<StoreHead>> {
+        self.caches.heads.now(url.segment).map(|(head, _)| head)
+    }
+
+    /// The view step from this worker thread's front: the view of the version `head` names
+    /// (`None`: not at hand), or why there is no such version.
+    #[inline]
+    fn view_now(&self, head: &StoreHead, url: &ReadUrl<'_>, pinned: Option<i64>) -> Result<Option<Arc<VersionView>>> {
+        let version = version_of(head, url.segment, pinned)?;
+        Ok(self.caches.views.now(&version.id))
+    }
+
     /// Takes the steps of `pending` that need no waiting, up to the first that does.
     fn go_on_now(&self, url: &ReadUrl<'_>, Pending { pinned, mut step }: Pending) -> Lookup {
         let wait = |step| Lookup::Pending(Pending { pinned, step });
         loop {
             step = match step {
-                Step::Head => match self.caches.heads.now(url.segment) {
-                    Some((head, _)) => Step::View(head),
+                Step::Head => match self.head_now(url) {
+                    Some(head) => Step::View(head),
                     None => return wait(Step::Head),
                 },
-                Step::View(head) => {
-                    let version = match version_of(&head, url.segment, pinned) {
-                        Ok(version) => version.id,
-                        Err(e) => return Lookup::Failed(e),
-                    };
-                    match self.caches.views.now(&version) {
-                        Some(view) => Step::Named(view),
-                        None => return wait(Step::View(head)),
-                    }
-                }
+                Step::View(head) => match self.view_now(&head, url, pinned) {
+                    Ok(Some(view)) => Step::Named(view),
+                    Ok(None) => return wait(Step::View(head)),
+                    Err(e) => return Lookup::Failed(e),
+                },
                 Step::Named(view) => named(view, url),
                 Step::V2Named(view, rendered) => v2_named(view, rendered, url),
                 Step::Block { view, node, at } => match self.caches.blocks.now(&(view.head.id, node, at.tile)) {
