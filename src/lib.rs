@@ -8,6 +8,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod formats;
 pub mod http;
 pub mod logs;
 pub mod metrics;
