@@ -96,3 +96,22 @@ both_backends! {
         assert_eq!(failed, 1.0);
     }
 }
+
+/// A file whose metadata needs more than `files.max_read_bytes` is refused, naming the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_past_its_read_budget_is_refused_naming_the_bound() {
+    let server = TestServer::start_with(common::Backend::Sqlite, |c| {
+        c.files.first_read_bytes = 4096;
+        c.files.read_ahead_bytes = 4096;
+        c.files.max_read_bytes = 6000;
+    })
+    .await;
+    server.local_store().await;
+    let path = server.write("air.nc", &std::fs::read(format!("{FIXTURES}/server_air.nc")).unwrap());
+    let body = json!({"files": [format!("file://{path}")]});
+    let (status, answer) = server.put("/api/v1/stores/big?format=files", &body).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    let detail = answer["detail"].as_str().unwrap();
+    assert!(detail.contains("files.max_read_bytes = 6000") && detail.contains("air.nc"), "{detail}");
+    assert_eq!(server.get("/api/v1/stores/big", &[]).await.status(), StatusCode::NOT_FOUND);
+}
