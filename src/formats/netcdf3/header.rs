@@ -13,8 +13,6 @@ const NC_ATTRIBUTE: u32 = 0x0C;
 /// What the header says.
 #[derive(Debug)]
 pub struct Header {
-    /// `CDF-5`: counts, lengths and dimension ids are 64-bit, and the new types allowed.
-    pub cdf5: bool,
     /// Records in the file, or None for STREAMING (count them from the file's length).
     pub numrecs: Option<u64>,
     pub dimensions: Vec<Dimension>,
@@ -77,7 +75,7 @@ pub fn read(head: &[u8], file_len: u64, limits: &Limits) -> Result<Header, Stop>
     let dimensions = read_dimensions(&mut cursor, limits)?;
     let attributes = read_attributes(&mut cursor, limits, "the global attributes")?;
     let variables = read_variables(&mut cursor, limits, version)?;
-    Ok(Header { cdf5: cursor.cdf5, numrecs: (!streaming).then_some(numrecs), dimensions, attributes, variables })
+    Ok(Header { numrecs: (!streaming).then_some(numrecs), dimensions, attributes, variables })
 }
 
 fn invalid(message: String) -> Stop {

@@ -24,7 +24,7 @@ pub fn build(header: &Header, file_len: u64, limits: &Limits) -> Result<Parsed, 
     let records: Vec<&Extent> = extents.iter().filter(|e| e.record).collect();
     // One record variable alone is not padded (netCDF-c's NC_computeshapes).
     let recsize = match records.as_slice() {
-        [only] => only.bytes,
+        [only] => Some(only.bytes),
         _ => records.iter().try_fold(0u64, |sum, e| sum.checked_add(e.bytes.checked_add(3)? & !3)),
     }
     .ok_or_else(|| FormatError::Invalid("its record size overflows".into()))?;
@@ -145,12 +145,13 @@ impl File<'_> {
     fn chunks(&self, variable: &Variable, extent: &Extent) -> Result<Vec<(Vec<u64>, Chunk)>, FormatError> {
         let invalid = |what: String| FormatError::Invalid(format!("variable {:?}: {what}", variable.name));
         let (begin, rank) = (variable.begin, variable.dimension_ids.len());
-        if begin > self.file_len {
-            return Err(invalid(format!("begin {begin} is past the end of the {}-byte file", self.file_len)));
-        }
         let (count, step) = if extent.record { (self.numrecs, self.recsize) } else { (1, 0) };
         if count == 0 {
+            // netCDF-c leaves the file ending before where the first record would begin.
             return Ok(Vec::new());
+        }
+        if begin > self.file_len {
+            return Err(invalid(format!("begin {begin} is past the end of the {}-byte file", self.file_len)));
         }
         let end = (count - 1).checked_mul(step).and_then(|last| last.checked_add(begin)?.checked_add(extent.bytes));
         if end.is_none_or(|end| end > self.file_len) {
