@@ -348,3 +348,36 @@ fn export_fixtures_as_zarr_stores() {
         }
     }
 }
+
+/// A file that counts the reads made of it.
+struct Counted {
+    file: Bytes,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl crate::formats::ByteRanges for Counted {
+    fn len(&self) -> u64 {
+        self.file.len() as u64
+    }
+
+    fn read(&self, offset: u64, len: u64) -> Result<Bytes, FormatError> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.file.read(offset, len)
+    }
+}
+
+#[test]
+fn a_header_is_one_read_and_a_long_one_is_read_on() {
+    let (file, _) = fixture("scipy_v1");
+    let counted = Counted { file, reads: Default::default() };
+    parse(&counted, &Limits::default()).unwrap();
+    assert_eq!(counted.reads.into_inner(), 1);
+    let mut long = b"CDF\x01\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\x0c\0\0\0\x01\0\0\0\x04long\0\0\0\x02".to_vec();
+    long.extend_from_slice(&300_000u32.to_be_bytes());
+    long.resize(long.len() + 300_000, b'a');
+    long.extend_from_slice(&[0; 8]);
+    let counted = Counted { file: Bytes::from(long), reads: Default::default() };
+    let parsed = parse(&counted, &Limits::default()).unwrap();
+    assert_eq!(parsed.nodes[""].metadata["attributes"]["long"].as_str().map(str::len), Some(300_000));
+    assert_eq!(counted.reads.into_inner(), 3, "64 KiB, then to 256 KiB, then the rest");
+}
