@@ -42,7 +42,8 @@ pub fn build(header: &Header, file_len: u64, limits: &Limits) -> Result<Parsed, 
         )));
     }
     let mut parsed = Parsed::default();
-    let root = json!({"zarr_format": 3, "node_type": "group", "attributes": group_attributes(&header.attributes)});
+    let attributes = group_attributes(&header.attributes, &mut parsed.warnings);
+    let root = json!({"zarr_format": 3, "node_type": "group", "attributes": attributes});
     parsed.nodes.insert(String::new(), Node { metadata: object(root), chunks: Vec::new() });
     let file = File { header, file_len, numrecs, recsize, limits };
     for (variable, extent) in header.variables.iter().zip(&extents) {
@@ -213,7 +214,7 @@ fn variable_attributes(variable: &Variable, warnings: &mut Vec<String>) -> Map<S
                 }
             }
         } else {
-            attribute.nc_type.attribute_value(&attribute.values)
+            plain_attribute(attribute, &format!("variable {:?}", variable.name), warnings)
         };
         attributes.insert(attribute.name.clone(), value);
     }
@@ -234,8 +235,19 @@ fn fill_attribute(nc_type: NcType, attribute: &Attribute) -> Option<Value> {
     }
 }
 
-fn group_attributes(attributes: &[Attribute]) -> Map<String, Value> {
-    attributes.iter().map(|a| (a.name.clone(), a.nc_type.attribute_value(&a.values))).collect()
+fn group_attributes(attributes: &[Attribute], warnings: &mut Vec<String>) -> Map<String, Value> {
+    attributes.iter().map(|a| (a.name.clone(), plain_attribute(a, "the root group", warnings))).collect()
+}
+
+/// An attribute's value as xarray reads it; NaN and infinities, which JSON cannot hold, become
+/// null with a warning.
+fn plain_attribute(attribute: &Attribute, whose: &str, warnings: &mut Vec<String>) -> Value {
+    let numbers =
+        if attribute.nc_type == NcType::Char { Vec::new() } else { attribute.nc_type.numbers(&attribute.values) };
+    if numbers.iter().any(|n| matches!(n, Number::Real(real) if !real.is_finite())) {
+        warnings.push(format!("{whose}: attribute {:?} holds NaN or infinity, written as null", attribute.name));
+    }
+    attribute.nc_type.attribute_value(&attribute.values)
 }
 
 fn find<'a>(attributes: &'a [Attribute], name: &str) -> Option<&'a Attribute> {

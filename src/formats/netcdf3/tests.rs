@@ -381,3 +381,13 @@ fn a_header_is_one_read_and_a_long_one_is_read_on() {
     assert_eq!(parsed.nodes[""].metadata["attributes"]["long"].as_str().map(str::len), Some(300_000));
     assert_eq!(counted.reads.into_inner(), 3, "64 KiB, then to 256 KiB, then the rest");
 }
+
+#[test]
+fn a_nan_attribute_is_null_with_a_warning() {
+    let mut file = b"CDF\x01\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\x0c\0\0\0\x01\0\0\0\x03nan\0\0\0\0\x05\0\0\0\x01".to_vec();
+    file.extend_from_slice(&f32::NAN.to_be_bytes());
+    file.extend_from_slice(&[0; 8]);
+    let parsed = parse(&Bytes::from(file), &Limits::default()).unwrap();
+    assert_eq!(parsed.nodes[""].metadata["attributes"]["nan"], Value::Null);
+    assert_eq!(parsed.warnings, ["the root group: attribute \"nan\" holds NaN or infinity, written as null"]);
+}
