@@ -1,0 +1,371 @@
+//! The parser against the fixtures of tests/fixtures/files/make_hdf5.py and their oracles
+//! (what h5py and xarray's h5netcdf engine read from the same files), and against hostile files.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use super::parse;
+use crate::formats::{ByteRanges, Chunk, FormatError, Limits, Node, Parsed};
+
+const FILES: [&str; 6] = ["earliest.h5", "latest.h5", "filters.h5", "phony.h5", "scales.h5", "netcdf4.nc"];
+
+fn fixture(name: &str) -> Bytes {
+    let path = format!("{}/tests/fixtures/files/{name}", env!("CARGO_MANIFEST_DIR"));
+    Bytes::from(std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}")))
+}
+
+fn oracle(name: &str) -> Value {
+    let path = format!("{}/tests/fixtures/files/{name}.json", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+}
+
+fn parsed(name: &str) -> Parsed {
+    parse(&fixture(name), &Limits::default()).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn node<'a>(parsed: &'a Parsed, path: &str) -> &'a Node {
+    parsed
+        .nodes
+        .get(path)
+        .unwrap_or_else(|| panic!("no node {path}: {:?}; warnings {:?}", parsed.nodes.keys(), parsed.warnings))
+}
+
+fn meta(parsed: &Parsed, path: &str, pointer: &str) -> Value {
+    node(parsed, path).metadata.get(pointer).cloned().unwrap_or(Value::Null)
+}
+
+fn codec_names(parsed: &Parsed, path: &str) -> Vec<String> {
+    let codecs = meta(parsed, path, "codecs");
+    codecs.as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap().to_string()).collect()
+}
+
+/// The node path of an h5py dataset path (netCDF4's `_nc4_non_coord_` prefix dropped).
+fn node_path(dataset: &str) -> String {
+    dataset.replace("_nc4_non_coord_", "")
+}
+
+#[test]
+fn every_chunk_is_where_h5py_finds_it() {
+    for file in FILES {
+        let parsed = parsed(file);
+        let oracle = oracle(file);
+        for (dataset, expected) in oracle["datasets"].as_object().unwrap() {
+            let path = node_path(dataset);
+            if expected["dimension_only"] == json!(true) {
+                let taken = oracle["datasets"].get(format!("_nc4_non_coord_{dataset}")).is_some();
+                assert!(taken || !parsed.nodes.contains_key(&path), "{file}: {path} is a dimension, not a variable");
+                continue;
+            }
+            let Some(node) = parsed.nodes.get(&path) else {
+                let named = parsed.warnings.iter().any(|w| w.contains(&format!(" {path} ")));
+                assert!(named, "{file}: {path} neither served nor named in a warning: {:?}", parsed.warnings);
+                continue;
+            };
+            assert_eq!(node.metadata["shape"], expected["shape"], "{file}: {path}");
+            if let Some(chunks) = expected["chunks"].as_array() {
+                assert_eq!(
+                    node.metadata["chunk_grid"]["configuration"]["chunk_shape"],
+                    json!(chunks),
+                    "{file}: {path}"
+                );
+            }
+            let ours: BTreeSet<(Vec<u64>, u64, u64)> = node
+                .chunks
+                .iter()
+                .filter_map(|(index, chunk)| match chunk {
+                    Chunk::Range { offset, length } => Some((index.clone(), *offset, *length)),
+                    _ => None,
+                })
+                .collect();
+            let theirs: BTreeSet<(Vec<u64>, u64, u64)> = expected["chunk_refs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    (serde_json::from_value(r[0].clone()).unwrap(), r[1].as_u64().unwrap(), r[2].as_u64().unwrap())
+                })
+                .collect();
+            if expected["dtype"] != json!("O") {
+                assert_eq!(ours, theirs, "{file}: {path}");
+            }
+            if let Some(compact) = expected["compact_bytes"].as_str() {
+                use base64::Engine;
+                let bytes = base64::engine::general_purpose::STANDARD.decode(compact).unwrap();
+                assert_eq!(
+                    node.chunks,
+                    vec![(vec![0; node.chunks[0].0.len()], Chunk::Inline(bytes))],
+                    "{file}: {path}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn fill_values_are_the_storage_fill_h5py_reads() {
+    for file in FILES {
+        let parsed = parsed(file);
+        for (dataset, expected) in oracle(file)["datasets"].as_object().unwrap() {
+            let Some(node) = parsed.nodes.get(&node_path(dataset)) else { continue };
+            if expected["dimension_only"] == json!(true) {
+                continue;
+            }
+            let fill = &expected["fillvalue"];
+            let ours = &node.metadata["fill_value"];
+            match (fill, ours) {
+                (Value::Null, _) => {}
+                (Value::Bool(b), ours) => assert_eq!(ours, &json!(b), "{file}: {dataset}"),
+                (Value::String(s), ours) => assert_eq!(ours, &json!(s), "{file}: {dataset}"),
+                (fill, ours) => assert_eq!(fill.as_f64(), ours.as_f64(), "{file}: {dataset}: {ours}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn variables_dimensions_and_attributes_are_as_xarray_shows_them() {
+    for file in FILES {
+        let parsed = parsed(file);
+        for (group, view) in oracle(file)["xarray"].as_object().unwrap() {
+            let Some(variables) = view["variables"].as_object() else { continue };
+            let group_node = node(&parsed, group);
+            assert_same_attributes(
+                &group_node.metadata["attributes"],
+                &view["attrs"],
+                &format!("{file}: group {group}"),
+            );
+            for (name, variable) in variables {
+                let path = if group.is_empty() { name.clone() } else { format!("{group}/{name}") };
+                let Some(node) = parsed.nodes.get(&path) else {
+                    assert!(
+                        parsed.warnings.iter().any(|w| w.contains(&path)),
+                        "{file}: {path} missing: {:?}",
+                        parsed.warnings
+                    );
+                    continue;
+                };
+                assert_eq!(node.metadata["dimension_names"], variable["dims"], "{file}: {path}");
+                assert_same_attributes(&node.metadata["attributes"], &variable["attrs"], &format!("{file}: {path}"));
+            }
+            let served: BTreeSet<&String> = parsed
+                .nodes
+                .iter()
+                .filter(|(path, node)| node.metadata["node_type"] == "array" && parent(path) == group.as_str())
+                .map(|(path, _)| path)
+                .collect();
+            for path in served {
+                let name = path.rsplit('/').next().unwrap();
+                assert!(variables.contains_key(name), "{file}: {path} is served but xarray has no such variable");
+            }
+        }
+    }
+}
+
+fn parent(path: &str) -> &str {
+    path.rsplit_once('/').map_or("", |(parent, _)| parent)
+}
+
+/// The same attribute names; values equal, but `_FillValue`/`missing_value` (encoded for
+/// xarray's Zarr reader) compared by kind only.
+fn assert_same_attributes(ours: &Value, theirs: &Value, what: &str) {
+    let ours = ours.as_object().unwrap();
+    let theirs = theirs.as_object().unwrap();
+    assert_eq!(ours.keys().collect::<Vec<_>>().len(), theirs.len(), "{what}: {ours:?} vs {theirs:?}");
+    for (name, value) in theirs {
+        let Some(mine) = ours.get(name) else { panic!("{what}: attribute {name} missing: {ours:?}") };
+        if name == "_FillValue" || name == "missing_value" {
+            continue;
+        }
+        let close = match (mine, value) {
+            (Value::Number(a), Value::Number(b)) => (a.as_f64().unwrap() - b.as_f64().unwrap()).abs() < 1e-9,
+            (Value::Array(a), Value::Array(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.as_f64() == b.as_f64() || a == b)
+            }
+            (a, b) => a == b,
+        };
+        assert!(close, "{what}: attribute {name}: {mine} vs {value}");
+    }
+}
+
+#[test]
+fn filters_become_numcodecs_codecs_in_pipeline_order() {
+    let parsed = parsed("filters.h5");
+    assert_eq!(codec_names(&parsed, "gzip"), ["bytes", "numcodecs.zlib"]);
+    assert_eq!(meta(&parsed, "gzip", "codecs")[1]["configuration"], json!({"level": 7}));
+    assert_eq!(codec_names(&parsed, "shuffle_gzip"), ["bytes", "numcodecs.shuffle", "numcodecs.zlib"]);
+    assert_eq!(meta(&parsed, "shuffle_gzip", "codecs")[1]["configuration"], json!({"elementsize": 4}));
+    assert_eq!(codec_names(&parsed, "fletcher32"), ["bytes", "numcodecs.fletcher32"]);
+    assert_eq!(codec_names(&parsed, "zstd"), ["bytes", "numcodecs.zstd"]);
+    assert_eq!(meta(&parsed, "zstd", "codecs")[1]["configuration"]["level"], json!(5));
+    assert_eq!(codec_names(&parsed, "blosc"), ["bytes", "numcodecs.blosc"]);
+    assert_eq!(meta(&parsed, "blosc", "codecs")[1]["configuration"]["cname"], json!("lz4"));
+    assert_eq!(codec_names(&parsed, "bzip2"), ["bytes", "numcodecs.bz2"]);
+    assert!(
+        parsed
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("variable blosc_skipped has a chunk stored with a filter skipped"))
+    );
+    for left_out in ["lz4", "scaleoffset", "lzf"] {
+        assert!(!parsed.nodes.contains_key(left_out), "{left_out}");
+        assert!(
+            parsed.warnings.iter().any(|w| w.starts_with(&format!("variable {left_out} uses "))),
+            "{left_out}: {:?}",
+            parsed.warnings
+        );
+    }
+}
+
+#[test]
+fn types_are_zarr_types_with_their_byte_order() {
+    let parsed = parsed("earliest.h5");
+    assert_eq!(meta(&parsed, "big_endian", "codecs")[0], json!({"name": "bytes", "configuration": {"endian": "big"}}));
+    assert_eq!(meta(&parsed, "big_endian_int", "data_type"), json!("int32"));
+    assert_eq!(meta(&parsed, "contiguous", "codecs")[0]["configuration"]["endian"], json!("little"));
+    assert_eq!(
+        meta(&parsed, "fixed_strings", "data_type"),
+        json!({"name": "null_terminated_bytes", "configuration": {"length_bytes": 4}})
+    );
+    assert_eq!(meta(&parsed, "bools", "data_type"), json!("bool"));
+    assert_eq!(meta(&parsed, "colors", "data_type"), json!("uint8"));
+    assert_eq!(meta(&parsed, "int8", "data_type"), json!("int8"));
+    assert_eq!(meta(&parsed, "scalar", "shape"), json!([]));
+    assert_eq!(meta(&parsed, "with_fill", "fill_value"), json!("NaN"));
+    assert_eq!(meta(&parsed, "vlen_strings", "data_type"), json!("string"));
+    assert_eq!(meta(&parsed, "vlen_strings", "codecs"), json!([{"name": "vlen-utf8"}]));
+    let mut expected = 3u32.to_le_bytes().to_vec();
+    for s in ["x", "yz", "\u{e9}t\u{e9}"] {
+        expected.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        expected.extend_from_slice(s.as_bytes());
+    }
+    assert_eq!(node(&parsed, "vlen_strings").chunks, vec![(vec![0], Chunk::Inline(expected))]);
+    assert!(!parsed.nodes.contains_key("compound"));
+    assert!(parsed.warnings.iter().any(|w| w.contains("compound") && w.contains("left out")), "{:?}", parsed.warnings);
+    assert_eq!(meta(&parsed, "", "attributes")["one"], json!(4.5));
+    assert_eq!(meta(&parsed, "", "attributes")["numbers"], json!([1, 2, 3]));
+    assert_eq!(node(&parsed, "sub").metadata["node_type"], json!("group"));
+}
+
+#[test]
+fn netcdf4_dimensions_and_cf_attributes_are_as_netcdf_means_them() {
+    let parsed = parsed("netcdf4.nc");
+    assert!(!parsed.nodes.contains_key("nv") || meta(&parsed, "nv", "dimension_names") == json!(["lat"]));
+    assert_eq!(meta(&parsed, "temp", "dimension_names"), json!(["time", "lat", "lon"]));
+    assert_eq!(meta(&parsed, "temp", "attributes")["_FillValue"], json!("AAAAAICHw8A="));
+    assert_eq!(meta(&parsed, "counts", "attributes")["_FillValue"], json!(-1));
+    assert_eq!(meta(&parsed, "temp", "fill_value"), json!(-9999.0));
+    assert_eq!(codec_names(&parsed, "temp"), ["bytes", "numcodecs.shuffle", "numcodecs.zlib"]);
+    assert_eq!(meta(&parsed, "forecast/fc", "dimension_names"), json!(["step", "lat"]));
+    for hidden in ["_NCProperties", "_Netcdf4Dimid", "DIMENSION_LIST", "CLASS", "NAME", "REFERENCE_LIST"] {
+        for node in parsed.nodes.values() {
+            assert!(node.metadata["attributes"].get(hidden).is_none(), "{hidden}");
+        }
+    }
+}
+
+#[test]
+fn hdf5_without_scales_gets_phony_dims_as_h5netcdf_numbers_them() {
+    let parsed = parsed("phony.h5");
+    assert_eq!(meta(&parsed, "a", "dimension_names"), json!(["phony_dim_0", "phony_dim_1"]));
+    assert_eq!(meta(&parsed, "s", "dimension_names"), json!([]));
+}
+
+#[test]
+fn limits_are_kept() {
+    let file = fixture("earliest.h5");
+    let few_chunks = Limits { max_chunks: 10, ..Limits::default() };
+    assert!(matches!(parse(&file, &few_chunks), Err(FormatError::TooLarge(m)) if m.contains("max_chunks")));
+    let few_nodes = Limits { max_nodes: 3, ..Limits::default() };
+    assert!(matches!(parse(&file, &few_nodes), Err(FormatError::TooLarge(m)) if m.contains("max_nodes")));
+    let late = Limits { deadline: Some(Instant::now()), ..Limits::default() };
+    assert!(matches!(parse(&file, &late), Err(FormatError::TooLarge(_))));
+    let no_inline = Limits { max_inline_bytes: 4, ..Limits::default() };
+    let parsed = parse(&file, &no_inline).unwrap();
+    assert!(!parsed.nodes.contains_key("compact") && !parsed.nodes.contains_key("vlen_strings"));
+    assert!(
+        parsed.warnings.iter().any(|w| w.contains("compact") && w.contains("max_inline_bytes")),
+        "{:?}",
+        parsed.warnings
+    );
+}
+
+/// A reader that fails upstream after `after` reads.
+struct Failing {
+    file: Bytes,
+    after: std::sync::atomic::AtomicUsize,
+}
+
+impl ByteRanges for Failing {
+    fn len(&self) -> u64 {
+        ByteRanges::len(&self.file)
+    }
+
+    fn read(&self, offset: u64, len: u64) -> Result<Bytes, FormatError> {
+        if self.after.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            return Err(FormatError::Read("the object store said 503".into()));
+        }
+        self.file.read(offset, len)
+    }
+}
+
+#[test]
+fn an_upstream_failure_is_reported_as_ours() {
+    for after in [0, 1, 5, 20] {
+        let failing = Failing { file: fixture("netcdf4.nc"), after: after.into() };
+        assert_eq!(
+            parse(&failing, &Limits::default()),
+            Err(FormatError::Read("the object store said 503".into())),
+            "after {after}"
+        );
+    }
+}
+
+#[test]
+fn truncated_files_are_refused() {
+    for file in FILES {
+        let bytes = fixture(file);
+        let len = bytes.len();
+        for cut in (0..len).step_by((len / 97).max(1)).chain([len - 1]) {
+            let result = parse(&bytes.slice(..cut), &Limits::default());
+            assert!(result.is_err(), "{file} cut at {cut} of {len} parsed");
+        }
+    }
+}
+
+#[test]
+fn flipped_bytes_never_panic_or_hang() {
+    for file in FILES {
+        let bytes = fixture(file);
+        let started = Instant::now();
+        for (i, at) in (0..bytes.len()).step_by((bytes.len() / 300).max(1)).enumerate() {
+            let mut flipped = bytes.to_vec();
+            flipped[at] ^= [0xff, 0x01, 0x80, 0x10][i % 4];
+            let limits = Limits { deadline: Some(Instant::now() + Duration::from_secs(5)), ..Limits::default() };
+            let _ = parse(&Bytes::from(flipped), &limits);
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "{file}");
+    }
+}
+
+#[test]
+fn a_cyclic_chunk_btree_is_refused_quickly() {
+    let mut bytes = fixture("earliest.h5").to_vec();
+    // Find an internal v1 B-tree node of raw-data chunks (type 1, level > 0) and point its
+    // first child at itself.
+    let internal = (0..bytes.len() - 8)
+        .find(|&i| &bytes[i..i + 4] == b"TREE" && bytes[i + 4] == 1 && bytes[i + 5] > 0)
+        .expect("earliest.h5 has a chunk B-tree of two levels");
+    let entries_used = u16::from_le_bytes([bytes[internal + 6], bytes[internal + 7]]);
+    assert!(entries_used > 1);
+    // signature 4, type 1, level 1, entries 2, siblings 2x8; then key (4+4+8*(rank+1)), child 8.
+    let key = 4 + 4 + 8 * 2;
+    let child = internal + 24 + key;
+    bytes[child..child + 8].copy_from_slice(&(internal as u64).to_le_bytes());
+    let started = Instant::now();
+    let result = parse(&Bytes::from(bytes), &Limits::default());
+    assert!(matches!(result, Err(FormatError::Invalid(_))), "{result:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
