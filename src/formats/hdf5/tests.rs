@@ -369,3 +369,35 @@ fn a_cyclic_chunk_btree_is_refused_quickly() {
     assert!(matches!(result, Err(FormatError::Invalid(_))), "{result:?}");
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+/// Writes each fixture's nodes as a Zarr v3 directory store under `$HDF5_STORES` (chunks copied
+/// from the file's byte ranges), for tests/fixtures/files/check_hdf5_stores.py to open with
+/// `xr.open_zarr` and compare with `xr.open_dataset(file)`. Run by hand:
+/// `HDF5_STORES=/tmp/stores cargo test --lib formats::hdf5::tests::write_stores -- --ignored`.
+#[test]
+#[ignore]
+fn write_stores() {
+    let root = std::path::PathBuf::from(std::env::var("HDF5_STORES").unwrap());
+    for file in FILES {
+        let bytes = fixture(file);
+        let store = root.join(file);
+        let _ = std::fs::remove_dir_all(&store);
+        for (path, node) in &parse(&bytes, &Limits::default()).unwrap().nodes {
+            let dir = store.join(path);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("zarr.json"), serde_json::to_vec(&node.metadata).unwrap()).unwrap();
+            for (index, chunk) in &node.chunks {
+                let key: Vec<String> =
+                    std::iter::once("c".to_string()).chain(index.iter().map(u64::to_string)).collect();
+                let at = dir.join(key.join("/"));
+                std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+                let data = match chunk {
+                    Chunk::Range { offset, length } => bytes.read(*offset, *length).unwrap().to_vec(),
+                    Chunk::Inline(data) => data.clone(),
+                    Chunk::Elsewhere { .. } => unreachable!(),
+                };
+                std::fs::write(at, data).unwrap();
+            }
+        }
+    }
+}
