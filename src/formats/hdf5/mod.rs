@@ -12,6 +12,7 @@ mod attrs;
 mod chunks;
 mod codecs;
 mod dims;
+mod links;
 mod node;
 mod types;
 mod walk;

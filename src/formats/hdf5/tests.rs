@@ -10,7 +10,8 @@ use serde_json::{Value, json};
 use super::parse;
 use crate::formats::{ByteRanges, Chunk, FormatError, Limits, Node, Parsed};
 
-const FILES: [&str; 6] = ["earliest.h5", "latest.h5", "filters.h5", "phony.h5", "scales.h5", "netcdf4.nc"];
+const FILES: [&str; 8] =
+    ["earliest.h5", "latest.h5", "filters.h5", "phony.h5", "scales.h5", "netcdf4.nc", "userblock.h5", "unservable.h5"];
 
 fn fixture(name: &str) -> Bytes {
     let path = format!("{}/tests/fixtures/files/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -271,6 +272,27 @@ fn hdf5_without_scales_gets_phony_dims_as_h5netcdf_numbers_them() {
     let parsed = parsed("phony.h5");
     assert_eq!(meta(&parsed, "a", "dimension_names"), json!(["phony_dim_0", "phony_dim_1"]));
     assert_eq!(meta(&parsed, "s", "dimension_names"), json!([]));
+}
+
+#[test]
+fn external_and_virtual_datasets_are_left_out_with_a_warning() {
+    let parsed = parsed("unservable.h5");
+    assert!(parsed.nodes.contains_key("plain"));
+    for left_out in ["external", "virtual"] {
+        assert!(!parsed.nodes.contains_key(left_out), "{left_out}");
+        assert!(
+            parsed.warnings.iter().any(|w| w.starts_with(&format!("variable {left_out} "))),
+            "{left_out}: {:?}",
+            parsed.warnings
+        );
+    }
+}
+
+#[test]
+fn a_user_block_moves_every_address() {
+    let parsed = parsed("userblock.h5");
+    let Chunk::Range { offset, .. } = node(&parsed, "contiguous").chunks[0].1 else { panic!() };
+    assert!(offset > 512);
 }
 
 #[test]

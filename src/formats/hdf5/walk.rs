@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use hdf5_reader::error::Result as Hdf5Result;
 use hdf5_reader::group::Group;
 use hdf5_reader::messages::HdfMessage;
 use hdf5_reader::object_header::ObjectHeader;
@@ -12,7 +13,7 @@ use hdf5_reader::{Attribute, Dataset, Hdf5File};
 use serde_json::{Map, Value, json};
 
 use super::dims::{self, GroupDimensions, Member};
-use super::{attrs, invalid, node};
+use super::{attrs, invalid, links, node};
 use crate::formats::{FormatError, Limits, Node, Parsed};
 
 /// h5netcdf's mark of a dimension scale that is no variable.
@@ -73,7 +74,7 @@ fn list(
         )));
     }
     let attributes = group.attributes().map_err(|e| invalid(&shown, e))?;
-    let (mut groups, mut datasets) = group.members().map_err(|e| invalid(&shown, e))?;
+    let (mut groups, mut datasets) = members(hdf5, group, &path, warnings).map_err(|e| invalid(&shown, e))?;
     if listing.len() + datasets.len() + groups.len() >= limits.max_nodes {
         return Err(FormatError::TooLarge(format!(
             "{shown}: the file has more than limits.max_nodes ({}) groups and datasets",
@@ -106,6 +107,42 @@ fn list(
     }
     ancestors.pop();
     Ok(index)
+}
+
+/// A group's child groups and datasets. When `hdf5-reader` cannot list them because one is a
+/// virtual dataset, they are opened one by one and that one is left out with a warning.
+fn members(
+    hdf5: &Hdf5File,
+    group: &Group,
+    path: &str,
+    warnings: &mut Vec<String>,
+) -> Hdf5Result<(Vec<Group>, Vec<Dataset>)> {
+    let error = match group.members() {
+        Ok(members) => return Ok(members),
+        Err(error) if links::is_virtual_layout(&error) => error,
+        Err(error) => return Err(error),
+    };
+    let Ok(links) = links::hard_links(hdf5, group.address()) else { return Err(error) };
+    let (mut groups, mut datasets) = (Vec::new(), Vec::new());
+    for (name, address) in links {
+        let header = match hdf5.get_or_parse_header(address) {
+            Ok(header) => header,
+            Err(error) if links::is_virtual_layout(&error) => {
+                let child = if path.is_empty() { name } else { format!("{path}/{name}") };
+                warnings
+                    .push(format!("variable {child} is a virtual dataset (its data is in other datasets); left out"));
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        let has = |f: fn(&HdfMessage) -> bool| header.messages.iter().any(f);
+        if has(|m| matches!(m, HdfMessage::DataLayout(_))) {
+            datasets.push(group.dataset(&name)?);
+        } else if has(|m| matches!(m, HdfMessage::SymbolTable(_) | HdfMessage::LinkInfo(_) | HdfMessage::Link(_))) {
+            groups.push(group.group(&name)?);
+        }
+    }
+    Ok((groups, datasets))
 }
 
 /// h5py lists a group's links in creation order when the group indexes it (netCDF4 groups
