@@ -302,6 +302,14 @@ fn limits_are_kept() {
     assert!(matches!(parse(&file, &few_chunks), Err(FormatError::TooLarge(m)) if m.contains("max_chunks")));
     let few_nodes = Limits { max_nodes: 3, ..Limits::default() };
     assert!(matches!(parse(&file, &few_nodes), Err(FormatError::TooLarge(m)) if m.contains("max_nodes")));
+    let shallow = Limits { max_depth: 1, ..Limits::default() };
+    assert!(
+        matches!(parse(&file, &shallow), Err(FormatError::TooLarge(m)) if m.contains("group sub") && m.contains("max_depth"))
+    );
+    let exactly = Limits { max_nodes: 19, ..Limits::default() };
+    assert!(parse(&file, &exactly).is_ok(), "earliest.h5 has 2 groups and 17 datasets");
+    let one_fewer = Limits { max_nodes: 18, ..Limits::default() };
+    assert!(parse(&file, &one_fewer).is_err());
     let late = Limits { deadline: Some(Instant::now()), ..Limits::default() };
     assert!(matches!(parse(&file, &late), Err(FormatError::TooLarge(_))));
     let no_inline = Limits { max_inline_bytes: 4, ..Limits::default() };

@@ -44,8 +44,9 @@ pub(super) struct ListedDataset {
 pub(super) fn walk(hdf5: &Hdf5File, limits: &Limits) -> Result<Parsed, FormatError> {
     let root = hdf5.root_group().map_err(|e| invalid("the root group", e))?;
     let mut listing = Vec::new();
-    let mut parsed = Parsed::default();
-    list(hdf5, &root, String::new(), &mut Vec::new(), limits, &mut listing, &mut parsed.warnings)?;
+    let mut tally = Tally::default();
+    list(hdf5, &root, String::new(), &mut Vec::new(), limits, &mut listing, &mut tally)?;
+    let mut parsed = Parsed { warnings: tally.warnings, ..Parsed::default() };
     let names: HashMap<u64, String> =
         listing.iter().flat_map(|g| g.datasets.iter()).map(|d| (d.dataset.address(), d.name.clone())).collect();
     let mut builder = node::Builder::new(hdf5, limits);
@@ -53,6 +54,13 @@ pub(super) fn walk(hdf5: &Hdf5File, limits: &Limits) -> Result<Parsed, FormatErr
     let mut chain = Vec::new();
     build(&listing, 0, &names, &mut chain, &mut phony_count, &mut builder, &mut parsed)?;
     Ok(parsed)
+}
+
+/// What the listing counts: nodes so far, and warnings.
+#[derive(Default)]
+struct Tally {
+    nodes: usize,
+    warnings: Vec<String>,
 }
 
 /// Lists `group` and (depth first) the groups below it.
@@ -63,7 +71,7 @@ fn list(
     ancestors: &mut Vec<u64>,
     limits: &Limits,
     listing: &mut Vec<Listed>,
-    warnings: &mut Vec<String>,
+    tally: &mut Tally,
 ) -> Result<usize, FormatError> {
     limits.check_time()?;
     let shown = if path.is_empty() { "the root group".to_string() } else { format!("group {path}") };
@@ -74,8 +82,10 @@ fn list(
         )));
     }
     let attributes = group.attributes().map_err(|e| invalid(&shown, e))?;
-    let (mut groups, mut datasets) = members(hdf5, group, &path, warnings).map_err(|e| invalid(&shown, e))?;
-    if listing.len() + datasets.len() + groups.len() >= limits.max_nodes {
+    let (mut groups, mut datasets) =
+        members(hdf5, group, &path, &mut tally.warnings).map_err(|e| invalid(&shown, e))?;
+    tally.nodes = tally.nodes.saturating_add(1 + datasets.len());
+    if tally.nodes + groups.len() > limits.max_nodes {
         return Err(FormatError::TooLarge(format!(
             "{shown}: the file has more than limits.max_nodes ({}) groups and datasets",
             limits.max_nodes
@@ -99,10 +109,10 @@ fn list(
     for child in groups {
         let child_path = if path.is_empty() { child.name().to_string() } else { format!("{path}/{}", child.name()) };
         if ancestors.contains(&child.address()) {
-            warnings.push(format!("group {child_path} links back to a group that holds it: left out"));
+            tally.warnings.push(format!("group {child_path} links back to a group that holds it: left out"));
             continue;
         }
-        let child_index = list(hdf5, &child, child_path, ancestors, limits, listing, warnings)?;
+        let child_index = list(hdf5, &child, child_path, ancestors, limits, listing, tally)?;
         listing[index].children.push(child_index);
     }
     ancestors.pop();
