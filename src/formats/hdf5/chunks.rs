@@ -112,6 +112,10 @@ fn chunked(
         count(chunk_count, 1, limits)?;
         chunks.push((index, Chunk::Range { offset, length }));
     }
+    chunks.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    if let Some(pair) = chunks.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+        return Err(at(shape, format!("its chunk index lists the chunk {:?} twice", pair[0].0)));
+    }
     Ok(Ok(Chunking { chunk_shape, chunks }))
 }
 

@@ -431,3 +431,23 @@ fn write_stores() {
         }
     }
 }
+
+#[test]
+fn a_chunk_listed_twice_is_refused() {
+    let mut bytes = fixture("earliest.h5").to_vec();
+    // A leaf v1 B-tree node of raw-data chunks of a 1-d dataset: give its second key the
+    // first one's chunk offset.
+    let leaf = (0..bytes.len() - 8)
+        .find(|&i| {
+            let chunk_size = bytes.get(i + 24..i + 28) == Some(&4u32.to_le_bytes()[..]);
+            &bytes[i..i + 4] == b"TREE" && bytes[i + 4] == 1 && bytes[i + 5] == 0 && bytes[i + 6] > 1 && chunk_size
+        })
+        .expect("earliest.h5 has a chunk B-tree leaf of many_chunks (4-byte chunks)");
+    let key = 4 + 4 + 8 * 2;
+    let first = leaf + 24 + 8;
+    let second = first + key + 8;
+    let offset: Vec<u8> = bytes[first..first + 8].to_vec();
+    bytes[second..second + 8].copy_from_slice(&offset);
+    let result = parse(&Bytes::from(bytes), &Limits::default());
+    assert!(matches!(&result, Err(FormatError::Invalid(m)) if m.contains("twice")), "{result:?}");
+}
