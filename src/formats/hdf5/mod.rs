@@ -18,6 +18,8 @@ mod types;
 mod walk;
 
 #[cfg(test)]
+mod hostile_tests;
+#[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
