@@ -134,3 +134,33 @@ fn a_chunk_listed_twice_is_refused() {
     let result = parse(&Bytes::from(bytes), &Limits::default());
     assert!(matches!(&result, Err(FormatError::Invalid(m)) if m.contains("twice")), "{result:?}");
 }
+
+/// A reader that counts the reads and bytes asked of it.
+struct Counting {
+    file: Bytes,
+    reads: std::sync::atomic::AtomicU64,
+    bytes: std::sync::atomic::AtomicU64,
+}
+
+impl ByteRanges for Counting {
+    fn len(&self) -> u64 {
+        ByteRanges::len(&self.file)
+    }
+
+    fn read(&self, offset: u64, len: u64) -> Result<Bytes, FormatError> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.bytes.fetch_add(len, std::sync::atomic::Ordering::SeqCst);
+        self.file.read(offset, len)
+    }
+}
+
+#[test]
+fn only_metadata_is_read() {
+    for file in FILES {
+        let counting = Counting { file: fixture(file), reads: 0.into(), bytes: 0.into() };
+        parse(&counting, &Limits::default()).unwrap();
+        let (reads, bytes) = (counting.reads.into_inner(), counting.bytes.into_inner());
+        eprintln!("{file}: {reads} reads, {bytes} bytes of {}", ByteRanges::len(&counting.file));
+        assert!(reads < 2000, "{file}: {reads} reads");
+    }
+}
