@@ -9,8 +9,17 @@ use serde_json::{Value, json};
 use super::parse;
 use crate::formats::{ByteRanges, Chunk, Limits, Node, Parsed};
 
-pub(super) const FILES: [&str; 8] =
-    ["earliest.h5", "latest.h5", "filters.h5", "phony.h5", "scales.h5", "netcdf4.nc", "userblock.h5", "unservable.h5"];
+pub(super) const FILES: [&str; 9] = [
+    "earliest.h5",
+    "latest.h5",
+    "filters.h5",
+    "phony.h5",
+    "scales.h5",
+    "netcdf4.nc",
+    "userblock.h5",
+    "unservable.h5",
+    "unservable_dense.h5",
+];
 
 pub(super) fn fixture(name: &str) -> Bytes {
     let path = format!("{}/tests/fixtures/files/{name}", env!("CARGO_MANIFEST_DIR"));
