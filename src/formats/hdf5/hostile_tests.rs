@@ -1,0 +1,166 @@
+//! Hostile files and failing readers: limits, truncations, flipped bytes, a cyclic and a
+//! duplicating chunk B-tree, an upstream failure. Always an error (or a result), never a panic
+//! or a hang.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::parse;
+use super::tests::{FILES, fixture};
+use crate::formats::{ByteRanges, FormatError, Limits};
+
+#[test]
+fn limits_are_kept() {
+    let file = fixture("earliest.h5");
+    let few_chunks = Limits { max_chunks: 10, ..Limits::default() };
+    assert!(matches!(parse(&file, &few_chunks), Err(FormatError::TooLarge(m)) if m.contains("max_chunks")));
+    let few_nodes = Limits { max_nodes: 3, ..Limits::default() };
+    assert!(matches!(parse(&file, &few_nodes), Err(FormatError::TooLarge(m)) if m.contains("max_nodes")));
+    let shallow = Limits { max_depth: 1, ..Limits::default() };
+    assert!(
+        matches!(parse(&file, &shallow), Err(FormatError::TooLarge(m)) if m.contains("group sub") && m.contains("max_depth"))
+    );
+    let exactly = Limits { max_nodes: 19, ..Limits::default() };
+    assert!(parse(&file, &exactly).is_ok(), "earliest.h5 has 2 groups and 17 datasets");
+    let one_fewer = Limits { max_nodes: 18, ..Limits::default() };
+    assert!(parse(&file, &one_fewer).is_err());
+    let late = Limits { deadline: Some(Instant::now()), ..Limits::default() };
+    assert!(matches!(parse(&file, &late), Err(FormatError::TooLarge(_))));
+    let no_inline = Limits { max_inline_bytes: 4, ..Limits::default() };
+    let parsed = parse(&file, &no_inline).unwrap();
+    assert!(!parsed.nodes.contains_key("compact") && !parsed.nodes.contains_key("vlen_strings"));
+    assert!(
+        parsed.warnings.iter().any(|w| w.contains("compact") && w.contains("max_inline_bytes")),
+        "{:?}",
+        parsed.warnings
+    );
+}
+
+/// A reader that fails upstream after `after` reads.
+struct Failing {
+    file: Bytes,
+    after: std::sync::atomic::AtomicUsize,
+}
+
+impl ByteRanges for Failing {
+    fn len(&self) -> u64 {
+        ByteRanges::len(&self.file)
+    }
+
+    fn read(&self, offset: u64, len: u64) -> Result<Bytes, FormatError> {
+        if self.after.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            return Err(FormatError::Read("the object store said 503".into()));
+        }
+        self.file.read(offset, len)
+    }
+}
+
+#[test]
+fn an_upstream_failure_is_reported_as_ours() {
+    for after in [0, 1, 5, 20] {
+        let failing = Failing { file: fixture("netcdf4.nc"), after: after.into() };
+        assert_eq!(
+            parse(&failing, &Limits::default()),
+            Err(FormatError::Read("the object store said 503".into())),
+            "after {after}"
+        );
+    }
+}
+
+#[test]
+fn truncated_files_are_refused() {
+    for file in FILES {
+        let bytes = fixture(file);
+        let len = bytes.len();
+        for cut in (0..len).step_by((len / 97).max(1)).chain([len - 1]) {
+            let result = parse(&bytes.slice(..cut), &Limits::default());
+            assert!(result.is_err(), "{file} cut at {cut} of {len} parsed");
+        }
+    }
+}
+
+#[test]
+fn flipped_bytes_never_panic_or_hang() {
+    for file in FILES {
+        let bytes = fixture(file);
+        let started = Instant::now();
+        for (i, at) in (0..bytes.len()).step_by((bytes.len() / 300).max(1)).enumerate() {
+            let mut flipped = bytes.to_vec();
+            flipped[at] ^= [0xff, 0x01, 0x80, 0x10][i % 4];
+            let limits = Limits { deadline: Some(Instant::now() + Duration::from_secs(5)), ..Limits::default() };
+            let _ = parse(&Bytes::from(flipped), &limits);
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "{file}");
+    }
+}
+
+#[test]
+fn a_cyclic_chunk_btree_is_refused_quickly() {
+    let mut bytes = fixture("earliest.h5").to_vec();
+    // Find an internal v1 B-tree node of raw-data chunks (type 1, level > 0) and point its
+    // first child at itself.
+    let internal = (0..bytes.len() - 8)
+        .find(|&i| &bytes[i..i + 4] == b"TREE" && bytes[i + 4] == 1 && bytes[i + 5] > 0)
+        .expect("earliest.h5 has a chunk B-tree of two levels");
+    let entries_used = u16::from_le_bytes([bytes[internal + 6], bytes[internal + 7]]);
+    assert!(entries_used > 1);
+    // signature 4, type 1, level 1, entries 2, siblings 2x8; then key (4+4+8*(rank+1)), child 8.
+    let key = 4 + 4 + 8 * 2;
+    let child = internal + 24 + key;
+    bytes[child..child + 8].copy_from_slice(&(internal as u64).to_le_bytes());
+    let started = Instant::now();
+    let result = parse(&Bytes::from(bytes), &Limits::default());
+    assert!(matches!(result, Err(FormatError::Invalid(_))), "{result:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn a_chunk_listed_twice_is_refused() {
+    let mut bytes = fixture("earliest.h5").to_vec();
+    // A leaf v1 B-tree node of raw-data chunks of a 1-d dataset: give its second key the
+    // first one's chunk offset.
+    let leaf = (0..bytes.len() - 8)
+        .find(|&i| {
+            let chunk_size = bytes.get(i + 24..i + 28) == Some(&4u32.to_le_bytes()[..]);
+            &bytes[i..i + 4] == b"TREE" && bytes[i + 4] == 1 && bytes[i + 5] == 0 && bytes[i + 6] > 1 && chunk_size
+        })
+        .expect("earliest.h5 has a chunk B-tree leaf of many_chunks (4-byte chunks)");
+    let key = 4 + 4 + 8 * 2;
+    let first = leaf + 24 + 8;
+    let second = first + key + 8;
+    let offset: Vec<u8> = bytes[first..first + 8].to_vec();
+    bytes[second..second + 8].copy_from_slice(&offset);
+    let result = parse(&Bytes::from(bytes), &Limits::default());
+    assert!(matches!(&result, Err(FormatError::Invalid(m)) if m.contains("twice")), "{result:?}");
+}
+
+/// A reader that counts the reads and bytes asked of it.
+struct Counting {
+    file: Bytes,
+    reads: std::sync::atomic::AtomicU64,
+    bytes: std::sync::atomic::AtomicU64,
+}
+
+impl ByteRanges for Counting {
+    fn len(&self) -> u64 {
+        ByteRanges::len(&self.file)
+    }
+
+    fn read(&self, offset: u64, len: u64) -> Result<Bytes, FormatError> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.bytes.fetch_add(len, std::sync::atomic::Ordering::SeqCst);
+        self.file.read(offset, len)
+    }
+}
+
+#[test]
+fn only_metadata_is_read() {
+    for file in FILES {
+        let counting = Counting { file: fixture(file), reads: 0.into(), bytes: 0.into() };
+        parse(&counting, &Limits::default()).unwrap();
+        let (reads, bytes) = (counting.reads.into_inner(), counting.bytes.into_inner());
+        eprintln!("{file}: {reads} reads, {bytes} bytes of {}", ByteRanges::len(&counting.file));
+        assert!(reads < 2000, "{file}: {reads} reads");
+    }
+}
