@@ -45,9 +45,15 @@ def open_plain(url: str, expected: tuple = ()) -> xr.Dataset:
         warnings.simplefilter("always")
         with xr.open_zarr(url) as ds:
             loaded = ds.load()
-    extra = [f"{w.category.__name__}: {w.message}" for w in seen if _plain(str(w.message)) not in expected]
+    # zarr-python warns of every numcodecs codec (numcodecs.zlib...), which netCDF4's own
+    # compression is, whoever serves it (conftest.py ignores it for every test too).
+    extra = [f"{w.category.__name__}: {w.message}" for w in seen
+             if _plain(str(w.message)) not in expected and NUMCODECS_WARNING not in str(w.message)]
     assert not extra, f"xr.open_zarr({url!r}) warned: {extra}"
     return loaded
+
+
+NUMCODECS_WARNING = "Numcodecs codecs are not in the Zarr version 3 specification"
 
 
 def warnings_of(open_file_fn) -> tuple:
@@ -68,7 +74,13 @@ def assert_same(served: xr.Dataset, expected: xr.Dataset) -> None:
     xr.testing.assert_identical(served, expected)
     for name, var in expected.variables.items():
         got, want = served[name].dtype, var.dtype
-        assert got.newbyteorder("=") == want.newbyteorder("="), f"{name}: {got} != {want}"
+        if want.kind in "biufc":
+            got, want = got.newbyteorder("="), want.newbyteorder("=")
+        if want == object and isinstance(got, np.dtypes.StringDType):
+            # variable-length strings: h5netcdf hands out Python str objects, zarr-python 3
+            # numpy's own variable-width string type (the same strings, as assert_identical saw)
+            continue
+        assert got == want, f"{name}: {got} != {want}"
 
 
 # ---------------------------------------------------------------------------
@@ -175,8 +187,16 @@ def test_a_file_registered_by_its_url_reads_as_xarray_reads_the_file(server, sou
     path = FILES[name](source_dir)
     summary = put_files(server, store_name, [path.as_uri()])
     assert summary["arrays"] > 0
-    served = open_plain(f"{server.url}/{store_name}")
-    assert_same(served, reference_dataset(path))
+    served, expected = open_plain(f"{server.url}/{store_name}"), reference_dataset(path)
+    if name == "netcdf4_packed":
+        # netCDF keeps scale_factor/add_offset as float32, so xarray unpacks the file to float32;
+        # Zarr attributes are JSON numbers, so xarray unpacks to float64 (as its own to_zarr
+        # round trip does; test_real_files.py says the same of VirtualiZarr's stores).
+        assert served.t2m.dtype == np.float64 and expected.t2m.dtype == np.float32
+        xr.testing.assert_allclose(served, expected.astype(np.float64), rtol=1e-6)
+        assert served.t2m.encoding["dtype"] == np.int16
+    else:
+        assert_same(served, expected)
     parser = "netcdf3" if name.startswith("netcdf3") else "hdf5"
     record = summary["files"]["files"][0]
     assert record["url"] == path.as_uri() and record["parser"] == parser, record
@@ -202,6 +222,7 @@ def test_groups_are_served_as_groups(server, source_dir, store_name):
     put_files(server, store_name, [path.as_uri()])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", message=NUMCODECS_WARNING)
         served = xr.open_datatree(f"{server.url}/{store_name}", engine="zarr").load()
     expected = xr.open_datatree(path, engine="h5netcdf").load()
     xr.testing.assert_identical(served, expected)
