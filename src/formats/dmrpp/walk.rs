@@ -1,0 +1,477 @@
+//! The walk over a DMR++ document's XML events (quick-xml's streaming reader): a stack of what
+//! each open element is being read into, closed into groups and arrays as their ends arrive.
+
+use std::collections::HashMap;
+
+use quick_xml::Reader;
+use quick_xml::events::{BytesStart, Event};
+use serde_json::{Map, Value, json};
+
+use super::super::{FormatError, Limits, Node, Parsed};
+use super::attributes::{self, Attribute};
+use super::text::{self, short};
+use super::variable::{Context, Outcome, RawChunk, Variable};
+
+/// XML attributes one element may have (quick-xml's duplicate check is quadratic in them).
+const MAX_XML_ATTRIBUTES: usize = 64;
+
+/// Text a frame collects.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum TextOf {
+    Value,
+    ChunkDimensionSizes,
+    Compact,
+    MissingData,
+}
+
+/// What an open element is read into.
+enum Frame {
+    Group { path: String, attributes: Vec<Attribute>, count: usize },
+    Variable { variable: Box<Variable>, count: usize },
+    Attribute(Attribute),
+    Text(TextOf, String),
+    Chunks,
+    Chunk,
+    Skip,
+}
+
+/// What kind of frame the open element is (for dispatching without a borrow).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Group,
+    Variable,
+    Attribute,
+    Chunks,
+    Chunk,
+    Other,
+}
+
+impl Frame {
+    fn kind(&self) -> Kind {
+        match self {
+            Frame::Group { .. } => Kind::Group,
+            Frame::Variable { .. } => Kind::Variable,
+            Frame::Attribute(_) => Kind::Attribute,
+            Frame::Chunks => Kind::Chunks,
+            Frame::Chunk => Kind::Chunk,
+            Frame::Text(..) | Frame::Skip => Kind::Other,
+        }
+    }
+}
+
+/// The walk's state beside the stack.
+pub(super) struct Walk<'a> {
+    limits: &'a Limits,
+    stack: Vec<Frame>,
+    /// Dimensions by full name (`/g1/lat`).
+    dimensions: HashMap<String, u64>,
+    context: Context<'a>,
+    pub parsed: Parsed,
+    /// Groups in the order they open (the order h5netcdf numbers phony dimensions in).
+    pub groups: Vec<String>,
+    elements: usize,
+    seen_dataset: bool,
+}
+
+impl<'a> Walk<'a> {
+    pub fn new(limits: &'a Limits) -> Self {
+        let context = Context {
+            dataset_href: None,
+            filters_in_file_order: true,
+            inline_left: limits.max_inline_bytes,
+            chunks_left: limits.max_chunks,
+            limits,
+        };
+        Self {
+            limits,
+            stack: Vec::new(),
+            dimensions: HashMap::new(),
+            context,
+            parsed: Parsed::default(),
+            groups: Vec::new(),
+            elements: 0,
+            seen_dataset: false,
+        }
+    }
+
+    /// Reads the whole document.
+    pub fn run(&mut self, document: &[u8]) -> Result<(), FormatError> {
+        let mut reader = Reader::from_reader(document);
+        reader.config_mut().expand_empty_elements = true;
+        reader.config_mut().check_end_names = true;
+        let mut events = 0u64;
+        loop {
+            events += 1;
+            if events % 1024 == 0 {
+                self.limits.check_time()?;
+            }
+            let event = reader.read_event().map_err(|e| {
+                FormatError::Invalid(format!(
+                    "the DMR++ document is not well-formed XML at byte {}: {e}",
+                    reader.error_position()
+                ))
+            })?;
+            let at = reader.buffer_position();
+            match event {
+                Event::Start(element) => self.start(&element, at)?,
+                Event::End(_) => self.end(at)?,
+                Event::Text(content) => self.text(&text::decode(&content)),
+                Event::CData(content) => self.text(&text::decode(&content)),
+                Event::GeneralRef(name) => {
+                    let c = text::entity(&name)?;
+                    self.text(c.encode_utf8(&mut [0; 4]));
+                }
+                Event::Eof => break,
+                _ => {}
+            }
+        }
+        if !self.stack.is_empty() {
+            return Err(FormatError::Invalid(format!(
+                "the DMR++ document ends with {} elements still open (truncated?)",
+                self.stack.len()
+            )));
+        }
+        if !self.seen_dataset {
+            return Err(FormatError::Invalid("the document has no DMR++ Dataset element".into()));
+        }
+        Ok(())
+    }
+
+    fn text(&mut self, content: &str) {
+        if let Some(Frame::Text(_, collected)) = self.stack.last_mut() {
+            collected.push_str(content);
+        }
+    }
+
+    fn start(&mut self, element: &BytesStart, at: u64) -> Result<(), FormatError> {
+        if self.stack.len() > self.limits.max_depth.saturating_add(8) {
+            return Err(FormatError::TooLarge(format!(
+                "the DMR++ document nests elements deeper than limits.max_depth allows (byte {at})"
+            )));
+        }
+        let local = element.local_name();
+        let name = local.as_ref();
+        let xml = Xml::of(element, at)?;
+        let xml = &xml;
+        let parent = self.stack.last().map(Frame::kind);
+        let frame = match (parent, name) {
+            (None, b"Dataset") if !self.seen_dataset => {
+                self.seen_dataset = true;
+                self.context.dataset_href = xml.get("href").map(str::to_owned);
+                self.context.filters_in_file_order = xml.get("version").is_some();
+                self.groups.push(String::new());
+                Frame::Group { path: String::new(), attributes: Vec::new(), count: 0 }
+            }
+            (None, _) => {
+                return Err(FormatError::Invalid(format!(
+                    "the document's root element is not one DMR++ Dataset (byte {at})"
+                )));
+            }
+            (Some(Kind::Group | Kind::Variable | Kind::Attribute), b"Attribute") => self.attribute(xml)?,
+            (Some(Kind::Group), _) => {
+                let parent = match self.stack.last() {
+                    Some(Frame::Group { path, .. }) => path.clone(),
+                    _ => String::new(),
+                };
+                self.in_group(&parent, name, xml, at)?
+            }
+            (Some(Kind::Variable), _) => match self.stack.last_mut() {
+                Some(Frame::Variable { variable, .. }) => in_variable(variable, name, xml, &self.dimensions, at)?,
+                _ => Frame::Skip,
+            },
+            (Some(Kind::Chunks), b"chunkDimensionSizes") => Frame::Text(TextOf::ChunkDimensionSizes, String::new()),
+            (Some(Kind::Chunks), b"chunk") => {
+                let raw = raw_chunk(xml, at)?;
+                let linked = xml.get("LinkedBlockIndex").is_some();
+                let variable = self.variable()?;
+                if linked {
+                    variable.unsupported = Some(BLOCKS.into());
+                }
+                variable.chunks.push(raw);
+                Frame::Chunk
+            }
+            (Some(Kind::Chunks | Kind::Chunk), b"block") => {
+                self.variable()?.unsupported = Some(BLOCKS.into());
+                Frame::Skip
+            }
+            (Some(Kind::Attribute), b"Value") => Frame::Text(TextOf::Value, String::new()),
+            _ => Frame::Skip,
+        };
+        self.stack.push(frame);
+        Ok(())
+    }
+
+    /// A child of a group (or of the Dataset).
+    fn in_group(
+        &mut self,
+        parent: &str,
+        name: &[u8],
+        xml: &Xml,
+        at: u64,
+    ) -> Result<Frame, FormatError> {
+        let frame = match name {
+            b"Group" => {
+                let path = child_path(parent, xml.get("name"), at)?;
+                let depth = path.split('/').count();
+                if depth > self.limits.max_depth {
+                    return Err(FormatError::TooLarge(format!(
+                        "group {path} is nested deeper than limits.max_depth ({})",
+                        self.limits.max_depth
+                    )));
+                }
+                self.count_element(at)?;
+                self.groups.push(path.clone());
+                Frame::Group { path, attributes: Vec::new(), count: 0 }
+            }
+            b"Dimension" => {
+                self.count_element(at)?;
+                let dim_name = xml.get("name").filter(|n| !n.is_empty() && !n.contains('/')).ok_or_else(|| {
+                    FormatError::Invalid(format!("a Dimension without a plain name (byte {at})"))
+                })?;
+                let size = text::number_of(xml.get("size").unwrap_or(""), &format!("Dimension {dim_name} size"))?;
+                self.dimensions.insert(format!("/{}{}{dim_name}", parent, if parent.is_empty() { "" } else { "/" }), size);
+                Frame::Skip
+            }
+            b"Enumeration" | b"Map" => Frame::Skip,
+            kind => {
+                self.count_element(at)?;
+                // netCDF4's name for a variable named as a dimension it does not stand for.
+                let plain = xml.get("name").map(|n| n.strip_prefix("_nc4_non_coord_").unwrap_or(n));
+                let path = child_path(parent, plain, at)?;
+                let kind = text::decode(kind);
+                let mut variable = Variable { path, kind, ..Variable::default() };
+                if matches!(variable.kind.as_str(), "Structure" | "Sequence") {
+                    variable.unsupported = Some("structures are not supported".into());
+                }
+                Frame::Variable { variable: Box::new(variable), count: 0 }
+            }
+        };
+        Ok(frame)
+    }
+
+    /// An `Attribute`, counted against its node's limit.
+    fn attribute(&mut self, xml: &Xml) -> Result<Frame, FormatError> {
+        let max = self.limits.max_attributes;
+        let (count, node) = self
+            .stack
+            .iter_mut()
+            .rev()
+            .find_map(|f| match f {
+                Frame::Group { count, path, .. } => Some((count, path.clone())),
+                Frame::Variable { count, variable } => Some((count, variable.path.clone())),
+                _ => None,
+            })
+            .ok_or_else(|| FormatError::Invalid("an Attribute outside any group or variable".into()))?;
+        *count += 1;
+        if *count > max {
+            return Err(FormatError::TooLarge(format!(
+                "{}: more attributes than limits.max_attributes ({max})",
+                if node.is_empty() { "/" } else { node.as_str() }
+            )));
+        }
+        let name = xml.get("name").unwrap_or_default().to_owned();
+        let kind = xml.get("type").unwrap_or("String").to_owned();
+        Ok(Frame::Attribute(Attribute { name, kind, ..Attribute::default() }))
+    }
+
+    /// The variable being read (the nearest open one).
+    fn variable(&mut self) -> Result<&mut Variable, FormatError> {
+        self.stack
+            .iter_mut()
+            .rev()
+            .find_map(|f| match f {
+                Frame::Variable { variable, .. } => Some(variable.as_mut()),
+                _ => None,
+            })
+            .ok_or_else(|| FormatError::Invalid("dmrpp:chunks outside any variable".into()))
+    }
+
+    fn count_element(&mut self, at: u64) -> Result<(), FormatError> {
+        self.elements += 1;
+        if self.elements > self.limits.max_nodes {
+            return Err(FormatError::TooLarge(format!(
+                "the DMR++ document has more groups, dimensions and variables than limits.max_nodes allows (byte {at})"
+            )));
+        }
+        Ok(())
+    }
+
+    fn end(&mut self, at: u64) -> Result<(), FormatError> {
+        let frame = self
+            .stack
+            .pop()
+            .ok_or_else(|| FormatError::Invalid(format!("an end tag closes nothing (byte {at})")))?;
+        match frame {
+            Frame::Text(TextOf::Value, value) => {
+                if let Some(Frame::Attribute(attribute)) = self.stack.last_mut() {
+                    attribute.values.push(value);
+                }
+            }
+            Frame::Text(TextOf::ChunkDimensionSizes, sizes) => {
+                let variable = self.variable()?;
+                variable.chunk_shape = Some(text::numbers(&sizes, &format!("{} chunkDimensionSizes", variable.path))?);
+            }
+            Frame::Text(TextOf::Compact, data) => self.variable()?.compact = Some(data),
+            Frame::Text(TextOf::MissingData, data) => self.variable()?.missing_data = Some(data),
+            Frame::Attribute(attribute) => match self.stack.last_mut() {
+                Some(Frame::Attribute(container)) => container.children.push(attribute),
+                Some(Frame::Variable { variable, .. }) => variable.attributes.push(attribute),
+                Some(Frame::Group { attributes, .. }) => attributes.push(attribute),
+                _ => {}
+            },
+            Frame::Variable { variable, .. } => {
+                let path = variable.path.clone();
+                match (*variable).finish(&mut self.context)? {
+                    Outcome::Array(node) => self.insert(path, node)?,
+                    Outcome::LeftOut(warning) => self.parsed.warnings.push(warning),
+                    Outcome::Hidden => {}
+                }
+            }
+            Frame::Group { path, attributes, .. } => {
+                let mut metadata = Map::new();
+                metadata.insert("zarr_format".into(), json!(3));
+                metadata.insert("node_type".into(), json!("group"));
+                metadata.insert("attributes".into(), Value::Object(attributes::to_json(&attributes, None)));
+                self.insert(path, Node { metadata, chunks: Vec::new() })?;
+            }
+            Frame::Chunks | Frame::Chunk | Frame::Skip => {}
+        }
+        Ok(())
+    }
+
+    fn insert(&mut self, path: String, node: Node) -> Result<(), FormatError> {
+        if self.parsed.nodes.contains_key(&path) {
+            return Err(FormatError::Invalid(format!("two nodes are named {path}")));
+        }
+        self.parsed.nodes.insert(path, node);
+        Ok(())
+    }
+}
+
+const BLOCKS: &str = "a chunk made of several byte ranges (dmrpp:block) cannot be served";
+
+/// A child of a variable element.
+fn in_variable(
+    variable: &mut Variable,
+    name: &[u8],
+    xml: &Xml,
+    dimensions: &HashMap<String, u64>,
+    at: u64,
+) -> Result<Frame, FormatError> {
+    let frame = match name {
+        b"Dim" => {
+            let dim = match xml.get("name") {
+                Some(dim_name) => {
+                    let size = resolve(dimensions, &variable.path, dim_name).ok_or_else(|| {
+                        FormatError::Invalid(format!("{}: its Dim {:?} is not declared", variable.path, short(dim_name)))
+                    })?;
+                    let last = dim_name.rsplit('/').next().unwrap_or(dim_name).to_owned();
+                    (Some(last), size)
+                }
+                None => (None, text::number_of(xml.get("size").unwrap_or(""), &format!("{} Dim size", variable.path))?),
+            };
+            if variable.dims.len() >= 64 {
+                return Err(FormatError::Invalid(format!("{}: more than 64 dimensions (byte {at})", variable.path)));
+            }
+            variable.dims.push(dim);
+            Frame::Skip
+        }
+        b"chunks" => {
+            variable.compression = xml.get("compressionType").map(str::to_owned);
+            if let Some(levels) = xml.get("deflateLevel") {
+                variable.deflate_levels = text::numbers(levels, &format!("{} deflateLevel", variable.path))?;
+            }
+            variable.fill = xml.get("fillValue").map(str::to_owned);
+            variable.big_endian = xml.get("byteOrder") == Some("BE");
+            if xml.get("LBChunk") == Some("true") {
+                variable.unsupported = Some(BLOCKS.into());
+            }
+            Frame::Chunks
+        }
+        b"chunk" => {
+            variable.chunks.push(raw_chunk(xml, at)?);
+            Frame::Chunk
+        }
+        b"compact" => Frame::Text(TextOf::Compact, String::new()),
+        b"missingdata" => Frame::Text(TextOf::MissingData, String::new()),
+        b"vlsa" | b"specialstructuredata" => {
+            variable.unsupported = Some("variable-length and structure data are not supported".into());
+            Frame::Skip
+        }
+        _ => Frame::Skip,
+    };
+    Ok(frame)
+}
+
+/// A `Dim name=` as a size: a full name, else one relative to the variable's group or above.
+fn resolve(dimensions: &HashMap<String, u64>, variable_path: &str, name: &str) -> Option<u64> {
+    if name.starts_with('/') {
+        return dimensions.get(name).copied();
+    }
+    let mut group = variable_path.rsplit_once('/').map_or("", |(g, _)| g);
+    loop {
+        let full = if group.is_empty() { format!("/{name}") } else { format!("/{group}/{name}") };
+        if let Some(size) = dimensions.get(&full) {
+            return Some(*size);
+        }
+        if group.is_empty() {
+            return None;
+        }
+        group = group.rsplit_once('/').map_or("", |(g, _)| g);
+    }
+}
+
+/// One `dmrpp:chunk`'s attributes.
+fn raw_chunk(xml: &Xml, at: u64) -> Result<RawChunk, FormatError> {
+    let what = format!("dmrpp:chunk at byte {at}");
+    let number = |key: &str| xml.get(key).map(|v| text::number_of(v, &what)).transpose();
+    Ok(RawChunk {
+        offset: number("offset")?,
+        length: number("nBytes")?,
+        position: xml.get("chunkPositionInArray").map(|p| text::position(p, &what)).transpose()?,
+        href: xml.get("href").map(str::to_owned),
+        filter_mask: number("fm")?.unwrap_or(0),
+    })
+}
+
+/// A node's path below `parent`, from a `name` that must be a plain, non-empty name.
+fn child_path(parent: &str, name: Option<&str>, at: u64) -> Result<String, FormatError> {
+    let name = name.unwrap_or_default();
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." || name.starts_with("__") {
+        return Err(FormatError::Invalid(format!(
+            "an element at byte {at} has the name {:?}, which cannot name a Zarr node",
+            short(name)
+        )));
+    }
+    Ok(if parent.is_empty() { name.to_owned() } else { format!("{parent}/{name}") })
+}
+
+/// An element's XML attributes by local name, values unescaped.
+struct Xml(Vec<(String, String)>);
+
+impl Xml {
+    fn of(element: &BytesStart, at: u64) -> Result<Self, FormatError> {
+        xml_attributes(element, at).map(Self)
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+}
+
+fn xml_attributes(element: &BytesStart, at: u64) -> Result<Vec<(String, String)>, FormatError> {
+    let mut out = Vec::new();
+    for attribute in element.attributes().with_checks(false) {
+        let attribute = attribute.map_err(|e| {
+            FormatError::Invalid(format!("the DMR++ document has a malformed XML attribute near byte {at}: {e}"))
+        })?;
+        if out.len() == MAX_XML_ATTRIBUTES {
+            return Err(FormatError::TooLarge(format!(
+                "an element at byte {at} has more than {MAX_XML_ATTRIBUTES} XML attributes"
+            )));
+        }
+        let key = text::decode(attribute.key.local_name().as_ref());
+        out.push((key, text::unescape(&attribute.value)?));
+    }
+    Ok(out)
+}
