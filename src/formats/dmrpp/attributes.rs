@@ -108,7 +108,8 @@ pub(super) fn is_bare_dimension(attributes: &[Attribute]) -> bool {
 pub(super) fn parse_float(text: &str) -> Option<f64> {
     let text = text.trim();
     match text.to_ascii_lowercase().as_str() {
-        "nan" | "-nan" => Some(f64::NAN),
+        // DMR++ writes `*` for a NaN attribute value.
+        "nan" | "-nan" | "*" => Some(f64::NAN),
         "inf" | "infinity" => Some(f64::INFINITY),
         "-inf" | "-infinity" => Some(f64::NEG_INFINITY),
         _ => text.parse().ok(),

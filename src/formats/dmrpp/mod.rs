@@ -102,5 +102,8 @@ fn names_of(node: &super::Node) -> Option<&Vec<Value>> {
 }
 
 fn shape_of(node: &super::Node) -> Vec<u64> {
-    node.metadata.get("shape").and_then(Value::as_array).map_or_else(Vec::new, |s| s.iter().filter_map(Value::as_u64).collect())
+    node.metadata
+        .get("shape")
+        .and_then(Value::as_array)
+        .map_or_else(Vec::new, |s| s.iter().filter_map(Value::as_u64).collect())
 }

@@ -67,7 +67,8 @@ fn every_array_and_chunk_is_what_h5py_says() {
         assert_eq!(m["node_type"], "array", "{path}");
         assert_eq!(m["shape"], expected["shape"], "{path}");
         assert_eq!(m["data_type"], expected["dtype"], "{path}");
-        let chunk_shape: Vec<u64> = expected["chunks"].as_array().unwrap().iter().map(|n| n.as_u64().unwrap().max(1)).collect();
+        let chunk_shape: Vec<u64> =
+            expected["chunks"].as_array().unwrap().iter().map(|n| n.as_u64().unwrap().max(1)).collect();
         assert_eq!(m["chunk_grid"]["configuration"]["chunk_shape"], json!(chunk_shape), "{path}");
         assert_eq!(m["fill_value"].as_f64(), expected["fill"].as_f64(), "{path}");
         let endian = if expected["big_endian"] == true { "big" } else { "little" };
@@ -77,13 +78,16 @@ fn every_array_and_chunk_is_what_h5py_says() {
         for filter in expected["filters"].as_array().unwrap() {
             want.push(match filter.as_str().unwrap() {
                 "deflate" => json!({"name": "numcodecs.zlib", "configuration": {"level": levels.next().unwrap()}}),
-                "shuffle" => json!({"name": "numcodecs.shuffle", "configuration": {"elementsize": dtype_size(&m["data_type"])}}),
+                "shuffle" => {
+                    json!({"name": "numcodecs.shuffle", "configuration": {"elementsize": dtype_size(&m["data_type"])}})
+                }
                 _ => json!({"name": "numcodecs.fletcher32", "configuration": {}}),
             });
         }
         assert_eq!(m["codecs"], json!(want), "{path}");
         if expected["compact"] == true {
-            let data = base64::engine::general_purpose::STANDARD.decode(expected["data_b64"].as_str().unwrap()).unwrap();
+            let data =
+                base64::engine::general_purpose::STANDARD.decode(expected["data_b64"].as_str().unwrap()).unwrap();
             assert_eq!(node.chunks, vec![(vec![0], Chunk::Inline(data))], "{path}");
             continue;
         }
@@ -100,14 +104,16 @@ fn every_array_and_chunk_is_what_h5py_says() {
             .unwrap()
             .iter()
             .map(|r| {
-                let index = r[0].as_array().unwrap().iter().zip(&chunk_shape).map(|(p, c)| p.as_u64().unwrap() / c).collect();
+                let index =
+                    r[0].as_array().unwrap().iter().zip(&chunk_shape).map(|(p, c)| p.as_u64().unwrap() / c).collect();
                 (index, r[1].as_u64().unwrap(), r[2].as_u64().unwrap())
             })
             .collect();
         assert_eq!(ours, theirs, "{path}");
         assert_eq!(ours.len(), node.chunks.len(), "{path}: a chunk twice");
     }
-    let served: BTreeSet<&String> = parsed.nodes.iter().filter(|(_, n)| n.metadata["node_type"] == "array").map(|(p, _)| p).collect();
+    let served: BTreeSet<&String> =
+        parsed.nodes.iter().filter(|(_, n)| n.metadata["node_type"] == "array").map(|(p, _)| p).collect();
     assert_eq!(served, arrays.keys().collect(), "arrays served beyond h5py's variables");
     assert_eq!(parsed.warnings, Vec::<String>::new());
 }
@@ -198,7 +204,10 @@ fn missing_data_is_inflated_and_held_inline() {
 fn old_documents_have_filters_in_hyrax_s_fixed_order() {
     let parsed = parsed("dmrpp/old.dmrpp");
     assert_eq!(codec_names(&parsed, "temp"), ["bytes", "numcodecs.shuffle", "numcodecs.zlib"]);
-    assert_eq!(codec_names(&parsed, "counts"), ["bytes", "numcodecs.shuffle", "numcodecs.zlib", "numcodecs.fletcher32"]);
+    assert_eq!(
+        codec_names(&parsed, "counts"),
+        ["bytes", "numcodecs.shuffle", "numcodecs.zlib", "numcodecs.fletcher32"]
+    );
     assert_eq!(parsed.nodes, self::parsed(MAIN).nodes, "the same file either way");
 }
 
@@ -232,31 +241,78 @@ const VAR: &str = "<Dimension name=\"x\" size=\"4\"/><Int16 name=\"v\"><Dim name
 fn hostile_documents_are_errors() {
     invalid("<Int16 name=\"v\"><Dim size=\"4\"/>", "not well-formed");
     invalid("<Int16 name=\"v\"></Float32>", "not well-formed");
-    invalid(&format!("{VAR}<dmrpp:chunks><dmrpp:chunkDimensionSizes>2</dmrpp:chunkDimensionSizes><dmrpp:chunk offset=\"1\" nBytes=\"2\" chunkPositionInArray=\"[4]\"/></dmrpp:chunks></Int16>"), "v: chunkPositionInArray [4]");
-    invalid(&format!("{VAR}<dmrpp:chunks><dmrpp:chunkDimensionSizes>2</dmrpp:chunkDimensionSizes><dmrpp:chunk offset=\"1\" nBytes=\"2\" chunkPositionInArray=\"[1]\"/></dmrpp:chunks></Int16>"), "not the start of a chunk");
-    invalid(&format!("{VAR}<dmrpp:chunks><dmrpp:chunkDimensionSizes>2</dmrpp:chunkDimensionSizes><dmrpp:chunk offset=\"1\" nBytes=\"2\" chunkPositionInArray=\"[0]\"/><dmrpp:chunk offset=\"1\" nBytes=\"2\" chunkPositionInArray=\"[0]\"/></dmrpp:chunks></Int16>"), "same position");
-    invalid(&format!("{VAR}<dmrpp:chunks><dmrpp:chunk offset=\"-1\" nBytes=\"2\"/></dmrpp:chunks></Int16>"), "\"-1\" is not an unsigned integer");
-    invalid(&format!("{VAR}<dmrpp:chunks><dmrpp:chunk offset=\"18446744073709551615\" nBytes=\"2\"/></dmrpp:chunks></Int16>"), "past 2^64");
-    invalid(&format!("{VAR}<dmrpp:chunks><dmrpp:chunkDimensionSizes>0</dmrpp:chunkDimensionSizes></dmrpp:chunks></Int16>"), "do not fit");
-    invalid(&format!("{VAR}<dmrpp:chunks><dmrpp:chunkDimensionSizes>2 2</dmrpp:chunkDimensionSizes></dmrpp:chunks></Int16>"), "do not fit");
+    invalid(
+        &format!(
+            "{VAR}<dmrpp:chunks><dmrpp:chunkDimensionSizes>2</dmrpp:chunkDimensionSizes><dmrpp:chunk offset=\"1\" nBytes=\"2\" chunkPositionInArray=\"[4]\"/></dmrpp:chunks></Int16>"
+        ),
+        "v: chunkPositionInArray [4]",
+    );
+    invalid(
+        &format!(
+            "{VAR}<dmrpp:chunks><dmrpp:chunkDimensionSizes>2</dmrpp:chunkDimensionSizes><dmrpp:chunk offset=\"1\" nBytes=\"2\" chunkPositionInArray=\"[1]\"/></dmrpp:chunks></Int16>"
+        ),
+        "not the start of a chunk",
+    );
+    invalid(
+        &format!(
+            "{VAR}<dmrpp:chunks><dmrpp:chunkDimensionSizes>2</dmrpp:chunkDimensionSizes><dmrpp:chunk offset=\"1\" nBytes=\"2\" chunkPositionInArray=\"[0]\"/><dmrpp:chunk offset=\"1\" nBytes=\"2\" chunkPositionInArray=\"[0]\"/></dmrpp:chunks></Int16>"
+        ),
+        "same position",
+    );
+    invalid(
+        &format!("{VAR}<dmrpp:chunks><dmrpp:chunk offset=\"-1\" nBytes=\"2\"/></dmrpp:chunks></Int16>"),
+        "\"-1\" is not an unsigned integer",
+    );
+    invalid(
+        &format!(
+            "{VAR}<dmrpp:chunks><dmrpp:chunk offset=\"18446744073709551615\" nBytes=\"2\"/></dmrpp:chunks></Int16>"
+        ),
+        "past 2^64",
+    );
+    invalid(
+        &format!("{VAR}<dmrpp:chunks><dmrpp:chunkDimensionSizes>0</dmrpp:chunkDimensionSizes></dmrpp:chunks></Int16>"),
+        "do not fit",
+    );
+    invalid(
+        &format!(
+            "{VAR}<dmrpp:chunks><dmrpp:chunkDimensionSizes>2 2</dmrpp:chunkDimensionSizes></dmrpp:chunks></Int16>"
+        ),
+        "do not fit",
+    );
     invalid(&format!("{VAR}<dmrpp:chunks fillValue=\"x\"/></Int16>"), "fillValue");
     invalid("<Int16 name=\"v\"><Dim name=\"/nowhere\"/></Int16>", "not declared");
     invalid("<Dimension name=\"x\" size=\"-4\"/>", "not an unsigned integer");
-    let huge = "<Dimension name=\"a\" size=\"4294967296\"/><Float64 name=\"v\"><Dim name=\"/a\"/><Dim name=\"/a\"/></Float64>";
+    let huge =
+        "<Dimension name=\"a\" size=\"4294967296\"/><Float64 name=\"v\"><Dim name=\"/a\"/><Dim name=\"/a\"/></Float64>";
     invalid(huge, "more bytes than a 64-bit count");
     invalid("<Int16 name=\"a/b\"/>", "cannot name a Zarr node");
     invalid("<Int16 name=\"v\"/><Int16 name=\"v\"/>", "two nodes");
     invalid("<Int16 name=\"v\"><Dim size=\"2\"/><dmrpp:compact>AAAA</dmrpp:compact></Int16>", "holds 3 bytes");
     invalid("<Int16 name=\"v\"><Dim size=\"2\"/><dmrpp:compact>!!!!</dmrpp:compact></Int16>", "not base64");
-    invalid("<Int16 name=\"v\"><Dim size=\"2\"/><dmrpp:missingdata>AAAA</dmrpp:missingdata></Int16>", "does not inflate");
+    invalid(
+        "<Int16 name=\"v\"><Dim size=\"2\"/><dmrpp:missingdata>AAAA</dmrpp:missingdata></Int16>",
+        "does not inflate",
+    );
     // A zlib bomb: 16 MiB of zeros where 4 bytes are wanted.
     let bomb = base64::engine::general_purpose::STANDARD.encode(deflate(&vec![0u8; 16 << 20]));
-    invalid(&format!("<Int16 name=\"v\"><Dim size=\"2\"/><dmrpp:missingdata>{bomb}</dmrpp:missingdata></Int16>"), "more than its shape needs");
+    invalid(
+        &format!("<Int16 name=\"v\"><Dim size=\"2\"/><dmrpp:missingdata>{bomb}</dmrpp:missingdata></Int16>"),
+        "more than its shape needs",
+    );
     let small_bomb = base64::engine::general_purpose::STANDARD.encode(deflate(&[0u8; 64]));
-    invalid(&format!("<Int16 name=\"v\"><Dim size=\"2\"/><dmrpp:missingdata>{small_bomb}</dmrpp:missingdata></Int16>"), "inflates to 5 bytes");
+    invalid(
+        &format!("<Int16 name=\"v\"><Dim size=\"2\"/><dmrpp:missingdata>{small_bomb}</dmrpp:missingdata></Int16>"),
+        "inflates to 5 bytes",
+    );
     assert!(matches!(parse(&Bytes::from_static(b""), &Limits::default()), Err(FormatError::Invalid(_))));
-    assert!(matches!(parse(&Bytes::from_static(b"<?xml version=\"1.0\"?><Other/>"), &Limits::default()), Err(FormatError::Invalid(_))));
-    assert!(matches!(parse(&Bytes::from(document("").to_vec().repeat(2)), &Limits::default()), Err(FormatError::Invalid(_))));
+    assert!(matches!(
+        parse(&Bytes::from_static(b"<?xml version=\"1.0\"?><Other/>"), &Limits::default()),
+        Err(FormatError::Invalid(_))
+    ));
+    assert!(matches!(
+        parse(&Bytes::from(document("").to_vec().repeat(2)), &Limits::default()),
+        Err(FormatError::Invalid(_))
+    ));
 }
 
 fn deflate(data: &[u8]) -> Vec<u8> {

@@ -101,7 +101,8 @@ impl Variable {
         if let Some(why) = &self.unsupported {
             return Ok(Outcome::LeftOut(format!("{path}: {why}")));
         }
-        let (codecs, chunk_shape, chunks) = if let Some(text) = self.compact.as_deref().or(self.missing_data.as_deref()) {
+        let (codecs, chunk_shape, chunks) = if let Some(text) = self.compact.as_deref().or(self.missing_data.as_deref())
+        {
             if bytes > context.inline_left {
                 return Ok(Outcome::LeftOut(format!(
                     "{path}: its {bytes} inline bytes are past limits.max_inline_bytes"
@@ -139,18 +140,13 @@ impl Variable {
         metadata.insert("node_type".into(), json!("array"));
         metadata.insert("shape".into(), json!(shape));
         metadata.insert("data_type".into(), json!(dtype));
-        metadata.insert(
-            "chunk_grid".into(),
-            json!({"name": "regular", "configuration": {"chunk_shape": chunk_shape}}),
-        );
-        metadata.insert(
-            "chunk_key_encoding".into(),
-            json!({"name": "default", "configuration": {"separator": "/"}}),
-        );
+        metadata.insert("chunk_grid".into(), json!({"name": "regular", "configuration": {"chunk_shape": chunk_shape}}));
+        metadata.insert("chunk_key_encoding".into(), json!({"name": "default", "configuration": {"separator": "/"}}));
         metadata.insert("fill_value".into(), self.fill_value(dtype)?);
         metadata.insert("codecs".into(), Value::Array(codecs));
         metadata.insert("attributes".into(), Value::Object(attributes::to_json(&self.attributes, Some(dtype))));
-        let names: Vec<Value> = self.dims.iter().map(|(name, _)| name.as_deref().map_or(Value::Null, |n| json!(n))).collect();
+        let names: Vec<Value> =
+            self.dims.iter().map(|(name, _)| name.as_deref().map_or(Value::Null, |n| json!(n))).collect();
         metadata.insert("dimension_names".into(), Value::Array(names));
         Ok(Outcome::Array(super::super::Node { metadata, chunks }))
     }
@@ -168,7 +164,9 @@ impl Variable {
         }
         let mut levels = self.deflate_levels.iter();
         let codecs = names.into_iter().map(|name| match name {
-            "deflate" => json!({"name": "numcodecs.zlib", "configuration": {"level": levels.next().copied().unwrap_or(6)}}),
+            "deflate" => {
+                json!({"name": "numcodecs.zlib", "configuration": {"level": levels.next().copied().unwrap_or(6)}})
+            }
             "shuffle" => json!({"name": "numcodecs.shuffle", "configuration": {"elementsize": size}}),
             _ => json!({"name": "numcodecs.fletcher32", "configuration": {}}),
         });
@@ -188,7 +186,7 @@ impl Variable {
         let mut out = Vec::with_capacity(self.chunks.len());
         let mut seen = std::collections::HashSet::new();
         for (n, raw) in self.chunks.iter().enumerate() {
-            if n % 4096 == 0 {
+            if n.is_multiple_of(4096) {
                 context.limits.check_time()?;
             }
             if raw.filter_mask != 0 {
@@ -212,7 +210,9 @@ impl Variable {
                 None | Some(DATA_URL_TEMPLATE) => Chunk::Range { offset, length },
                 Some(href) if Some(href) == context.dataset_href.as_deref() => Chunk::Range { offset, length },
                 Some(href) if href.contains("://") => Chunk::Elsewhere { url: href.to_owned(), offset, length },
-                Some(href) => return Ok(Err(format!("a chunk's href {:?} is a path on the Hyrax that wrote it", short(href)))),
+                Some(href) => {
+                    return Ok(Err(format!("a chunk's href {:?} is a path on the Hyrax that wrote it", short(href))));
+                }
             };
             context.chunks_left = context.chunks_left.checked_sub(1).ok_or_else(|| {
                 FormatError::TooLarge(format!("{path}: the document has more chunks than limits.max_chunks allows"))
@@ -244,7 +244,12 @@ impl Variable {
 }
 
 /// The grid index of a chunk at `position` (element offsets, as Hyrax writes them).
-fn grid_index(position: Option<&[u64]>, shape: &[u64], chunk_shape: &[u64], path: &str) -> Result<Vec<u64>, FormatError> {
+fn grid_index(
+    position: Option<&[u64]>,
+    shape: &[u64],
+    chunk_shape: &[u64],
+    path: &str,
+) -> Result<Vec<u64>, FormatError> {
     let Some(position) = position else { return Ok(vec![0; shape.len()]) };
     if position.len() != shape.len() {
         return Err(FormatError::Invalid(format!(

@@ -102,7 +102,7 @@ impl<'a> Walk<'a> {
         let mut events = 0u64;
         loop {
             events += 1;
-            if events % 1024 == 0 {
+            if events.is_multiple_of(1024) {
                 self.limits.check_time()?;
             }
             let event = reader.read_event().map_err(|e| {
@@ -202,13 +202,7 @@ impl<'a> Walk<'a> {
     }
 
     /// A child of a group (or of the Dataset).
-    fn in_group(
-        &mut self,
-        parent: &str,
-        name: &[u8],
-        xml: &Xml,
-        at: u64,
-    ) -> Result<Frame, FormatError> {
+    fn in_group(&mut self, parent: &str, name: &[u8], xml: &Xml, at: u64) -> Result<Frame, FormatError> {
         let frame = match name {
             b"Group" => {
                 let path = child_path(parent, xml.get("name"), at)?;
@@ -225,11 +219,13 @@ impl<'a> Walk<'a> {
             }
             b"Dimension" => {
                 self.count_element(at)?;
-                let dim_name = xml.get("name").filter(|n| !n.is_empty() && !n.contains('/')).ok_or_else(|| {
-                    FormatError::Invalid(format!("a Dimension without a plain name (byte {at})"))
-                })?;
+                let dim_name = xml
+                    .get("name")
+                    .filter(|n| !n.is_empty() && !n.contains('/'))
+                    .ok_or_else(|| FormatError::Invalid(format!("a Dimension without a plain name (byte {at})")))?;
                 let size = text::number_of(xml.get("size").unwrap_or(""), &format!("Dimension {dim_name} size"))?;
-                self.dimensions.insert(format!("/{}{}{dim_name}", parent, if parent.is_empty() { "" } else { "/" }), size);
+                self.dimensions
+                    .insert(format!("/{}{}{dim_name}", parent, if parent.is_empty() { "" } else { "/" }), size);
                 Frame::Skip
             }
             b"Enumeration" | b"Map" => Frame::Skip,
@@ -297,10 +293,8 @@ impl<'a> Walk<'a> {
     }
 
     fn end(&mut self, at: u64) -> Result<(), FormatError> {
-        let frame = self
-            .stack
-            .pop()
-            .ok_or_else(|| FormatError::Invalid(format!("an end tag closes nothing (byte {at})")))?;
+        let frame =
+            self.stack.pop().ok_or_else(|| FormatError::Invalid(format!("an end tag closes nothing (byte {at})")))?;
         match frame {
             Frame::Text(TextOf::Value, value) => {
                 if let Some(Frame::Attribute(attribute)) = self.stack.last_mut() {
@@ -363,7 +357,11 @@ fn in_variable(
             let dim = match xml.get("name") {
                 Some(dim_name) => {
                     let size = resolve(dimensions, &variable.path, dim_name).ok_or_else(|| {
-                        FormatError::Invalid(format!("{}: its Dim {:?} is not declared", variable.path, short(dim_name)))
+                        FormatError::Invalid(format!(
+                            "{}: its Dim {:?} is not declared",
+                            variable.path,
+                            short(dim_name)
+                        ))
                     })?;
                     let last = dim_name.rsplit('/').next().unwrap_or(dim_name).to_owned();
                     (Some(last), size)
