@@ -5,6 +5,7 @@
 //! absolute `href`.
 
 mod attributes;
+mod elements;
 mod inline;
 mod text;
 mod variable;
