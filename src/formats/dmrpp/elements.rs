@@ -61,6 +61,15 @@ pub(super) fn in_variable(
             variable.chunks.push(raw_chunk(xml, at)?);
             Frame::Chunk
         }
+        b"FixedLengthStringArray" => {
+            let what = format!("{} string_length", variable.path);
+            let length = text::number_of(xml.get("string_length").unwrap_or(""), &what)?;
+            if length == 0 {
+                return Err(FormatError::Invalid(format!("{what}: a fixed-length string of 0 bytes")));
+            }
+            variable.string_length = Some(length);
+            Frame::Skip
+        }
         b"compact" => Frame::Text(TextOf::Compact, String::new()),
         b"missingdata" => Frame::Text(TextOf::MissingData, String::new()),
         b"vlsa" | b"specialstructuredata" => {

@@ -66,20 +66,36 @@ fn every_array_and_chunk_is_what_h5py_says() {
         let m = &node.metadata;
         assert_eq!(m["node_type"], "array", "{path}");
         assert_eq!(m["shape"], expected["shape"], "{path}");
-        assert_eq!(m["data_type"], expected["dtype"], "{path}");
+        let dtype = expected["dtype"].as_str().unwrap();
+        let (data_type, size) = match dtype.strip_prefix("fixed:") {
+            Some(n) => {
+                let n: u64 = n.parse().unwrap();
+                (json!({"name": "null_terminated_bytes", "configuration": {"length_bytes": n}}), n)
+            }
+            None => (json!(dtype), dtype_size(dtype)),
+        };
+        assert_eq!(m["data_type"], data_type, "{path}");
         let chunk_shape: Vec<u64> =
             expected["chunks"].as_array().unwrap().iter().map(|n| n.as_u64().unwrap().max(1)).collect();
         assert_eq!(m["chunk_grid"]["configuration"]["chunk_shape"], json!(chunk_shape), "{path}");
-        assert_eq!(m["fill_value"].as_f64(), expected["fill"].as_f64(), "{path}");
-        let endian = if expected["big_endian"] == true { "big" } else { "little" };
-        assert_eq!(m["codecs"][0], json!({"name": "bytes", "configuration": {"endian": endian}}), "{path}");
+        if dtype.starts_with("fixed:") {
+            assert_eq!(m["fill_value"], expected["fill"], "{path}");
+        } else {
+            assert_eq!(m["fill_value"].as_f64(), expected["fill"].as_f64(), "{path}");
+        }
+        let bytes = match (expected["big_endian"] == true, size == 1 || dtype.starts_with("fixed:")) {
+            (_, true) => json!({"name": "bytes"}),
+            (true, false) => json!({"name": "bytes", "configuration": {"endian": "big"}}),
+            (false, false) => json!({"name": "bytes", "configuration": {"endian": "little"}}),
+        };
+        assert_eq!(m["codecs"][0], bytes, "{path}");
         let mut levels = expected["levels"].as_array().unwrap().iter();
         let mut want = vec![m["codecs"][0].clone()];
         for filter in expected["filters"].as_array().unwrap() {
             want.push(match filter.as_str().unwrap() {
                 "deflate" => json!({"name": "numcodecs.zlib", "configuration": {"level": levels.next().unwrap()}}),
                 "shuffle" => {
-                    json!({"name": "numcodecs.shuffle", "configuration": {"elementsize": dtype_size(&m["data_type"])}})
+                    json!({"name": "numcodecs.shuffle", "configuration": {"elementsize": size}})
                 }
                 _ => json!({"name": "numcodecs.fletcher32", "configuration": {}}),
             });
@@ -118,8 +134,8 @@ fn every_array_and_chunk_is_what_h5py_says() {
     assert_eq!(parsed.warnings, Vec::<String>::new());
 }
 
-fn dtype_size(data_type: &Value) -> u64 {
-    match data_type.as_str().unwrap() {
+fn dtype_size(data_type: &str) -> u64 {
+    match data_type {
         "int8" | "uint8" => 1,
         "int16" | "uint16" => 2,
         "int32" | "uint32" | "float32" => 4,

@@ -2,6 +2,7 @@
 //! `Dim`, codecs from `dmrpp:chunks`, chunks as byte ranges of the data file (or of a chunk's
 //! own `href`), or inline from `dmrpp:compact` / `dmrpp:missingdata`.
 
+use base64::Engine;
 use serde_json::{Map, Value, json};
 
 use super::super::{Chunk, FormatError, Limits, cf};
@@ -44,7 +45,12 @@ pub(super) struct Variable {
     pub missing_data: Option<String>,
     /// Why it cannot be served (a `dmrpp:block`, a nested structure...), if it cannot.
     pub unsupported: Option<String>,
+    /// A `String`'s `dmrpp:FixedLengthStringArray string_length`: fixed-size strings.
+    pub string_length: Option<u64>,
 }
+
+/// The name `data_type` gives fixed-size strings (held as `null_terminated_bytes`).
+const FIXED_STRING: &str = "fixed-string";
 
 /// What the document says about all variables.
 pub(super) struct Context<'a> {
@@ -90,8 +96,13 @@ impl Variable {
             return Ok(Outcome::Hidden);
         }
         let path = self.path.as_str();
-        let Some((dtype, size)) = data_type(&self.kind) else {
-            return Ok(Outcome::LeftOut(format!("{path}: variables of DAP type {} are not supported", self.kind)));
+        let (dtype, size) = match (data_type(&self.kind), self.string_length) {
+            (Some(number), _) => number,
+            (None, Some(length)) if self.kind == "String" => (FIXED_STRING, length),
+            (None, _) => {
+                let what = if self.kind == "String" { "variable-length String" } else { self.kind.as_str() };
+                return Ok(Outcome::LeftOut(format!("{path}: variables of DAP type {what} are not supported")));
+            }
         };
         let shape: Vec<u64> = self.dims.iter().map(|(_, n)| *n).collect();
         let elements = shape.iter().try_fold(1u64, |all, n| all.checked_mul(*n));
@@ -117,9 +128,9 @@ impl Variable {
             let big = self.big_endian && self.compact.is_some();
             let index = vec![0; shape.len()];
             let chunks = if bytes == 0 { Vec::new() } else { vec![(index, Chunk::Inline(data))] };
-            (vec![bytes_codec(big, size)], whole(&shape), chunks)
+            (vec![bytes_codec(big, size, dtype)], whole(&shape), chunks)
         } else {
-            let mut codecs = vec![bytes_codec(self.big_endian, size)];
+            let mut codecs = vec![bytes_codec(self.big_endian, size, dtype)];
             match self.filters(size, context.filters_in_file_order) {
                 Ok(filters) => codecs.extend(filters),
                 Err(why) => return Ok(Outcome::LeftOut(format!("{path}: {why}"))),
@@ -139,7 +150,11 @@ impl Variable {
         metadata.insert("zarr_format".into(), json!(3));
         metadata.insert("node_type".into(), json!("array"));
         metadata.insert("shape".into(), json!(shape));
-        metadata.insert("data_type".into(), json!(dtype));
+        let data_type = match dtype {
+            FIXED_STRING => json!({"name": "null_terminated_bytes", "configuration": {"length_bytes": size}}),
+            number => json!(number),
+        };
+        metadata.insert("data_type".into(), data_type);
         metadata.insert("chunk_grid".into(), json!({"name": "regular", "configuration": {"chunk_shape": chunk_shape}}));
         metadata.insert("chunk_key_encoding".into(), json!({"name": "default", "configuration": {"separator": "/"}}));
         metadata.insert("fill_value".into(), self.fill_value(dtype)?);
@@ -224,6 +239,11 @@ impl Variable {
 
     /// The Zarr fill value: `fillValue`, else 0.
     fn fill_value(&self, dtype: &str) -> Result<Value, FormatError> {
+        if dtype == FIXED_STRING {
+            let mut bytes = self.fill.as_deref().unwrap_or_default().as_bytes().to_vec();
+            bytes.resize(self.string_length.unwrap_or(0) as usize, 0);
+            return Ok(json!(base64::engine::general_purpose::STANDARD.encode(bytes)));
+        }
         let Some(text) = self.fill.as_deref().map(str::trim).filter(|t| !t.is_empty()) else {
             return Ok(cf::fill_value(0.0, dtype));
         };
@@ -274,7 +294,12 @@ fn whole(shape: &[u64]) -> Vec<u64> {
     shape.iter().map(|n| (*n).max(1)).collect()
 }
 
-fn bytes_codec(big_endian: bool, size: u64) -> Value {
-    let endian = if big_endian && size > 1 { "big" } else { "little" };
+/// The array-to-bytes codec: `bytes` with the byte order of multi-byte numbers (as the HDF5
+/// parser writes it).
+fn bytes_codec(big_endian: bool, size: u64, dtype: &str) -> Value {
+    if size == 1 || dtype == FIXED_STRING {
+        return json!({"name": "bytes"});
+    }
+    let endian = if big_endian { "big" } else { "little" };
     json!({"name": "bytes", "configuration": {"endian": endian}})
 }
