@@ -296,6 +296,7 @@ fn hostile_documents_are_errors() {
         "do not fit",
     );
     invalid(&format!("{VAR}<dmrpp:chunks fillValue=\"x\"/></Int16>"), "fillValue");
+    invalid(&format!("{VAR}<dmrpp:chunks fillValue=\"40000\"/></Int16>"), "fillValue \"40000\" is not a value of type Int16");
     invalid("<Int16 name=\"v\"><Dim name=\"/nowhere\"/></Int16>", "not declared");
     invalid("<Dimension name=\"x\" size=\"-4\"/>", "not an unsigned integer");
     let huge =

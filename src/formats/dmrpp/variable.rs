@@ -252,14 +252,25 @@ impl Variable {
             let value = if dtype == "float32" { f64::from(value as f32) } else { value };
             return Ok(cf::fill_value(value, dtype));
         }
-        if dtype.starts_with('u') {
-            return text.parse::<u64>().map(Value::from).map_err(|_| self.bad_fill(text));
+        let (least, most): (i128, i128) = match dtype {
+            "int8" => (i8::MIN.into(), i8::MAX.into()),
+            "uint8" => (0, u8::MAX.into()),
+            "int16" => (i16::MIN.into(), i16::MAX.into()),
+            "uint16" => (0, u16::MAX.into()),
+            "int32" => (i32::MIN.into(), i32::MAX.into()),
+            "uint32" => (0, u32::MAX.into()),
+            "int64" => (i64::MIN.into(), i64::MAX.into()),
+            _ => (0, u64::MAX.into()),
+        };
+        match text.parse::<i128>() {
+            Ok(n) if (least..=most).contains(&n) && n < 0 => Ok(Value::from(n as i64)),
+            Ok(n) if (least..=most).contains(&n) => Ok(Value::from(n as u64)),
+            _ => Err(self.bad_fill(text)),
         }
-        text.parse::<i64>().map(Value::from).map_err(|_| self.bad_fill(text))
     }
 
     fn bad_fill(&self, text: &str) -> FormatError {
-        FormatError::Invalid(format!("{}: fillValue {:?} is not a {}", self.path, short(text), self.kind))
+        FormatError::Invalid(format!("{}: fillValue {:?} is not a value of type {}", self.path, short(text), self.kind))
     }
 }
 
