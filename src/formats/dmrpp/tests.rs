@@ -296,7 +296,10 @@ fn hostile_documents_are_errors() {
         "do not fit",
     );
     invalid(&format!("{VAR}<dmrpp:chunks fillValue=\"x\"/></Int16>"), "fillValue");
-    invalid(&format!("{VAR}<dmrpp:chunks fillValue=\"40000\"/></Int16>"), "fillValue \"40000\" is not a value of type Int16");
+    invalid(
+        &format!("{VAR}<dmrpp:chunks fillValue=\"40000\"/></Int16>"),
+        "fillValue \"40000\" is not a value of type Int16",
+    );
     invalid("<Int16 name=\"v\"><Dim name=\"/nowhere\"/></Int16>", "not declared");
     invalid("<Dimension name=\"x\" size=\"-4\"/>", "not an unsigned integer");
     let huge =
@@ -399,4 +402,14 @@ proptest::proptest! {
         doc.splice(at..end, std::iter::repeat_n(fill, len / 2));
         let _ = parse(&Bytes::from(doc), &Limits::default());
     }
+}
+
+#[test]
+fn anonymous_dimensions_are_numbered_over_the_file_group_by_group() {
+    let body = "<Float32 name=\"b\"><Dim size=\"3\"/><Dim size=\"5\"/></Float32><Float32 name=\"a\"><Dim size=\"3\"/><Dim size=\"3\"/></Float32>\
+                <Group name=\"g\"><Int16 name=\"c\"><Dim size=\"3\"/></Int16></Group>";
+    let parsed = parse_body(body).unwrap();
+    assert_eq!(meta(&parsed, "a", "dimension_names"), json!(["phony_dim_0", "phony_dim_1"]));
+    assert_eq!(meta(&parsed, "b", "dimension_names"), json!(["phony_dim_0", "phony_dim_2"]));
+    assert_eq!(meta(&parsed, "g/c", "dimension_names"), json!(["phony_dim_3"]));
 }
