@@ -96,6 +96,7 @@ impl App {
             verify_concurrency: config.sources.verify_concurrency,
             fill_missing_by_default: config.http.missing_chunks == "fill",
             limits: config.limits.clone(),
+            files: config.files.clone(),
         };
         let registrar =
             Arc::new(Registrar::new(catalog.clone(), sources.clone(), reader.clone(), metrics.clone(), registration));

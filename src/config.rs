@@ -4,9 +4,11 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
+mod files;
 mod limits;
 mod redacted;
 
+pub use files::FilesConfig;
 pub use limits::LimitsConfig;
 
 use anyhow::{Context, bail};
@@ -58,6 +60,8 @@ pub struct Config {
     pub ingest: IngestConfig,
     /// Bounds on what one store version may make a reader cost, checked at registration.
     pub limits: LimitsConfig,
+    /// How files are read when a store is registered from them (`?format=files`).
+    pub files: FilesConfig,
     /// Object stores declared here (credentials from the environment or the options).
     pub object_stores: Vec<ObjectStoreConfig>,
     /// The file this configuration was read from, if any.
@@ -215,6 +219,7 @@ impl Default for Config {
             retention: RetentionConfig::default(),
             ingest: IngestConfig::default(),
             limits: LimitsConfig::default(),
+            files: FilesConfig::default(),
             object_stores: Vec::new(),
             file: None,
         }
@@ -285,6 +290,7 @@ impl std::fmt::Debug for Config {
             .field("retention", &self.retention)
             .field("ingest", &self.ingest)
             .field("limits", &self.limits)
+            .field("files", &self.files)
             .field("object_stores", &self.object_stores.iter().map(|o| (&o.name, &o.url)).collect::<Vec<_>>())
             .finish_non_exhaustive()
     }

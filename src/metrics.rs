@@ -142,6 +142,16 @@ metrics! {
     catalog_stale_reads_total: IntCounter = [],
     /// Store registrations, by outcome (created, replaced, rejected).
     registrations_total: IntCounterVec = ["outcome"],
+    /// Files whose structure was read (`?format=files`), by parser (hdf5, netcdf3, dmrpp) and
+    /// outcome (ok, invalid: the file is malformed or past a `files.*` bound, upstream: reading
+    /// it failed).
+    parse_files_total: IntCounterVec = ["parser", "outcome"],
+    /// Bytes read from object stores to parse files (metadata only), by parser.
+    parse_bytes_total: IntCounterVec = ["parser"],
+    /// Ranged reads made to parse files, by parser.
+    parse_requests_total: IntCounterVec = ["parser"],
+    /// Time to parse one file, reads included, by parser.
+    parse_duration_seconds: HistogramVec = ["parser"],
     /// Always 1; the labels say which build is running.
     build_info: IntGaugeVec = ["version"],
 }

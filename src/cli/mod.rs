@@ -56,12 +56,18 @@ pub enum StoresCommand {
         name: String,
     },
     /// Register a store, or replace it, from a manifest file (native JSON, kerchunk JSON, or a
-    /// tar of kerchunk parquet references), sent with a progress bar.
+    /// tar of kerchunk parquet references), sent with a progress bar; or from a data file the
+    /// server reads itself (HDF5/netCDF4, netCDF3, or its DMR++ sidecar), named by its URL.
     Put {
         /// The store.
         name: String,
-        /// The manifest file.
+        /// The manifest file; or the URL of a data file under a registered object store
+        /// (`s3://bucket/air.nc`, `file:///data/air.nc`, `https://...`), read by the server.
         file: PathBuf,
+        /// For a data file's URL: which parser reads it (default auto: a DMR++ sidecar if one
+        /// exists, else the format its first bytes show).
+        #[arg(long, value_enum)]
+        parser: Option<FileParser>,
         /// The document's format (detected when not given).
         #[arg(long, value_enum)]
         format: Option<DocumentFormat>,
@@ -200,6 +206,19 @@ pub enum DocumentFormat {
     KerchunkParquet,
 }
 
+/// Parsers of data files the server reads itself.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum FileParser {
+    /// A DMR++ sidecar if one exists, else the format the file's first bytes show.
+    Auto,
+    /// HDF5 and netCDF4.
+    Hdf5,
+    /// netCDF classic, 64-bit offset and CDF-5.
+    Netcdf3,
+    /// The file's DMR++ sidecar (`<file>.dmrpp`).
+    Dmrpp,
+}
+
 /// Formats a store is exported in.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum ExportFormat {
@@ -322,7 +341,32 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
             let s = api.json(api.request(Method::GET, &store_path(&name))).await?;
             print(json, &s, || show::summary(&format!("store {name}"), &s, api.server()));
         }
-        StoresCommand::Put { name, file, format, missing_chunks, no_verify, record_sources, if_match } => {
+        StoresCommand::Put { name, file, parser, format, missing_chunks, no_verify, record_sources, if_match } => {
+            let url = file.to_string_lossy();
+            if url.contains("://") {
+                let parser = parser.map_or_else(|| "auto".to_owned(), name_of);
+                let body = json!({ "files": [url], "parser": parser });
+                let mut query = vec![("format", "files".to_owned())];
+                if let Some(missing) = missing_chunks {
+                    query.push(("missing_chunks", name_of(missing)));
+                }
+                let path = with_query(&store_path(&name), &query);
+                let mut request = api
+                    .request(Method::PUT, &path)
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(body.to_string());
+                if let Some(tag) = if_match.as_deref().map(version_etag).transpose()? {
+                    request = request.header(reqwest::header::IF_MATCH, tag);
+                }
+                let s = api.json(request).await?;
+                print(json, &s, || show::summary(&format!("registered {name} from {url}"), &s, api.server()));
+                return Ok(true);
+            }
+            if parser.is_some() {
+                return Err(Failure::Usage(format!(
+                    "--parser applies to a data file's URL (s3://..., file:///...), not to the manifest file {url}"
+                )));
+            }
             let mut query = Vec::new();
             if let Some(format) = format {
                 query.push(("format", name_of(format)));

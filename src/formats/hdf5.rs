@@ -1,4 +1,4 @@
-//! (stub: being written) 
+//! (stub: being written)
 
 use super::{ByteRanges, FormatError, Limits, Parsed};
 

@@ -18,9 +18,9 @@ use super::summary::{no_store, record_json, registered_json, versions_json};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::versions::facts::SourceStatus;
-use crate::versions::icechunk;
 use crate::versions::stores::{Described, Verified, Versions};
 use crate::versions::{Format, Registered, Registration};
+use crate::versions::{files, icechunk};
 
 /// The store routes, relative to `/api/v1`.
 pub fn router() -> Router<AppState> {
@@ -82,10 +82,14 @@ async fn register(
         let how = Registration { format: None, fill_missing, verify, record_sources: false, expected };
         return register_icechunk(&app, &name, body, how).await;
     }
+    if params.format.as_deref() == Some("files") {
+        let how = Registration { format: None, fill_missing, verify, record_sources: false, expected };
+        return register_files(&app, &name, body, how).await;
+    }
     let format = match params.format.as_deref() {
         Some(name) => Some(Format::parse(name).ok_or_else(|| {
             ApiError::BadRequest(format!(
-                "format {name:?} is not supported: use native, kerchunk, kerchunk-parquet or icechunk"
+                "format {name:?} is not supported: use native, kerchunk, kerchunk-parquet, icechunk or files"
             ))
         })?),
         None if tar => Some(Format::KerchunkParquet),
@@ -130,6 +134,35 @@ async fn register_icechunk(app: &AppState, name: &str, body: Body, how: Registra
     let registered = app.registrar.register_icechunk(name, &target, how).await?;
     let origin = app.registrar.origin(name).await?.map(|(_, o)| o.to_json());
     Ok(registered_response(name, &registered, origin))
+}
+
+/// The largest `?format=files` body: a list of URLs and a few settings.
+const FILES_BODY_BYTES: usize = 1 << 20;
+
+/// `PUT /api/v1/stores/{store}?format=files`: `{"files": [URL], "parser": "auto"|"hdf5"|"netcdf3"|"dmrpp"}`.
+async fn register_files(app: &AppState, name: &str, body: Body, how: Registration) -> Result<Response, ApiError> {
+    let bytes = axum::body::to_bytes(body, FILES_BODY_BYTES).await.map_err(|_| {
+        ApiError::BadRequest(format!(
+            "a files registration is a small JSON object (at most {FILES_BODY_BYTES} bytes): {{\"files\": [URL], \
+             \"parser\": \"auto\"}}"
+        ))
+    })?;
+    let request: files::Request = serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::BadRequest(format!(
+            "the body is not a files registration ({{\"files\": [URL, ...], \"parser\": \"auto\"|\"hdf5\"|\"netcdf3\"|\
+             \"dmrpp\"}}): {e}; nothing was changed"
+        ))
+    })?;
+    let target = request.target()?;
+    let registered = app.registrar.register_files(name, &target, how).await?;
+    let status = if registered.created { StatusCode::CREATED } else { StatusCode::OK };
+    let mut answer = registered_json(&registered);
+    if let (Some(origin), Some(answer)) = (app.registrar.files_origin(name).await?, answer.as_object_mut()) {
+        answer.insert("files".into(), origin.to_json());
+    }
+    let location = format!("/api/v1/stores/{name}");
+    let tag = preconditions::etag(registered.head.id);
+    Ok((status, [(header::LOCATION, location)], [(header::ETAG, tag)], Json(answer)).into_response())
 }
 
 /// `POST /api/v1/stores/{store}/sync`: an Icechunk branch store re-reads its branch; a new
@@ -224,11 +257,16 @@ async fn verify(State(app): State<AppState>, Path(name): Path<String>) -> Result
 }
 
 async fn describe(State(app): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
-    let Described { record, origin } = app.stores.describe(&name).await?.ok_or_else(|| no_store(&name))?;
+    let Described { record, origin, files } = app.stores.describe(&name).await?.ok_or_else(|| no_store(&name))?;
     let tag = preconditions::etag(record.head.id);
     let mut answer = record_json(&record);
-    if let (Some(origin), Some(answer)) = (origin, answer.as_object_mut()) {
-        answer.insert("icechunk".into(), origin.to_json());
+    if let Some(answer) = answer.as_object_mut() {
+        if let Some(origin) = origin {
+            answer.insert("icechunk".into(), origin.to_json());
+        }
+        if let Some(files) = files {
+            answer.insert("files".into(), files.to_json());
+        }
     }
     Ok(([(header::ETAG, tag)], Json(answer)).into_response())
 }

@@ -8,6 +8,7 @@
 pub mod cache;
 pub mod error;
 pub mod facts;
+pub mod files;
 pub mod icechunk;
 pub mod ingest;
 pub mod lookup;

@@ -10,7 +10,7 @@ use super::facts;
 use super::ingest::{self, Body, Format};
 use super::read::{Reader, time_catalog};
 use crate::catalog::{Catalog, Expected, VersionHead, VersionOptions};
-use crate::config::{IngestConfig, LimitsConfig, RetentionConfig};
+use crate::config::{FilesConfig, IngestConfig, LimitsConfig, RetentionConfig};
 use crate::metrics::Metrics;
 use crate::sources::SourceRegistry;
 use crate::zarr::Limits;
@@ -35,6 +35,8 @@ pub struct Settings {
     pub fill_missing_by_default: bool,
     /// What one version may hold.
     pub limits: LimitsConfig,
+    /// How files are read for `?format=files`.
+    pub files: FilesConfig,
 }
 
 impl Settings {
@@ -115,6 +117,8 @@ pub(super) struct Storing {
     pub unless_same_origin: bool,
     /// Write only if the store's current version is as expected.
     pub expected: Option<Expected>,
+    /// What the summary must say was left out (a file's variables a parser could not serve).
+    pub warnings: Vec<String>,
 }
 
 /// A version written.
@@ -197,6 +201,7 @@ impl Registrar {
             origin: None,
             unless_same_origin: false,
             expected: how.expected,
+            warnings: Vec::new(),
         };
         self.store_document(name, doc, stored).await
     }
@@ -230,7 +235,7 @@ impl Registrar {
             validate_tiled(doc, &|url| entries.iter().any(|e| url.starts_with(&e.prefix)), tile_chunks, &limits)
         })
         .await?;
-        let store = match validated {
+        let mut store = match validated {
             Ok(store) => store,
             Err(Rejected::Scratch(e)) => return Err(ingest::scratch_error(e)),
             Err(Rejected::Invalid(problems)) => {
@@ -245,6 +250,7 @@ impl Registrar {
             }
         };
         let validate_seconds = validating.elapsed().as_secs_f64();
+        store.summary.warnings.splice(0..0, how.warnings);
         let started = Instant::now();
         let options = VersionOptions {
             fill_missing,

@@ -28,6 +28,8 @@ pub struct Described {
     /// The Icechunk repository the current version was read from, if any (an origin that cannot
     /// be read is left out).
     pub origin: Option<Origin>,
+    /// The files the current version was read from (`?format=files`), if it was.
+    pub files: Option<super::files::Origin>,
 }
 
 /// A page of a store's versions, newest first.
@@ -69,8 +71,10 @@ impl Stores {
     /// such store.
     pub async fn describe(&self, name: &str) -> Result<Option<Described>> {
         let Some(record) = self.catalog.store(name).await? else { return Ok(None) };
-        let origin = self.catalog.origin(record.head.id).await?.and_then(|text| serde_json::from_str(&text).ok());
-        Ok(Some(Described { record, origin }))
+        let text = self.catalog.origin(record.head.id).await?;
+        let origin = text.as_deref().and_then(|text| serde_json::from_str(text).ok());
+        let files = text.as_deref().and_then(|text| serde_json::from_str(text).ok());
+        Ok(Some(Described { record, origin, files }))
     }
 
     /// Store `name`'s newest versions still kept, at most `limit`, newest first (none when there

@@ -67,6 +67,7 @@ impl Registrar {
             origin: Some(origin),
             unless_same_origin,
             expected: how.expected,
+            warnings: Vec::new(),
         };
         self.store_document(name, doc, storing).await
     }
@@ -82,6 +83,9 @@ impl Registrar {
             return Err(Error::NotFound(format!("no store named {name:?}")));
         };
         let Some(text) = self.catalog.origin(head.id).await? else { return Ok(None) };
+        if serde_json::from_str::<super::files::Origin>(&text).is_ok() {
+            return Ok(None);
+        }
         let origin = serde_json::from_str(&text)
             .map_err(|e| Error::Internal(format!("the origin of version {} cannot be read: {e}", head.id)))?;
         Ok(Some((head.id, origin)))

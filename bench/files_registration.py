@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Registering files the server reads itself (`?format=files`) against VirtualiZarr, on an
+object store far away.
+
+`FILES` (200) netCDF4 files, each with 4 variables of 100 zlib chunks (netCDF4-python, the
+layout netCDF-C writes), are uploaded to `moto_server`'s S3 behind the proxy of
+`remote_latency.py` that sleeps `LATENCY_MS` (20) before every request and counts GETs. Then,
+in each of `RUNS` (3) runs, on fresh object names (cold):
+
+- zarrgate: each file registered as a store of its own (`PUT ?format=files`, `CONCURRENCY` (8)
+  registrations at once: `combine` is not served yet, so one store per file), wall time to the
+  last answer; GETs and HEADs per file counted at the proxy; bytes read from the parse metrics,
+  against each file's metadata (the file's size less its chunks' stored bytes, from h5py);
+- VirtualiZarr 2.5: `open_virtual_mfdataset` of the same URLs through obstore's S3Store on the
+  same proxy, with the fastest executor that works here (`EXECUTOR`: `threads`, the default,
+  a ThreadPoolExecutor; `serial`), combined along `time`, then
+  `zarrgate_client.manifeststore_to_native` (the conversion a user must run before uploading).
+
+The ratio is zarrgate's wall time over VirtualiZarr's, median over the runs. Results go to
+`results/files-registration.json`. Needs the test venv (`scripts/python-env.sh`: netCDF4,
+h5py, VirtualiZarr, obstore, moto) and the release binary (`ZARRGATE_BIN`, or built).
+
+    "$(scripts/python-env.sh | tail -1)/bin/python" bench/files_registration.py
+    FILES=20 RUNS=1 "$(scripts/python-env.sh | tail -1)/bin/python" bench/files_registration.py
+"""
+
+import concurrent.futures
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients", "python"))
+from harness import Bench, Server, fmt, log, median, runs, table  # noqa: E402
+from remote_latency import LATENCY_MS, S3Upstream  # noqa: E402
+
+import h5py  # noqa: E402
+import netCDF4  # noqa: E402
+import numpy as np  # noqa: E402
+import obstore  # noqa: E402
+
+FILES = int(os.environ.get("FILES", "200"))
+CONCURRENCY = int(os.environ.get("CONCURRENCY", "8"))
+EXECUTOR = os.environ.get("EXECUTOR", "threads")
+NT, NY, NX = 100, 16, 16
+
+
+def make_file(path, index):
+    """4 variables (time, y, x) of NT chunks (1, NY, NX) each, zlib: 400 chunks."""
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+        nc.createDimension("time", NT)
+        nc.createDimension("y", NY)
+        nc.createDimension("x", NX)
+        t = nc.createVariable("time", "f8", ("time",))
+        t.units = "hours since 2000-01-01"
+        t[:] = np.arange(NT) + index * NT
+        rng = np.random.default_rng(index)
+        for name in ("t2m", "u10", "v10", "sp"):
+            v = nc.createVariable(name, "f4", ("time", "y", "x"), zlib=True, chunksizes=(1, NY, NX))
+            v.units = "1"
+            v[:] = rng.random((NT, NY, NX), dtype="f4")
+
+
+def metadata_bytes(path):
+    """The file's size less its chunks' stored bytes: what a parser must read at least."""
+    with h5py.File(path, "r") as f:
+        stored = sum(f[n].id.get_storage_size() for n in f if isinstance(f[n], h5py.Dataset))
+    return os.path.getsize(path) - stored
+
+
+def zarrgate_run(server, upstream, names, run):
+    def one(name):
+        return server.put_json(f"/api/v1/stores/f{run}-{name.replace('.', '-').replace('/', '-')}?format=files",
+                               {"files": [upstream.url(name)], "parser": "hdf5"})
+    before = (server.metric("zarrgate_parse_bytes_total"), server.metric("zarrgate_parse_requests_total"))
+    gets_before = sum(upstream.count(n) for n in names)
+    started = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(CONCURRENCY) as pool:
+        answers = list(pool.map(one, names))
+    seconds = time.perf_counter() - started
+    parse_bytes = server.metric("zarrgate_parse_bytes_total") - before[0]
+    requests = server.metric("zarrgate_parse_requests_total") - before[1]
+    gets = sum(upstream.count(n) for n in names) - gets_before
+    assert all(a["arrays"] == 5 for a in answers), answers[0]
+    return {"seconds": seconds, "bytes_per_file": parse_bytes / len(names), "requests_per_file": requests / len(names),
+            "gets_per_file": gets / len(names)}
+
+
+def virtualizarr_run(upstream, names):
+    from obspec_utils.registry import ObjectStoreRegistry
+    from virtualizarr import open_virtual_mfdataset
+    from virtualizarr.parsers import HDFParser
+    import zarrgate_client
+
+    registry = ObjectStoreRegistry({f"s3://{upstream.bucket}": upstream.direct_store()})
+    parallel = concurrent.futures.ThreadPoolExecutor if EXECUTOR == "threads" else False
+    started = time.perf_counter()
+    vds = open_virtual_mfdataset([upstream.url(n) for n in names], parser=HDFParser(), registry=registry,
+                                 combine="nested", concat_dim="time", parallel=parallel)
+    opened = time.perf_counter() - started
+    doc = zarrgate_client.manifeststore_to_native(vds)
+    seconds = time.perf_counter() - started
+    assert len(doc["nodes"]["t2m"]["manifest"]) == 100 * len(names)
+    return {"seconds": seconds, "open_seconds": opened}
+
+
+def render(data):
+    rows = []
+    for r in data["results"]["runs"]:
+        z, v = r["zarrgate"], r["virtualizarr"]
+        rows.append([r["run"], fmt(z["seconds"]), fmt(v["seconds"]), fmt(z["seconds"] / v["seconds"], 3),
+                     fmt(z["requests_per_file"]), fmt(z["gets_per_file"]), fmt(z["bytes_per_file"] / data["metadata_bytes"])])
+    ratio = median([r["zarrgate"]["seconds"] / r["virtualizarr"]["seconds"] for r in data["results"]["runs"]])
+    return table(["run", "zarrgate s", "VirtualiZarr s", "ratio", "requests/file", "GETs/file", "bytes/metadata"],
+                 rows) + f"\nmedian ratio zarrgate/VirtualiZarr: {fmt(ratio, 3)} (target <= 0.05)\n"
+
+
+def main():
+    bench = Bench()
+    upstream = S3Upstream(LATENCY_MS, bench.work)
+    local = os.path.join(bench.work, "files")
+    os.makedirs(local)
+    paths = []
+    for i in range(FILES):
+        path = os.path.join(local, f"f{i:04d}.nc")
+        make_file(path, i)
+        paths.append(path)
+    meta = median([metadata_bytes(p) for p in paths[:5]])
+    log(f"{FILES} files of {os.path.getsize(paths[0])} bytes, {meta} of metadata each")
+    results = []
+    try:
+        with Server(bench, f"sqlite://{bench.work}/catalog.db") as server:
+            server.put_json(f"/api/v1/object-stores/{upstream.object_store}", upstream.registration())
+            for run in range(runs(3)):
+                names = []
+                for i, path in enumerate(paths):
+                    name = f"run{run}/f{i:04d}.nc"
+                    with open(path, "rb") as f:
+                        obstore.put(upstream.writer, name, f.read())
+                    names.append(name)
+                z = zarrgate_run(server, upstream, names, run)
+                v = virtualizarr_run(upstream, names)
+                log(f"run {run}: zarrgate {z['seconds']:.2f} s, VirtualiZarr {v['seconds']:.2f} s")
+                results.append({"run": run, "zarrgate": z, "virtualizarr": v})
+    finally:
+        upstream.close()
+    bench.publish("files-registration", {"runs": results}, render, latency_ms=LATENCY_MS, files=FILES,
+                  metadata_bytes=meta, executor=EXECUTOR, concurrency=CONCURRENCY)
+    bench.cleanup()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,395 @@
+//! Stores made from files (`PUT /api/v1/stores/{store}?format=files`): each file's structure is
+//! read through the registered object store it lies under (`files/remote.rs`), by the parser
+//! its first bytes (or a DMR++ sidecar beside it) call for (`crate::formats`), and the hierarchy
+//! found is written as a new version exactly as a native manifest would be.
+
+mod remote;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use self::remote::{ReadCost, RemoteFile};
+use super::error::{Error, Result};
+use super::register::{Registered, Registrar, Registration, Storing};
+use crate::config::FilesConfig;
+use crate::formats::{self, ByteRanges, Chunk, FormatError, Parsed, Parser};
+use crate::metrics::Metrics;
+use crate::sources::{SourceError, SourceRegistry};
+use crate::zarr::document::{DocNode, Document};
+use crate::zarr::manifest::{RawRef, normalize_source_url};
+use crate::zarr::source::{SourceCheck, SourceFacts};
+use crate::zarr::spill::Scratch;
+
+/// What a registration asks for: `{"files": [URL], "parser": "auto"|"hdf5"|"netcdf3"|"dmrpp"}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    /// The files, as URLs under registered object stores.
+    pub files: Files,
+    /// Which parser reads them (default `auto`: a DMR++ sidecar if there is one, else the
+    /// format the file's first bytes show).
+    pub parser: Option<String>,
+    /// How several files make one hierarchy.
+    pub combine: Option<Value>,
+    /// Rescan a prefix every this many seconds.
+    pub follow_seconds: Option<u64>,
+    /// Skip objects modified more recently than this.
+    pub older_than_seconds: Option<u64>,
+}
+
+/// The files of a registration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Files {
+    /// URLs, in order.
+    List(Vec<String>),
+    /// Every object under a prefix that matches a glob.
+    Prefix { prefix: String, glob: Option<String> },
+}
+
+/// The parser a registration asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// A DMR++ sidecar if there is one, else the format the file's first bytes show.
+    Auto,
+    /// This parser, whatever the file.
+    Only(Parser),
+}
+
+/// A registration's files, checked.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The files' normalised URLs.
+    pub files: Vec<String>,
+    /// The parser asked for.
+    pub choice: Choice,
+}
+
+/// A refusal naming what is wrong, nothing stored.
+fn invalid(problem: String) -> Error {
+    Error::Invalid { title: format!("{problem}; nothing was changed"), problems: vec![problem] }
+}
+
+impl Request {
+    /// The target, or what is wrong with the request.
+    pub fn target(self) -> Result<Target> {
+        let choice = match self.parser.as_deref() {
+            None | Some("auto") => Choice::Auto,
+            Some(name) => Choice::Only(Parser::from_name(name).ok_or_else(|| {
+                Error::BadRequest(format!(
+                    "parser {name:?} is not one this server has: use auto, hdf5 (HDF5 and netCDF4), netcdf3 or dmrpp; \
+                     nothing was changed"
+                ))
+            })?),
+        };
+        let later = |what: &str| {
+            Error::BadRequest(format!(
+                "{what} is not supported yet: this server registers a store from one file at a time (list it in \
+                 \"files\"); nothing was changed"
+            ))
+        };
+        let files = match self.files {
+            Files::List(files) => files,
+            Files::Prefix { .. } => return Err(later("\"files\" as a prefix and a glob")),
+        };
+        if self.follow_seconds.is_some() {
+            return Err(later("\"follow_seconds\" (following a growing prefix)"));
+        }
+        if self.older_than_seconds.is_some() {
+            return Err(later("\"older_than_seconds\" (skipping files being written under a prefix)"));
+        }
+        if self.combine.is_some() {
+            return Err(later("\"combine\" (joining several files into one hierarchy)"));
+        }
+        match files.len() {
+            0 => return Err(Error::BadRequest("\"files\" lists no file; nothing was changed".into())),
+            1 => {}
+            n => {
+                return Err(invalid(format!(
+                    "{n} files were given without \"combine\": several files make one store only when \"combine\" \
+                     says how (\"join\": \"existing\" concatenates them along a dimension, \"new\" stacks them along a \
+                     new one, \"union\" puts their variables side by side); register one file per store meanwhile"
+                )));
+            }
+        }
+        let files = files
+            .into_iter()
+            .map(|url| {
+                normalize_source_url(&url)
+                    .map_err(|e| Error::BadRequest(format!("file {url:?}: {e}; nothing was changed")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Target { files, choice })
+    }
+}
+
+/// One file of a version, as kept with it and shown by `GET /api/v1/stores/{store}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRecord {
+    /// The file's URL.
+    pub url: String,
+    /// The parser that read it.
+    pub parser: String,
+    /// The DMR++ sidecar read in its place, if one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sidecar: Option<String>,
+    /// The file's facts when it was read.
+    #[serde(flatten)]
+    pub facts: SourceFacts,
+    /// Bytes read to parse it.
+    pub bytes_read: u64,
+    /// Ranged reads made to parse it (the sidecar's and the file's HEAD included).
+    pub requests: u64,
+}
+
+/// Where a version made from files comes from, kept with the version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    /// The files, in order.
+    pub files: Vec<FileRecord>,
+    /// The parser asked for (`auto` or a parser's name).
+    pub parser: String,
+}
+
+impl Origin {
+    /// As `GET /api/v1/stores/{store}` shows it.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// One file read: its hierarchy and how it was read.
+struct ReadFile {
+    parsed: Parsed,
+    record: FileRecord,
+}
+
+impl Registrar {
+    /// Reads the files `target` names and writes their hierarchy as the new current version
+    /// of store `name`.
+    pub async fn register_files(&self, name: &str, target: &Target, how: Registration) -> Result<Registered> {
+        let fill_missing = self.fill_missing(name, how.fill_missing).await?;
+        let _turn = self.turn().await?;
+        let reading = Instant::now();
+        let config = &self.settings.files;
+        let choice = target.choice;
+        let reads = target.files.iter().cloned().map(|url| {
+            let (sources, metrics, config) = (Arc::clone(&self.sources), self.metrics.clone(), config.clone());
+            async move { read_file(&sources, &metrics, &config, &url, choice).await }
+        });
+        let results: Vec<Result<ReadFile>> =
+            futures::stream::iter(reads).buffered(config.concurrency.max(1)).collect().await;
+        let files = results.into_iter().collect::<Result<Vec<_>>>()?;
+        let scratch = self.settings.scratch();
+        let (doc, warnings, origin) = document(files, &scratch, target.choice)?;
+        let origin = serde_json::to_string(&origin).map_err(|e| Error::Internal(e.to_string()))?;
+        let storing = Storing {
+            format: "files",
+            record_facts: false,
+            rerecord: false,
+            verified: true,
+            fill_missing,
+            read_seconds: reading.elapsed().as_secs_f64(),
+            origin: Some(origin),
+            unless_same_origin: false,
+            expected: how.expected,
+            warnings,
+        };
+        self.store_document(name, doc, storing).await
+    }
+
+    /// The files origin of store `name`'s current version, if it was made from files.
+    pub async fn files_origin(&self, name: &str) -> Result<Option<Origin>> {
+        let Some(head) = self.catalog.current_version(name).await? else { return Ok(None) };
+        let text = self.catalog.origin(head.id).await?;
+        Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+    }
+}
+
+/// The document the files make (one file: its hierarchy as it is), the warnings for the
+/// summary, and the origin to keep.
+fn document(files: Vec<ReadFile>, scratch: &Scratch, choice: Choice) -> Result<(Document, Vec<String>, Origin)> {
+    let mut doc = Document::new(scratch);
+    let mut warnings = Vec::new();
+    let mut records = Vec::new();
+    for ReadFile { parsed, record } in files {
+        let data_url = record.url.clone();
+        let number = doc.urls.intern(data_url.clone());
+        doc.sources.insert(data_url.clone(), record.facts.clone());
+        warnings.extend(parsed.warnings.iter().map(|w| format!("{}: {w}", record.url)));
+        for (path, node) in parsed.nodes {
+            let manifest = node_manifest(&mut doc, &node, number)?;
+            doc.nodes.insert(path, DocNode::new(&node.metadata, manifest));
+        }
+        records.push(record);
+    }
+    let parser = match choice {
+        Choice::Auto => "auto".to_owned(),
+        Choice::Only(p) => p.name().to_owned(),
+    };
+    Ok((doc, warnings, Origin { files: records, parser }))
+}
+
+/// An array's chunk references in the document's form (None for a group).
+fn node_manifest(
+    doc: &mut Document,
+    node: &formats::Node,
+    file: u32,
+) -> Result<Option<crate::zarr::manifest::RawManifest>> {
+    if node.metadata.get("node_type").and_then(Value::as_str) != Some("array") {
+        return Ok(None);
+    }
+    let mut manifest = doc.new_manifest();
+    for (index, chunk) in &node.chunks {
+        match chunk {
+            Chunk::Range { offset, length } => {
+                manifest.push(index, RawRef::Virtual { url: file, offset: *offset, length: *length });
+            }
+            Chunk::Elsewhere { url, offset, length } => {
+                let url = normalize_source_url(url).map_err(|e| invalid(format!("chunk URL {url:?}: {e}")))?;
+                let number = doc.urls.intern(url);
+                manifest.push(index, RawRef::Virtual { url: number, offset: *offset, length: *length });
+            }
+            Chunk::Inline(bytes) => manifest.push_inline(index, bytes),
+        }
+    }
+    Ok(Some(manifest))
+}
+
+/// Reads one file's structure with the parser `choice` calls for, counting what it cost.
+async fn read_file(
+    sources: &Arc<SourceRegistry>,
+    metrics: &Metrics,
+    config: &FilesConfig,
+    url: &str,
+    choice: Choice,
+) -> Result<ReadFile> {
+    if sources.resolve(url).is_none() {
+        return Err(invalid(format!(
+            "file {url} is not under any registered object store: register one whose URL is a prefix of it"
+        )));
+    }
+    let started = Instant::now();
+    let mut requests = 0;
+    let mut sidecar = None;
+    let mut warnings = Vec::new();
+    if choice == Choice::Auto || choice == Choice::Only(Parser::Dmrpp) {
+        let candidate = format!("{url}.dmrpp");
+        requests += 1;
+        match sources.head(&candidate).await {
+            Ok(facts) if facts.size.unwrap_or(0) > 0 => sidecar = Some((candidate, facts)),
+            Ok(_) => warnings.push(format!("its DMR++ sidecar {candidate} is empty: the file itself was read")),
+            Err(SourceError::NotFound { .. }) if choice == Choice::Auto => {}
+            Err(e) if choice == Choice::Auto => {
+                warnings.push(format!("its DMR++ sidecar {candidate} cannot be read ({e}): the file itself was read"));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    requests += 1;
+    let facts = sources.head(url).await.map_err(|e| match e {
+        SourceError::NotFound { .. } => invalid(format!("file {url} does not exist")),
+        e => e.into(),
+    })?;
+    let (read_url, read_facts, parser) = match &sidecar {
+        Some((sidecar_url, sidecar_facts)) => (sidecar_url.clone(), sidecar_facts.clone(), Some(Parser::Dmrpp)),
+        None => (
+            url.to_owned(),
+            facts.clone(),
+            match choice {
+                Choice::Only(Parser::Dmrpp) => {
+                    return Err(invalid(format!("file {url} has no DMR++ sidecar ({url}.dmrpp)")));
+                }
+                Choice::Only(p) => Some(p),
+                Choice::Auto => None,
+            },
+        ),
+    };
+    let check = SourceCheck::from_facts(read_facts.etag.as_deref(), read_facts.size).into_owned();
+    let file = RemoteFile::new(
+        Arc::clone(sources),
+        read_url.clone(),
+        check,
+        read_facts.size.unwrap_or(0),
+        config,
+        started + Duration::from_secs(config.parse_seconds),
+        tokio::runtime::Handle::current(),
+    );
+    let limits = formats::Limits {
+        max_inline_bytes: config.max_inline_bytes,
+        deadline: Some(started + Duration::from_secs(config.parse_seconds)),
+        ..formats::Limits::default()
+    };
+    let first_read = config.first_read_bytes.max(formats::DETECT_BYTES);
+    let (parsed, parser, file) = tokio::task::spawn_blocking(move || {
+        let outcome = parse(&file, parser, &limits, first_read);
+        (outcome, file)
+    })
+    .await
+    .map(|(outcome, file)| match outcome {
+        Ok((parsed, parser)) => (Ok(parsed), Some(parser), file),
+        Err((e, parser)) => (Err(e), parser, file),
+    })?;
+    let cost = file.cost();
+    let label = parser.map_or("unknown", Parser::name);
+    metrics.parse_bytes_total.with_label_values(&[label]).inc_by(cost.bytes);
+    metrics.parse_requests_total.with_label_values(&[label]).inc_by(cost.requests + requests);
+    metrics.parse_duration_seconds.with_label_values(&[label]).observe(started.elapsed().as_secs_f64());
+    let mut parsed = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            let upstream = file.take_failure();
+            let outcome = if upstream.is_some() { "upstream" } else { "invalid" };
+            metrics.parse_files_total.with_label_values(&[label, outcome]).inc();
+            if let Some(failure) = upstream {
+                tracing::warn!(file = %read_url, cause = %failure, "reading a file to parse failed upstream");
+                return Err(failure.into());
+            }
+            let what = if sidecar.is_some() { format!("DMR++ sidecar {read_url}") } else { format!("file {read_url}") };
+            let as_what = parser.map_or(String::new(), |p| format!(" as {}", p.name()));
+            tracing::info!(file = %read_url, parser = label, problem = %e, "a file was refused");
+            return Err(invalid(format!("{what} cannot be read{as_what}: {e}")));
+        }
+    };
+    metrics.parse_files_total.with_label_values(&[label, "ok"]).inc();
+    parsed.warnings.splice(0..0, warnings);
+    let record = FileRecord {
+        url: url.to_owned(),
+        parser: label.to_owned(),
+        sidecar: sidecar.map(|(s, _)| s),
+        facts,
+        bytes_read: cost.bytes,
+        requests: cost.requests + requests,
+    };
+    tracing::info!(file = %url, parser = label, bytes = cost.bytes, requests = record.requests,
+        seconds = started.elapsed().as_secs_f64(), nodes = parsed.nodes.len(), "file parsed");
+    Ok(ReadFile { parsed, record })
+}
+
+/// Parses `file` (on a blocking thread) with `parser`, or the one its first bytes show.
+fn parse(
+    file: &RemoteFile,
+    parser: Option<Parser>,
+    limits: &formats::Limits,
+    first_read: u64,
+) -> std::result::Result<(Parsed, Parser), (FormatError, Option<Parser>)> {
+    let head = file.first(first_read).map_err(|e| (e, parser))?;
+    let parser = match parser {
+        Some(p) => p,
+        None => Parser::detect(&head).ok_or_else(|| {
+            let shown: String = head.iter().take(8).map(|b| format!("{b:02x}")).collect();
+            (
+                FormatError::Invalid(format!(
+                    "it is not a format this server reads (HDF5, netCDF4, netCDF3; its first bytes are {shown})"
+                )),
+                None,
+            )
+        })?,
+    };
+    let parsed = parser.parse(file as &dyn ByteRanges, limits).map_err(|e| (e, Some(parser)))?;
+    Ok((parsed, parser))
+}

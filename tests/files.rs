@@ -1,0 +1,117 @@
+//! Format `files`: a netCDF4, a netCDF3 and an HDF5 file (written by netCDF4-python, scipy and
+//! h5py: `tests/fixtures/files/make_server.py`) registered by their URL, read by the server
+//! itself, and read back by zarrs over HTTP as a Rust user would: the numbers are the files'.
+//! Against SQLite and PostgreSQL.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::TestServer;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use zarrs::array::{Array, ArraySubset};
+use zarrs_object_store::AsyncObjectStore;
+use zarrs_object_store::object_store::http::{HttpBuilder, HttpStore};
+use zarrs_object_store::object_store::{ClientOptions, RetryConfig};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/files");
+
+/// zarrs' view of the zarrgate store `name`, over HTTP.
+fn http_store(server: &TestServer, name: &str) -> Arc<AsyncObjectStore<HttpStore>> {
+    let http = HttpBuilder::new()
+        .with_url(format!("{}/{name}/", server.url))
+        .with_client_options(ClientOptions::new().with_allow_http(true))
+        .with_retry(RetryConfig { max_retries: 1, ..Default::default() })
+        .build()
+        .unwrap();
+    Arc::new(AsyncObjectStore::new(http))
+}
+
+/// Copies fixture `file` under the server's `local` object store and registers it as store
+/// `name` with `?format=files`; the answer.
+async fn register(server: &TestServer, name: &str, file: &str, parser: &str) -> Value {
+    server.local_store().await;
+    let path = server.write(file, &std::fs::read(format!("{FIXTURES}/{file}")).unwrap());
+    let body = json!({"files": [format!("file://{path}")], "parser": parser});
+    let (status, answer) = server.put(&format!("/api/v1/stores/{name}?format=files"), &body).await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    answer
+}
+
+/// Every element of array `path` of store `name`, as zarrs reads them.
+async fn read_all<T: zarrs::array::ElementOwned>(server: &TestServer, name: &str, path: &str) -> (Vec<u64>, Vec<T>) {
+    let array = Array::async_open(http_store(server, name), path).await.unwrap_or_else(|e| panic!("{path}: {e}"));
+    let values: Vec<T> = array.async_retrieve_array_subset(&array.subset_all()).await.unwrap();
+    (array.shape().to_vec(), values)
+}
+
+both_backends! {
+    async fn zarrs_reads_a_netcdf4_file_the_server_read(server) {
+        let answer = register(&server, "air", "server_air.nc", "auto").await;
+        assert_eq!(answer["files"]["files"][0]["parser"], "hdf5", "{answer}");
+        assert_eq!(answer["chunks"]["virtual"].as_u64(), Some(8 + 1), "air's 8 chunks and lat's one: {answer}");
+        let (shape, air) = read_all::<f32>(&server, "air", "/air").await;
+        assert_eq!(shape, [4, 5, 6]);
+        assert_eq!(air, (0..120).map(|i| i as f32).collect::<Vec<_>>());
+        let (_, lat) = read_all::<f64>(&server, "air", "/lat").await;
+        assert_eq!(lat, [0.0, 1.0, 2.0, 3.0, 4.0]);
+        // one corner, through a partial edge chunk
+        let array = Array::async_open(http_store(&server, "air"), "/air").await.unwrap();
+        let corner: Vec<f32> = array.async_retrieve_array_subset(&ArraySubset::new_with_ranges(&[3..4, 4..5, 5..6])).await.unwrap();
+        assert_eq!(corner, [119.0]);
+    }
+
+    async fn zarrs_reads_netcdf3_records_the_server_laid_out(server) {
+        let answer = register(&server, "rec", "server_record.nc", "netcdf3").await;
+        assert_eq!(answer["files"]["files"][0]["parser"], "netcdf3", "{answer}");
+        let (shape, temp) = read_all::<i16>(&server, "rec", "/temp").await;
+        assert_eq!(shape, [5, 3]);
+        assert_eq!(temp, (0..15).collect::<Vec<i16>>());
+        let (_, fixed) = read_all::<f64>(&server, "rec", "/fixed").await;
+        assert_eq!(fixed, [0.0, 1.0, 2.0]);
+        let (_, other) = read_all::<f32>(&server, "rec", "/other").await;
+        assert_eq!(other, [-1.0; 5]);
+    }
+
+    async fn zarrs_reads_an_hdf5_v1_btree_the_server_walked(server) {
+        register(&server, "old", "server_btree.h5", "hdf5").await;
+        let (shape, v) = read_all::<u16>(&server, "old", "/v").await;
+        assert_eq!(shape, [10]);
+        assert_eq!(v, (0..10).collect::<Vec<u16>>());
+    }
+
+    async fn a_file_that_is_not_one_changes_nothing(server) {
+        register(&server, "kept", "server_btree.h5", "hdf5").await;
+        let path = server.write("fake.nc", b"CDF\x01\xff\xff\xff\xffnot really a netCDF file");
+        let body = json!({"files": [format!("file://{path}")]});
+        let (status, answer) = server.put("/api/v1/stores/kept?format=files", &body).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+        assert!(answer["detail"].as_str().unwrap().contains("fake.nc"), "{answer}");
+        let (_, v) = read_all::<u16>(&server, "kept", "/v").await;
+        assert_eq!(v, (0..10).collect::<Vec<u16>>(), "the store serves what it served before");
+        let failed = server.metric_sum("zarrgate_parse_files_total", &[("parser", "netcdf3"), ("outcome", "invalid")]).await;
+        assert_eq!(failed, 1.0);
+    }
+}
+
+/// A file whose metadata needs more than `files.max_read_bytes` is refused, naming the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_past_its_read_budget_is_refused_naming_the_bound() {
+    let server = TestServer::start_with(common::Backend::Sqlite, |c| {
+        c.files.first_read_bytes = 4096;
+        c.files.read_ahead_bytes = 4096;
+        c.files.max_read_bytes = 6000;
+    })
+    .await;
+    server.local_store().await;
+    let path = server.write("air.nc", &std::fs::read(format!("{FIXTURES}/server_air.nc")).unwrap());
+    let body = json!({"files": [format!("file://{path}")]});
+    let (status, answer) = server.put("/api/v1/stores/big?format=files", &body).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    let detail = answer["detail"].as_str().unwrap();
+    assert!(detail.contains("files.max_read_bytes = 6000") && detail.contains("air.nc"), "{detail}");
+    assert_eq!(server.get("/api/v1/stores/big", &[]).await.status(), StatusCode::NOT_FOUND);
+}

@@ -1,0 +1,293 @@
+"""Acceptance of format ``files``: the server reads the files itself.
+
+A file written by a real tool (netCDF4, h5py, scipy) is registered by its URL
+(``PUT /api/v1/stores/{store}?format=files``), with no Python in between, and
+read back through plain ``xr.open_zarr(url)`` (no ``zarr_format``, no warning):
+it must equal ``xr.open_dataset(file)``. Where VirtualiZarr 2.5 reads a file
+correctly, the bytes zarrgate serves for each chunk are those VirtualiZarr's
+references point at. Bad requests and hostile files get a 422 and change
+nothing; the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import warnings
+from pathlib import Path
+
+import h5py
+import netCDF4
+import numpy as np
+import pytest
+import requests
+import xarray as xr
+from scipy.io import netcdf_file
+
+import fixtures
+from conftest import Server, _binary
+from virtual import open_file, virtual_dataset
+
+
+def put_files(server: Server, store: str, files: list[str], status: int = 201, **extra) -> dict:
+    body = {"files": files, **extra}
+    resp = requests.put(f"{server.url}/api/v1/stores/{store}", params={"format": "files"},
+                        json=body, timeout=120)
+    assert resp.status_code == status, f"expected {status}, got {resp.status_code}: {resp.text[:2000]}"
+    return resp.json()
+
+
+def open_plain(url: str) -> xr.Dataset:
+    """What a user types: ``xr.open_zarr(url)``, every warning an error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with xr.open_zarr(url) as ds:
+            return ds.load()
+
+
+def assert_same(served: xr.Dataset, expected: xr.Dataset) -> None:
+    xr.testing.assert_identical(served, expected)
+    for name, var in expected.variables.items():
+        got, want = served[name].dtype, var.dtype
+        assert got.newbyteorder("=") == want.newbyteorder("="), f"{name}: {got} != {want}"
+
+
+# ---------------------------------------------------------------------------
+# files: every HDF5 chunk index and layout, written by h5py
+# ---------------------------------------------------------------------------
+
+def make_layouts(directory: Path) -> Path:
+    """One HDF5 file (libver latest) holding a dataset per chunk index and
+    layout, with dimension scales so every reader names the dimensions alike."""
+    path = directory / "layouts.h5"
+    values = np.arange(8 * 6, dtype="f4").reshape(8, 6) / 4
+    with h5py.File(path, "w", libver="latest") as f:
+        f.attrs["title"] = "every layout"
+        y = f.create_dataset("y", data=np.arange(8, dtype="i4"))
+        x = f.create_dataset("x", data=np.arange(6, dtype="i4") * 10)
+        y.make_scale("y")
+        x.make_scale("x")
+
+        def scaled(d):
+            d.dims[0].attach_scale(y)
+            d.dims[1].attach_scale(x)
+            return d
+
+        scaled(f.create_dataset("contiguous", data=values))
+        scaled(f.create_dataset("single_chunk", data=values, chunks=(8, 6)))
+        scaled(f.create_dataset("fixed_array", data=values, chunks=(3, 4), compression="gzip", shuffle=True))
+        ext = scaled(f.create_dataset("extensible_array", shape=(8, 6), maxshape=(None, 6), chunks=(3, 6),
+                                      dtype="f4", compression="gzip"))
+        ext[...] = values
+        v2 = scaled(f.create_dataset("btree_v2", shape=(8, 6), maxshape=(None, None), chunks=(3, 4),
+                                     dtype="f4", fletcher32=True))
+        v2[...] = values
+        be = scaled(f.create_dataset("big_endian", shape=(8, 6), dtype=">f8", chunks=(4, 3)))
+        be[...] = values
+    # the v1 B-tree, as the earliest file format (and netCDF-C before 4.9) writes it
+    old = directory / "btree_v1.h5"
+    with h5py.File(old, "w", libver="earliest") as f:
+        t = f.create_dataset("t", data=np.arange(10, dtype="i8"))
+        t.make_scale("t")
+        d = f.create_dataset("v", data=np.arange(10, dtype="<u2") * 3, chunks=(4,), compression="gzip")
+        d.dims[0].attach_scale(t)
+    return path
+
+
+def make_compact(directory: Path) -> Path:
+    """A compact dataset: its data lives in its object header (VirtualiZarr
+    cannot serve it; zarrgate stores it inline)."""
+    path = directory / "compact.h5"
+    with h5py.File(path, "w") as f:
+        x = f.create_dataset("x", data=np.arange(5, dtype="i4"))
+        x.make_scale("x")
+        space = h5py.h5s.create_simple((5,))
+        plist = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        plist.set_layout(h5py.h5d.COMPACT)
+        dsid = h5py.h5d.create(f.id, b"small", h5py.h5t.NATIVE_INT16, space, plist)
+        dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, np.array([5, -4, 3, -2, 1], dtype="i2"))
+        f["small"].dims[0].attach_scale(x)
+    return path
+
+
+def make_netcdf3_variants(directory: Path) -> list[Path]:
+    """netCDF3 as scipy (64-bit offset) and netCDF-C (CDF-5 with its new types) write it."""
+    out = []
+    path = directory / "offset64.nc"
+    with netcdf_file(path, "w", version=2) as f:
+        f.title = "64-bit offset"
+        f.createDimension("x", 4)
+        v = f.createVariable("v", "f8", ("x",))
+        v[:] = [1.0, 2.5, -3.0, 4.25]
+        v.units = "m"
+    out.append(path)
+    path = directory / "cdf5.nc"
+    with netCDF4.Dataset(path, "w", format="NETCDF3_64BIT_DATA") as nc:
+        nc.createDimension("time", None)
+        nc.createDimension("x", 3)
+        u = nc.createVariable("u", "u2", ("time", "x"))
+        u[0:2] = np.array([[1, 2, 3], [4, 5, 6]], dtype="u2")
+        big = nc.createVariable("big", "i8", ("x",))
+        big[:] = [2**40, -5, 7]
+        big.long_name = "64-bit integers"
+    out.append(path)
+    return out
+
+
+FILES = {
+    **{name: maker for name, maker in fixtures.ALL_FIXTURES.items() if name != "netcdf4_series"},
+    "hdf5_layouts": make_layouts,
+    "hdf5_compact": make_compact,
+}
+
+
+def reference_dataset(path: Path) -> xr.Dataset:
+    """What the file holds, read by xarray itself (h5netcdf for HDF5, scipy or
+    netCDF4 for netCDF3, as each can)."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head.startswith(b"CDF"):
+        return open_file(path, engine="netcdf4")
+    return open_file(path, phony_dims="access")
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_a_file_registered_by_its_url_reads_as_xarray_reads_the_file(server, source_dir, store_name, name):
+    path = FILES[name](source_dir)
+    summary = put_files(server, store_name, [path.as_uri()])
+    assert summary["arrays"] > 0
+    served = open_plain(f"{server.url}/{store_name}")
+    assert_same(served, reference_dataset(path))
+    parser = "netcdf3" if name.startswith("netcdf3") else "hdf5"
+    record = summary["files"]["files"][0]
+    assert record["url"] == path.as_uri() and record["parser"] == parser, record
+    assert 0 < record["bytes_read"] <= max(4 * path.stat().st_size, 1 << 20), record
+
+
+@pytest.mark.parametrize("index", range(2))
+def test_netcdf3_variants_read_as_the_netcdf_library_reads_them(server, source_dir, store_name, index):
+    path = make_netcdf3_variants(source_dir)[index]
+    put_files(server, store_name, [path.as_uri()], parser="netcdf3")
+    assert_same(open_plain(f"{server.url}/{store_name}"), open_file(path, engine="netcdf4"))
+
+
+def test_the_v1_btree_file_reads_as_xarray_reads_it(server, source_dir, store_name):
+    make_layouts(source_dir)
+    path = source_dir / "btree_v1.h5"
+    put_files(server, store_name, [path.as_uri()])
+    assert_same(open_plain(f"{server.url}/{store_name}"), open_file(path, phony_dims="access"))
+
+
+def test_groups_are_served_as_groups(server, source_dir, store_name):
+    path = fixtures.make_netcdf4_groups(source_dir)
+    put_files(server, store_name, [path.as_uri()])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        served = xr.open_datatree(f"{server.url}/{store_name}", engine="zarr").load()
+    expected = xr.open_datatree(path, engine="h5netcdf").load()
+    xr.testing.assert_identical(served, expected)
+
+
+# ---------------------------------------------------------------------------
+# the same bytes as VirtualiZarr's references
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["netcdf4_air", "netcdf4_bigendian", "hdf5_sparse", "netcdf4_masks"])
+def test_served_chunks_are_the_bytes_virtualizarr_points_at(server, source_dir, store_name, name):
+    path = FILES[name](source_dir)
+    put_files(server, store_name, [path.as_uri()])
+    vds = virtual_dataset(path)
+    data = path.read_bytes()
+    compared = 0
+    for var_name, var in vds.variables.items():
+        manifest = getattr(var.data, "manifest", None)
+        if manifest is None:
+            continue
+        for key, entry in manifest.dict().items():
+            grid = key.split(".") if key else []
+            url = f"{server.url}/{store_name}/{var_name}/c/{'/'.join(grid)}" if grid else f"{server.url}/{store_name}/{var_name}/c"
+            got = requests.get(url, timeout=30)
+            assert got.status_code == 200, f"{var_name} {key}: {got.status_code} {got.text[:300]}"
+            want = data[entry["offset"]:entry["offset"] + entry["length"]]
+            assert got.content == want, f"{var_name} chunk {key}: the served bytes differ from VirtualiZarr's"
+            compared += 1
+    assert compared > 0
+
+
+# ---------------------------------------------------------------------------
+# what the control plane shows
+# ---------------------------------------------------------------------------
+
+def test_the_store_shows_its_files_parser_and_etag(server, source_dir, store_name):
+    path = fixtures.make_netcdf4_air(source_dir)
+    put_files(server, store_name, [path.as_uri()], parser="hdf5")
+    shown = requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).json()
+    files = shown["files"]
+    assert files["parser"] == "hdf5"
+    (record,) = files["files"]
+    assert record["url"] == path.as_uri()
+    assert record["parser"] == "hdf5"
+    assert record["size"] == path.stat().st_size
+    assert record.get("etag") or record.get("last_modified"), record
+    assert record["requests"] >= 2
+    metrics = requests.get(f"{server.url}/metrics", timeout=30).text
+    assert 'zarrgate_parse_files_total{outcome="ok",parser="hdf5"}' in metrics
+    assert 'zarrgate_parse_bytes_total{parser="hdf5"}' in metrics
+
+
+def test_the_command_line_registers_a_file_by_its_url(server, source_dir, store_name):
+    path = fixtures.make_netcdf3_record(source_dir)
+    out = subprocess.run([str(_binary()), "stores", "--server", server.url, "put", store_name, path.as_uri(),
+                          "--parser", "netcdf3", "--json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["files"]["files"][0]["parser"] == "netcdf3"
+    assert_same(open_plain(f"{server.url}/{store_name}"), open_file(path, engine="netcdf4"))
+
+
+# ---------------------------------------------------------------------------
+# bad requests and hostile files: a 422 that says why, nothing changed
+# ---------------------------------------------------------------------------
+
+def test_bad_requests_are_refused_and_change_nothing(server, source_dir, store_name):
+    air = fixtures.make_netcdf4_air(source_dir)
+    put_files(server, store_name, [air.as_uri()])
+    before = requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).json()["version"]
+
+    two = put_files(server, store_name, [air.as_uri(), air.as_uri()], status=422)
+    assert "combine" in two["detail"], two
+    text = source_dir / "notes.txt"
+    text.write_text("just some text, not a data file\n")
+    other = put_files(server, store_name, [text.as_uri()], status=422)
+    assert "notes.txt" in other["detail"] and "not a format" in other["detail"], other
+    outside = put_files(server, store_name, ["file:///etc/hostname"], status=422)
+    assert "not under any registered object store" in outside["detail"], outside
+    missing = put_files(server, store_name, [(source_dir / "nope.nc").as_uri()], status=422)
+    assert "does not exist" in missing["detail"], missing
+    unknown = put_files(server, store_name, [air.as_uri()], parser="grib", status=400)
+    assert "grib" in unknown["detail"], unknown
+
+    after = requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).json()["version"]
+    assert after == before
+    assert_same(open_plain(f"{server.url}/{store_name}"), open_file(air))
+
+
+@pytest.mark.parametrize("name", ["netcdf4_air", "netcdf3_record"])
+def test_truncated_and_damaged_files_are_refused_and_the_server_keeps_serving(server, source_dir, store_name, name):
+    path = FILES[name](source_dir)
+    data = path.read_bytes()
+    for cut in (8, 64, len(data) // 3, len(data) // 2):
+        bad = source_dir / f"cut{cut}-{path.name}"
+        bad.write_bytes(data[:cut])
+        answer = put_files(server, f"{store_name}-{cut}", [bad.as_uri()], status=422)
+        assert bad.name in answer["detail"], answer
+    damaged = bytearray(data)
+    for i in range(40, min(len(damaged), 400), 7):
+        damaged[i] ^= 0xFF
+    bad = source_dir / f"damaged-{path.name}"
+    bad.write_bytes(bytes(damaged))
+    resp = requests.put(f"{server.url}/api/v1/stores/{store_name}-damaged", params={"format": "files"},
+                        json={"files": [bad.as_uri()]}, timeout=120)
+    assert resp.status_code in (201, 422), resp.text[:500]
+    # the server is still up and serving
+    put_files(server, store_name, [path.as_uri()])
+    assert requests.get(f"{server.url}/healthz", timeout=10).status_code == 200
