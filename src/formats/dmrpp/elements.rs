@@ -72,6 +72,10 @@ pub(super) fn in_variable(
         }
         b"compact" => Frame::Text(TextOf::Compact, String::new()),
         b"missingdata" => Frame::Text(TextOf::MissingData, String::new()),
+        b"vlsa" if variable.kind == "String" => {
+            variable.strings = Some(Vec::new());
+            Frame::Vlsa
+        }
         b"vlsa" | b"specialstructuredata" => {
             variable.unsupported = Some("variable-length and structure data are not supported".into());
             Frame::Skip

@@ -413,3 +413,33 @@ fn anonymous_dimensions_are_numbered_over_the_file_group_by_group() {
     assert_eq!(meta(&parsed, "b", "dimension_names"), json!(["phony_dim_0", "phony_dim_2"]));
     assert_eq!(meta(&parsed, "g/c", "dimension_names"), json!(["phony_dim_3"]));
 }
+
+#[test]
+fn variable_length_strings_are_held_inline_as_vlen_utf8() {
+    let swe = base64::engine::general_purpose::STANDARD.encode(deflate(b"swe"));
+    let body = format!(
+        "<String name=\"s\"><Dim size=\"4\"/><dmrpp:vlsa><v>Parting</v><v c=\"2\">is &amp; so</v><v s=\"3\">{swe}</v></dmrpp:vlsa></String>"
+    );
+    let parsed = parse_body(&body).unwrap();
+    assert_eq!(meta(&parsed, "s", "data_type"), json!("string"));
+    assert_eq!(meta(&parsed, "s", "codecs"), json!([{"name": "vlen-utf8"}]));
+    assert_eq!(meta(&parsed, "s", "fill_value"), json!(""));
+    let mut want = 4u32.to_le_bytes().to_vec();
+    for item in ["Parting", "is & so", "is & so", "swe"] {
+        want.extend_from_slice(&(item.len() as u32).to_le_bytes());
+        want.extend_from_slice(item.as_bytes());
+    }
+    assert_eq!(node(&parsed, "s").chunks, vec![(vec![0], Chunk::Inline(want))]);
+    invalid(
+        "<String name=\"s\"><Dim size=\"4\"/><dmrpp:vlsa><v>a</v></dmrpp:vlsa></String>",
+        "holds 1 strings where its shape needs 4",
+    );
+    let limits = Limits { max_inline_bytes: 16, ..Limits::default() };
+    let parsed = parse(&document(&body), &limits).unwrap();
+    assert!(parsed.nodes.get("s").is_none());
+    assert!(
+        parsed.warnings[0].starts_with("s:") && parsed.warnings[0].contains("max_inline_bytes"),
+        "{:?}",
+        parsed.warnings
+    );
+}

@@ -47,10 +47,16 @@ pub(super) struct Variable {
     pub unsupported: Option<String>,
     /// A `String`'s `dmrpp:FixedLengthStringArray string_length`: fixed-size strings.
     pub string_length: Option<u64>,
+    /// A `String`'s `dmrpp:vlsa`: each value with how many times it repeats.
+    pub strings: Option<Vec<(String, u64)>>,
+    /// What the strings will take inline, encoded with `vlen-utf8`.
+    pub strings_bytes: u64,
 }
 
 /// The name `data_type` gives fixed-size strings (held as `null_terminated_bytes`).
 const FIXED_STRING: &str = "fixed-string";
+/// The Zarr data type of variable-length strings (encoded with `vlen-utf8`).
+const STRING: &str = "string";
 
 /// What the document says about all variables.
 pub(super) struct Context<'a> {
@@ -96,9 +102,13 @@ impl Variable {
             return Ok(Outcome::Hidden);
         }
         let path = self.path.as_str();
+        if let Some(why) = &self.unsupported {
+            return Ok(Outcome::LeftOut(format!("{path}: {why}")));
+        }
         let (dtype, size) = match (data_type(&self.kind), self.string_length) {
             (Some(number), _) => number,
             (None, Some(length)) if self.kind == "String" => (FIXED_STRING, length),
+            (None, None) if self.kind == "String" && self.strings.is_some() => (STRING, 0),
             (None, _) => {
                 let what = if self.kind == "String" { "variable-length String" } else { self.kind.as_str() };
                 return Ok(Outcome::LeftOut(format!("{path}: variables of DAP type {what} are not supported")));
@@ -109,11 +119,18 @@ impl Variable {
         let bytes = elements.and_then(|e| e.checked_mul(size)).ok_or_else(|| {
             FormatError::Invalid(format!("{path}: its dimensions {shape:?} hold more bytes than a 64-bit count"))
         })?;
-        if let Some(why) = &self.unsupported {
-            return Ok(Outcome::LeftOut(format!("{path}: {why}")));
-        }
-        let (codecs, chunk_shape, chunks) = if let Some(text) = self.compact.as_deref().or(self.missing_data.as_deref())
-        {
+        let (codecs, chunk_shape, chunks) = if let Some(strings) = &self.strings {
+            let Some(data) = vlen_utf8(strings, elements, self.strings_bytes, path)? else {
+                return Ok(Outcome::LeftOut(format!("{path}: its strings are past limits.max_inline_bytes")));
+            };
+            if data.len() as u64 > context.inline_left {
+                return Ok(Outcome::LeftOut(format!("{path}: its strings are past limits.max_inline_bytes")));
+            }
+            context.inline_left -= data.len() as u64;
+            let index = vec![0; shape.len()];
+            let chunks = if elements == Some(0) { Vec::new() } else { vec![(index, Chunk::Inline(data))] };
+            (vec![json!({"name": "vlen-utf8"})], whole(&shape), chunks)
+        } else if let Some(text) = self.compact.as_deref().or(self.missing_data.as_deref()) {
             if bytes > context.inline_left {
                 return Ok(Outcome::LeftOut(format!(
                     "{path}: its {bytes} inline bytes are past limits.max_inline_bytes"
@@ -152,6 +169,7 @@ impl Variable {
         metadata.insert("shape".into(), json!(shape));
         let data_type = match dtype {
             FIXED_STRING => json!({"name": "null_terminated_bytes", "configuration": {"length_bytes": size}}),
+            STRING => json!(STRING),
             number => json!(number),
         };
         metadata.insert("data_type".into(), data_type);
@@ -239,6 +257,9 @@ impl Variable {
 
     /// The Zarr fill value: `fillValue`, else 0.
     fn fill_value(&self, dtype: &str) -> Result<Value, FormatError> {
+        if dtype == STRING {
+            return Ok(json!(""));
+        }
         if dtype == FIXED_STRING {
             let mut bytes = self.fill.as_deref().unwrap_or_default().as_bytes().to_vec();
             bytes.resize(self.string_length.unwrap_or(0) as usize, 0);
@@ -269,9 +290,58 @@ impl Variable {
         }
     }
 
+    /// One `<v>` of a `dmrpp:vlsa` (`size`: the bytes it inflates to); past `most` bytes in
+    /// all, the variable is left out.
+    pub fn add_string(&mut self, value: String, count: u64, size: Option<u64>, most: u64) -> Result<(), FormatError> {
+        let Some(strings) = self.strings.as_mut() else { return Ok(()) };
+        let value = match size {
+            Some(size) if size > most => String::new(),
+            Some(size) => super::text::decode(&inline::missing_data(&value, size, false, &self.path)?),
+            None => value,
+        };
+        let cost = count.saturating_mul(4 + value.len() as u64).max(size.unwrap_or(0));
+        self.strings_bytes = self.strings_bytes.saturating_add(cost);
+        if self.strings_bytes > most {
+            self.strings = None;
+            self.unsupported = Some("its strings are past limits.max_inline_bytes".into());
+            return Ok(());
+        }
+        strings.push((value, count));
+        Ok(())
+    }
+
     fn bad_fill(&self, text: &str) -> FormatError {
         FormatError::Invalid(format!("{}: fillValue {:?} is not a value of type {}", self.path, short(text), self.kind))
     }
+}
+
+/// `strings` encoded as numcodecs' VLenUTF8 (item count, then each item's length and bytes,
+/// little-endian u32s); None when a count or length is past a u32. An error unless there are `elements`.
+fn vlen_utf8(
+    strings: &[(String, u64)],
+    elements: Option<u64>,
+    bytes: u64,
+    path: &str,
+) -> Result<Option<Vec<u8>>, FormatError> {
+    let count = strings.iter().try_fold(0u64, |all, (_, n)| all.checked_add(*n));
+    if count != elements {
+        return Err(FormatError::Invalid(format!(
+            "{path}: dmrpp:vlsa holds {} strings where its shape needs {}",
+            count.map_or("too many".into(), |c| c.to_string()),
+            elements.map_or("too many".into(), |e| e.to_string())
+        )));
+    }
+    let Ok(total) = u32::try_from(count.unwrap_or(0)) else { return Ok(None) };
+    let mut out = Vec::with_capacity(usize::try_from(bytes.saturating_add(4)).unwrap_or(0));
+    out.extend_from_slice(&total.to_le_bytes());
+    for (value, repeat) in strings {
+        let Ok(length) = u32::try_from(value.len()) else { return Ok(None) };
+        for _ in 0..*repeat {
+            out.extend_from_slice(&length.to_le_bytes());
+            out.extend_from_slice(value.as_bytes());
+        }
+    }
+    Ok(Some(out))
 }
 
 /// The grid index of a chunk at `position` (element offsets, as Hyrax writes them).
@@ -310,6 +380,9 @@ fn whole(shape: &[u64]) -> Vec<u64> {
 fn bytes_codec(big_endian: bool, size: u64, dtype: &str) -> Value {
     if size == 1 || dtype == FIXED_STRING {
         return json!({"name": "bytes"});
+    }
+    if dtype == STRING {
+        return json!({"name": "vlen-utf8"});
     }
     let endian = if big_endian { "big" } else { "little" };
     json!({"name": "bytes", "configuration": {"endian": endian}})

@@ -20,6 +20,12 @@ pub(super) enum TextOf {
     ChunkDimensionSizes,
     Compact,
     MissingData,
+    /// One `<v>` of a `dmrpp:vlsa`: `count` times the string, zlib-compressed to `size` bytes
+    /// when `size` is given.
+    VlsaValue {
+        count: u64,
+        size: Option<u64>,
+    },
 }
 
 /// What an open element is read into.
@@ -30,6 +36,7 @@ pub(super) enum Frame {
     Text(TextOf, String),
     Chunks,
     Chunk,
+    Vlsa,
     Skip,
 }
 
@@ -41,6 +48,7 @@ enum Kind {
     Attribute,
     Chunks,
     Chunk,
+    Vlsa,
     Other,
 }
 
@@ -52,6 +60,7 @@ impl Frame {
             Frame::Attribute(_) => Kind::Attribute,
             Frame::Chunks => Kind::Chunks,
             Frame::Chunk => Kind::Chunk,
+            Frame::Vlsa => Kind::Vlsa,
             Frame::Text(..) | Frame::Skip => Kind::Other,
         }
     }
@@ -193,6 +202,12 @@ impl<'a> Walk<'a> {
                 Frame::Skip
             }
             (Some(Kind::Attribute), b"Value") => Frame::Text(TextOf::Value, String::new()),
+            (Some(Kind::Vlsa), b"v") => {
+                let what = format!("dmrpp:vlsa value at byte {at}");
+                let count = xml.get("c").map(|c| text::number_of(c, &what)).transpose()?.unwrap_or(1);
+                let size = xml.get("s").map(|s| text::number_of(s, &what)).transpose()?;
+                Frame::Text(TextOf::VlsaValue { count, size }, String::new())
+            }
             _ => Frame::Skip,
         };
         self.stack.push(frame);
@@ -305,6 +320,10 @@ impl<'a> Walk<'a> {
             }
             Frame::Text(TextOf::Compact, data) => self.variable()?.compact = Some(data),
             Frame::Text(TextOf::MissingData, data) => self.variable()?.missing_data = Some(data),
+            Frame::Text(TextOf::VlsaValue { count, size }, value) => {
+                let most = self.limits.max_inline_bytes;
+                self.variable()?.add_string(value, count, size, most)?;
+            }
             Frame::Attribute(attribute) => match self.stack.last_mut() {
                 Some(Frame::Attribute(container)) => container.children.push(attribute),
                 Some(Frame::Variable { variable, .. }) => variable.attributes.push(attribute),
@@ -326,7 +345,7 @@ impl<'a> Walk<'a> {
                 metadata.insert("attributes".into(), Value::Object(attributes::to_json(&attributes, None)));
                 self.insert(path, Node { metadata, chunks: Vec::new() })?;
             }
-            Frame::Chunks | Frame::Chunk | Frame::Skip => {}
+            Frame::Chunks | Frame::Chunk | Frame::Vlsa | Frame::Skip => {}
         }
         Ok(())
     }
