@@ -436,7 +436,7 @@ fn variable_length_strings_are_held_inline_as_vlen_utf8() {
     );
     let limits = Limits { max_inline_bytes: 16, ..Limits::default() };
     let parsed = parse(&document(&body), &limits).unwrap();
-    assert!(parsed.nodes.get("s").is_none());
+    assert!(!parsed.nodes.contains_key("s"));
     assert!(
         parsed.warnings[0].starts_with("s:") && parsed.warnings[0].contains("max_inline_bytes"),
         "{:?}",
