@@ -71,6 +71,17 @@ def _plain(message: str) -> str:
 
 
 def assert_same(served: xr.Dataset, expected: xr.Dataset) -> None:
+    """``assert_identical``, but for packed variables: netCDF keeps scale_factor/add_offset as
+    float32, so xarray unpacks the file to float32, where Zarr's JSON attributes unpack to
+    float64 (as xarray's own to_zarr round trip does; test_real_files.py says the same of
+    VirtualiZarr's stores): those are compared to 1e-6, and their packed type must agree."""
+    packed = [n for n, v in expected.variables.items()
+              if {"scale_factor", "add_offset"} & set(v.encoding) and v.dtype == np.float32
+              and n in served.variables and served[n].dtype == np.float64]
+    for n in packed:
+        assert served[n].encoding["dtype"] == expected[n].encoding["dtype"], n
+        xr.testing.assert_allclose(served[n], expected[n].astype(np.float64), rtol=1e-6)
+    served, expected = served.drop_vars(packed), expected.drop_vars(packed)
     xr.testing.assert_identical(served, expected)
     for name, var in expected.variables.items():
         got, want = served[name].dtype, var.dtype
@@ -189,14 +200,8 @@ def test_a_file_registered_by_its_url_reads_as_xarray_reads_the_file(server, sou
     assert summary["arrays"] > 0
     served, expected = open_plain(f"{server.url}/{store_name}"), reference_dataset(path)
     if name == "netcdf4_packed":
-        # netCDF keeps scale_factor/add_offset as float32, so xarray unpacks the file to float32;
-        # Zarr attributes are JSON numbers, so xarray unpacks to float64 (as its own to_zarr
-        # round trip does; test_real_files.py says the same of VirtualiZarr's stores).
-        assert served.t2m.dtype == np.float64 and expected.t2m.dtype == np.float32
-        xr.testing.assert_allclose(served, expected.astype(np.float64), rtol=1e-6)
-        assert served.t2m.encoding["dtype"] == np.int16
-    else:
-        assert_same(served, expected)
+        assert served.t2m.dtype == np.float64 and served.t2m.encoding["dtype"] == np.int16
+    assert_same(served, expected)
     parser = "netcdf3" if name.startswith("netcdf3") else "hdf5"
     record = summary["files"]["files"][0]
     assert record["url"] == path.as_uri() and record["parser"] == parser, record
@@ -377,3 +382,48 @@ def test_files_of_public_test_suites_read_as_xarray_reads_them(server, source_di
 
 
 CHAR_FILLS = {"scipy-example_3_maskedvals": "var6_char"}
+
+
+# ---------------------------------------------------------------------------
+# DMR++ sidecars: read instead of the file when there is one (auto), as earthaccess does
+# ---------------------------------------------------------------------------
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "files"
+
+
+def _with_sidecar(source_dir: Path, sidecar: bytes | None = None) -> Path:
+    path = source_dir / "granule.h5"
+    path.write_bytes((FIXTURES / "dmrpp_nc4.h5").read_bytes())
+    text = (FIXTURES / "dmrpp_nc4.h5.dmrpp").read_bytes() if sidecar is None else sidecar
+    (source_dir / "granule.h5.dmrpp").write_bytes(text)
+    return path
+
+
+def test_a_dmrpp_sidecar_is_read_in_place_of_its_file(server, source_dir, store_name):
+    path = _with_sidecar(source_dir)
+    summary = put_files(server, store_name, [path.as_uri()])
+    (record,) = summary["files"]["files"]
+    assert record["parser"] == "dmrpp" and record["sidecar"] == path.as_uri() + ".dmrpp", record
+    # the sidecar's bytes were read, not the file's
+    assert record["bytes_read"] == (source_dir / "granule.h5.dmrpp").stat().st_size, record
+    served = open_plain(f"{server.url}/{store_name}")
+    assert_same(served, reference_dataset(path))
+    # the same store as the HDF5 parser makes from the file itself
+    put_files(server, f"{store_name}-h5", [path.as_uri()], parser="hdf5")
+    assert_same(open_plain(f"{server.url}/{store_name}-h5"), served)
+
+
+def test_an_empty_sidecar_falls_back_to_the_file_with_a_warning(server, source_dir, store_name):
+    path = _with_sidecar(source_dir, sidecar=b"")
+    summary = put_files(server, store_name, [path.as_uri()])
+    assert summary["files"]["files"][0]["parser"] == "hdf5", summary
+    assert any("sidecar" in w and "empty" in w for w in summary.get("warnings", [])), summary
+    assert_same(open_plain(f"{server.url}/{store_name}"), reference_dataset(path))
+
+
+def test_a_broken_sidecar_is_refused_naming_it(server, source_dir, store_name):
+    path = _with_sidecar(source_dir, sidecar=b"<?xml version='1.0'?><Dataset name='x'><Float32 name='a'>")
+    answer = put_files(server, store_name, [path.as_uri()], status=422)
+    assert "granule.h5.dmrpp" in answer["detail"] and "DMR++" in answer["detail"], answer
+    nothing = put_files(server, store_name, [(FIXTURES / "server_air.nc").as_uri()], parser="dmrpp", status=422)
+    assert "not under any registered object store" in nothing["detail"] or "sidecar" in nothing["detail"]
