@@ -103,7 +103,7 @@ def test_the_readme_blocks_run(server: Server, tmp_path: Path, installed_client:
     assert "registered air-cli (new store), version" in out, out
     assert "4 arrays" in out, out  # air, and the coordinates lat, lon, time
     assert "deleted store air-cli" in out, out
-    assert f"registered air-file from file://{demo}/air.nc (new store), version" in out, out
+    assert f"registered air-file from file://{demo}/air.nc, version" in out, out
     refs = json.loads((demo / "refs.json").read_text())
     assert refs["version"] == 1 and "air/.zarray" in refs["refs"], sorted(refs["refs"])[:10]
     # curl: the registration's summary, then the store's zarr.json (curl adds no newline)
