@@ -39,6 +39,7 @@ import h5py  # noqa: E402
 import netCDF4  # noqa: E402
 import numpy as np  # noqa: E402
 import obstore  # noqa: E402
+import requests  # noqa: E402
 
 FILES = int(os.environ.get("FILES", "200"))
 CONCURRENCY = int(os.environ.get("CONCURRENCY", "8"))
@@ -71,8 +72,12 @@ def metadata_bytes(path):
 
 def zarrgate_run(server, upstream, names, run):
     def one(name):
-        return server.put_json(f"/api/v1/stores/f{run}-{name.replace('.', '-').replace('/', '-')}?format=files",
-                               {"files": [upstream.url(name)], "parser": "hdf5"})
+        store = f"f{run}-{name.replace('.', '-').replace('/', '-')}"
+        r = requests.put(f"{server.base}/api/v1/stores/{store}", params={"format": "files"},
+                         json={"files": [upstream.url(name)], "parser": "hdf5"}, timeout=300)
+        if r.status_code >= 300:
+            raise RuntimeError(f"PUT {store}: {r.status_code} {r.text[:500]}")
+        return r.json()
     before = (server.metric("zarrgate_parse_bytes_total"), server.metric("zarrgate_parse_requests_total"))
     gets_before = sum(upstream.count(n) for n in names)
     started = time.perf_counter()
@@ -80,10 +85,10 @@ def zarrgate_run(server, upstream, names, run):
         answers = list(pool.map(one, names))
     seconds = time.perf_counter() - started
     parse_bytes = server.metric("zarrgate_parse_bytes_total") - before[0]
-    requests = server.metric("zarrgate_parse_requests_total") - before[1]
+    reads = server.metric("zarrgate_parse_requests_total") - before[1]
     gets = sum(upstream.count(n) for n in names) - gets_before
     assert all(a["arrays"] == 5 for a in answers), answers[0]
-    return {"seconds": seconds, "bytes_per_file": parse_bytes / len(names), "requests_per_file": requests / len(names),
+    return {"seconds": seconds, "bytes_per_file": parse_bytes / len(names), "requests_per_file": reads / len(names),
             "gets_per_file": gets / len(names)}
 
 
