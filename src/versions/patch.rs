@@ -121,13 +121,20 @@ impl Registrar {
     }
 
     /// Store `name` as a PATCH finds it: it exists, its current version is as `expected`, and
-    /// its versions are not those of an Icechunk repository.
+    /// its versions are not those of an Icechunk repository nor made from files.
     async fn patched_store(&self, name: &str, expected: Option<Expected>) -> Result<StoreRecord> {
         let record =
             self.catalog.store(name).await?.ok_or_else(|| Error::NotFound(format!("no store is named {name:?}")))?;
         // Checked again in the write's transaction (`write_derived`): this only spares the work.
         Expected::check(expected, name, Some(record.head.id))?;
-        if self.catalog.origin(record.head.id).await?.is_some() {
+        let origin = self.catalog.origin(record.head.id).await?;
+        if origin.as_deref().is_some_and(|text| serde_json::from_str::<super::files::Origin>(text).is_ok()) {
+            return Err(Error::Conflict(format!(
+                "store {name:?} is made from files (?format=files): change the files and register them again \
+                 rather than patching the manifest made from them; nothing was changed"
+            )));
+        }
+        if origin.is_some() {
             return Err(Error::Conflict(format!(
                 "store {name:?} serves an Icechunk repository, which its versions follow: commit the change to \
                  the repository, then POST /api/v1/stores/{name}/sync (a PATCH here would be lost at the next sync)"

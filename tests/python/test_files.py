@@ -427,3 +427,13 @@ def test_a_broken_sidecar_is_refused_naming_it(server, source_dir, store_name):
     assert "granule.h5.dmrpp" in answer["detail"] and "DMR++" in answer["detail"], answer
     nothing = put_files(server, store_name, [(FIXTURES / "server_air.nc").as_uri()], parser="dmrpp", status=422)
     assert "not under any registered object store" in nothing["detail"] or "sidecar" in nothing["detail"]
+
+
+def test_a_store_made_from_files_refuses_patch(server, source_dir, store_name):
+    path = fixtures.make_netcdf4_air(source_dir)
+    put_files(server, store_name, [path.as_uri()])
+    patch = {"nodes": {"extra": {"zarr_format": 3, "node_type": "group", "attributes": {}}}}
+    resp = requests.patch(f"{server.url}/api/v1/stores/{store_name}", json=patch, timeout=30)
+    assert resp.status_code == 409, resp.text
+    assert "register them again" in resp.json()["detail"]
+    assert_same(open_plain(f"{server.url}/{store_name}"), open_file(path))
