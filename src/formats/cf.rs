@@ -24,13 +24,24 @@ pub fn fill_attribute(fill: f64, data_type: &str) -> Option<Value> {
 /// their names, integers as integers.
 pub fn fill_value(fill: f64, data_type: &str) -> Value {
     match data_type {
-        "float16" | "float32" | "float64" if fill.is_nan() => json!("NaN"),
-        "float16" | "float32" | "float64" if fill == f64::INFINITY => json!("Infinity"),
-        "float16" | "float32" | "float64" if fill == f64::NEG_INFINITY => json!("-Infinity"),
-        "float16" | "float32" | "float64" => json!(fill),
+        "float16" | "float32" | "float64" => float_json(fill),
         "bool" => json!(fill != 0.0),
         t if t.starts_with('u') => json!(fill as u64),
         _ => json!(fill as i64),
+    }
+}
+
+/// A float as Zarr writes it in JSON (a fill value, an attribute): NaN and the infinities by
+/// name, since JSON has no number for them.
+pub fn float_json(value: f64) -> Value {
+    if value.is_nan() {
+        json!("NaN")
+    } else if value == f64::INFINITY {
+        json!("Infinity")
+    } else if value == f64::NEG_INFINITY {
+        json!("-Infinity")
+    } else {
+        json!(value)
     }
 }
 

@@ -122,22 +122,9 @@ fn typed(kind: &str, text: &str) -> Value {
         "Byte" | "UInt8" | "UInt16" | "UInt32" | "UInt64" => trimmed.parse::<u64>().ok().map(Value::from),
         "Int8" | "Int16" | "Int32" | "Int64" => trimmed.parse::<i64>().ok().map(Value::from),
         // The float32 the file holds, so that it compares equal to xarray's np.float32.
-        "Float32" => parse_float(trimmed).map(|v| float_json(f64::from(v as f32))),
-        "Float64" => parse_float(trimmed).map(float_json),
+        "Float32" => parse_float(trimmed).map(|v| cf::float_json(f64::from(v as f32))),
+        "Float64" => parse_float(trimmed).map(cf::float_json),
         _ => None,
     };
     number.unwrap_or_else(|| json!(text))
-}
-
-/// A float as JSON: NaN and the infinities by name, as Zarr writes them.
-fn float_json(value: f64) -> Value {
-    if value.is_nan() {
-        json!("NaN")
-    } else if value == f64::INFINITY {
-        json!("Infinity")
-    } else if value == f64::NEG_INFINITY {
-        json!("-Infinity")
-    } else {
-        json!(value)
-    }
 }

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use quick_xml::events::BytesStart;
 
 use super::super::FormatError;
+use super::frame::{Frame, TextOf};
 use super::text::{self, short};
 use super::variable::{RawChunk, Variable};
-use super::walk::{Frame, TextOf};
 
 /// XML attributes one element may have (quick-xml's duplicate check is quadratic in them).
 const MAX_XML_ATTRIBUTES: usize = 64;

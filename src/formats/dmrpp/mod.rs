@@ -6,6 +6,7 @@
 
 mod attributes;
 mod elements;
+mod frame;
 mod inline;
 mod phony;
 mod text;

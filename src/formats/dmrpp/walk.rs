@@ -10,35 +10,9 @@ use serde_json::{Map, Value, json};
 use super::super::{FormatError, Limits, Node, Parsed};
 use super::attributes::{self, Attribute};
 use super::elements::{BLOCKS, Xml, child_path, in_variable, raw_chunk};
+use super::frame::{Frame, TextOf};
 use super::text;
 use super::variable::{Context, Outcome, Variable};
-
-/// Text a frame collects.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) enum TextOf {
-    Value,
-    ChunkDimensionSizes,
-    Compact,
-    MissingData,
-    /// One `<v>` of a `dmrpp:vlsa`: `count` times the string, zlib-compressed to `size` bytes
-    /// when `size` is given.
-    VlsaValue {
-        count: u64,
-        size: Option<u64>,
-    },
-}
-
-/// What an open element is read into.
-pub(super) enum Frame {
-    Group { path: String, attributes: Vec<Attribute>, count: usize },
-    Variable { variable: Box<Variable>, count: usize },
-    Attribute(Attribute),
-    Text(TextOf, String),
-    Chunks,
-    Chunk,
-    Vlsa,
-    Skip,
-}
 
 /// What kind of frame the open element is (for dispatching without a borrow).
 #[derive(Debug, Clone, Copy, PartialEq)]

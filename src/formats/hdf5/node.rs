@@ -1,14 +1,16 @@
 //! One dataset as a Zarr array node: data type, codecs, fill value, chunk grid and chunks,
 //! attributes; or a warning saying why it is left out.
 
-use hdf5_reader::Hdf5File;
+use std::sync::Arc;
+
 use hdf5_reader::messages::HdfMessage;
 use hdf5_reader::messages::layout::DataLayout;
-use serde_json::json;
+use hdf5_reader::object_header::ObjectHeader;
+use hdf5_reader::{Attribute, Dataset, Hdf5File};
+use serde_json::{Map, Value, json};
 
 use super::chunks::{self, Chunking, Shape};
 use super::types::ElementType;
-use super::walk::{ListedDataset, object};
 use super::{attrs, codecs, invalid};
 use crate::formats::{Chunk, FormatError, Limits, Node};
 
@@ -185,5 +187,21 @@ impl<'a> Builder<'a> {
         }
         let origin = vec![0u64; shape.len()];
         Ok(Ok(Chunking { chunk_shape, chunks: vec![(origin, Chunk::Inline(encoded))] }))
+    }
+}
+
+/// One dataset, listed.
+pub(super) struct ListedDataset {
+    pub name: String,
+    pub dataset: Dataset,
+    pub header: Arc<ObjectHeader>,
+    pub attributes: Vec<Attribute>,
+}
+
+/// A JSON object's map.
+pub(super) fn object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
     }
 }

@@ -111,9 +111,9 @@ impl ElementType {
         let unsigned = u64::from_le_bytes(raw);
         let value = match *name {
             "bool" => json!(unsigned != 0),
-            "float16" => float_json(half_to_f64(unsigned as u16)),
-            "float32" => float_json(f64::from(f32::from_bits(unsigned as u32))),
-            "float64" => float_json(f64::from_bits(unsigned)),
+            "float16" => cf::float_json(half_to_f64(unsigned as u16)),
+            "float32" => cf::float_json(f64::from(f32::from_bits(unsigned as u32))),
+            "float64" => cf::float_json(f64::from_bits(unsigned)),
             n if n.starts_with('u') => json!(unsigned),
             _ => {
                 let shift = 64 - 8 * *size as u32;
@@ -129,19 +129,6 @@ impl ElementType {
             Self::Number { name, .. } => Some(name),
             _ => None,
         }
-    }
-}
-
-/// A float as a Zarr fill value or attribute: NaN and infinities by name.
-fn float_json(value: f64) -> Value {
-    if value.is_nan() {
-        json!("NaN")
-    } else if value == f64::INFINITY {
-        json!("Infinity")
-    } else if value == f64::NEG_INFINITY {
-        json!("-Infinity")
-    } else {
-        json!(value)
     }
 }
 

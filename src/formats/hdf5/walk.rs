@@ -3,17 +3,16 @@
 //! any dataset resolve), then each group's dimensions are worked out and its nodes built.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use hdf5_reader::error::Result as Hdf5Result;
 use hdf5_reader::group::Group;
 use hdf5_reader::messages::HdfMessage;
-use hdf5_reader::object_header::ObjectHeader;
 use hdf5_reader::{Attribute, Dataset, Hdf5File};
-use serde_json::{Map, Value, json};
+use serde_json::json;
 
 use super::dims::{self, GroupDimensions, Member};
-use super::{attrs, invalid, links, node};
+use super::node::{self, ListedDataset, object};
+use super::{attrs, invalid, links};
 use crate::formats::{FormatError, Limits, Node, Parsed};
 
 /// h5netcdf's mark of a dimension scale that is no variable.
@@ -30,14 +29,6 @@ pub(super) struct Listed {
     pub datasets: Vec<ListedDataset>,
     /// Indices of its child groups in the listing.
     pub children: Vec<usize>,
-}
-
-/// One dataset, listed.
-pub(super) struct ListedDataset {
-    pub name: String,
-    pub dataset: Dataset,
-    pub header: Arc<ObjectHeader>,
-    pub attributes: Vec<Attribute>,
 }
 
 /// Every group and dataset of the file as nodes.
@@ -236,12 +227,4 @@ fn dimension_list(attribute: &Attribute, hdf5: &Hdf5File) -> Vec<Option<u64>> {
             Some(u64::from_le_bytes(address))
         })
         .collect()
-}
-
-/// A JSON object's map.
-pub(super) fn object(value: Value) -> Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    }
 }
