@@ -25,6 +25,11 @@ pub struct FilesConfig {
     pub max_inline_bytes: u64,
     /// Files parsed at once by one registration.
     pub concurrency: usize,
+    /// Files parsed at once by the whole server, across registrations. Parsing waits on the
+    /// object store far more than it works, so it is not held to `ingest.max_concurrent` (the
+    /// registrations building and storing at once); this bounds the memory of parses in flight
+    /// (each within `max_read_bytes`).
+    pub max_parses: usize,
 }
 
 impl Default for FilesConfig {
@@ -33,10 +38,11 @@ impl Default for FilesConfig {
             max_read_bytes: 256 << 20,
             max_requests: 4_096,
             parse_seconds: 60,
-            first_read_bytes: 256 << 10,
-            read_ahead_bytes: 256 << 10,
+            first_read_bytes: 64 << 10,
+            read_ahead_bytes: 4 << 10,
             max_inline_bytes: 16 << 20,
             concurrency: 8,
+            max_parses: 32,
         }
     }
 }

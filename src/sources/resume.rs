@@ -82,6 +82,20 @@ impl Remote {
         Ok((result.into_stream().boxed(), meta))
     }
 
+    /// Reads `range` (clipped at the object's end) with no check, resuming a body that breaks
+    /// off, and returns the object's description from the same answer: what a HEAD would have
+    /// said, without the round trip of one.
+    pub async fn read_described(self, range: Range<u64>) -> Result<(Bytes, ObjectMeta), SourceError> {
+        let remote = Self { clip: true, ..self };
+        let (body, meta) = remote.open(range.clone(), &SourceCheck::Unchecked, false).await?;
+        let (url, store) = (remote.url.clone(), remote.store.clone());
+        let (body, range) = remote.reading(body, &meta, range);
+        let bytes = collect(body, range.end - range.start).await.map_err(|e| {
+            source_error(&e).unwrap_or_else(|| SourceError::Upstream { url, store, detail: e.to_string() })
+        })?;
+        Ok((bytes, meta))
+    }
+
     /// Reads `range` checked against `check`, resuming a body that breaks off. Exactly
     /// `range`'s bytes come out (those before the object's end if `clip`), or an error (an
     /// `io::Error` wrapping a [`SourceError`]); the range returned is the one coming.
@@ -91,10 +105,21 @@ impl Remote {
         check: &SourceCheck<'_>,
     ) -> Result<(BoxStream<'static, io::Result<Bytes>>, Range<u64>), SourceError> {
         let (body, meta) = self.open(range.clone(), check, false).await?;
+        Ok(self.reading(body, &meta, range))
+    }
+
+    /// The bytes of `range` coming from `body`, the answer that `meta` describes, resumed from
+    /// the same object if it breaks off.
+    fn reading(
+        self,
+        body: BoxStream<'static, object_store::Result<Bytes>>,
+        meta: &ObjectMeta,
+        range: Range<u64>,
+    ) -> (BoxStream<'static, io::Result<Bytes>>, Range<u64>) {
         let range = if self.clip { range.start..range.end.min(meta.size) } else { range };
         // Resumed reads must come from the object the first answer came from.
-        let same = match meta.e_tag {
-            Some(etag) => SourceCheck::ETag(etag.into()),
+        let same = match &meta.e_tag {
+            Some(etag) => SourceCheck::ETag(etag.clone().into()),
             None => SourceCheck::Size(meta.size),
         };
         let state = Reading {
@@ -106,7 +131,7 @@ impl Remote {
             resumed: 0,
             upstream: String::new(),
         };
-        Ok((futures::stream::unfold(state, Reading::next).boxed(), range))
+        (futures::stream::unfold(state, Reading::next).boxed(), range)
     }
 }
 

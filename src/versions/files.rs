@@ -173,17 +173,23 @@ impl Registrar {
     /// of store `name`.
     pub async fn register_files(&self, name: &str, target: &Target, how: Registration) -> Result<Registered> {
         let fill_missing = self.fill_missing(name, how.fill_missing).await?;
-        let _turn = self.turn().await?;
         let reading = Instant::now();
         let config = &self.settings.files;
         let choice = target.choice;
+        // The files are read before the registration's turn (held while the document is built,
+        // checked and stored): parsing waits on the object store, and is bounded by itself.
         let reads = target.files.iter().cloned().map(|url| {
             let (sources, metrics, config) = (Arc::clone(&self.sources), self.metrics.clone(), config.clone());
-            async move { read_file(&sources, &metrics, &config, &url, choice).await }
+            let parses = Arc::clone(&self.parses);
+            async move {
+                let _parse = parses.acquire_owned().await.map_err(|e| Error::Internal(e.to_string()))?;
+                read_file(&sources, &metrics, &config, &url, choice).await
+            }
         });
         let results: Vec<Result<ReadFile>> =
             futures::stream::iter(reads).buffered(config.concurrency.max(1)).collect().await;
         let files = results.into_iter().collect::<Result<Vec<_>>>()?;
+        let _turn = self.turn().await?;
         let scratch = self.settings.scratch();
         let (doc, warnings, origin) = document(files, &scratch, target.choice)?;
         let origin = serde_json::to_string(&origin).map_err(|e| Error::Internal(e.to_string()))?;
@@ -274,14 +280,22 @@ async fn read_file(
         )));
     }
     let started = Instant::now();
+    let first_read = config.first_read_bytes.max(formats::DETECT_BYTES);
+    // Requests made here; the parse counts its own, its first bytes (read here) included.
     let mut requests = 0;
-    let mut sidecar = None;
+    let mut found = None;
     let mut warnings = Vec::new();
+    // A sidecar is looked for with a GET of its first bytes, not a HEAD: where there is one,
+    // the answer holds all or most of it, and where there is none it costs the same.
     if choice == Choice::Auto || choice == Choice::Only(Parser::Dmrpp) {
         let candidate = format!("{url}.dmrpp");
+        // A sidecar found is counted as its parse's first read; one not found, here.
         requests += 1;
-        match sources.head(&candidate).await {
-            Ok(facts) if facts.size.unwrap_or(0) > 0 => sidecar = Some((candidate, facts)),
+        match sources.open_prefix(&candidate, first_read).await {
+            Ok((facts, head)) if facts.size.unwrap_or(0) > 0 => {
+                requests -= 1;
+                found = Some((candidate, facts, head));
+            }
             Ok(_) => warnings.push(format!("its DMR++ sidecar {candidate} is empty: the file itself was read")),
             Err(SourceError::NotFound { .. }) if choice == Choice::Auto => {}
             Err(e) if choice == Choice::Auto => {
@@ -290,24 +304,31 @@ async fn read_file(
             Err(e) => return Err(e.into()),
         }
     }
-    requests += 1;
-    let facts = sources.head(url).await.map_err(|e| match e {
+    let not_found = |e| match e {
         SourceError::NotFound { .. } => invalid(format!("file {url} does not exist")),
         e => e.into(),
-    })?;
-    let (read_url, read_facts, parser) = match &sidecar {
-        Some((sidecar_url, sidecar_facts)) => (sidecar_url.clone(), sidecar_facts.clone(), Some(Parser::Dmrpp)),
-        None => (
-            url.to_owned(),
-            facts.clone(),
-            match choice {
+    };
+    // The file's facts (kept, and checked by every chunk read) come with its first bytes when
+    // the file itself is parsed, and from a HEAD when its sidecar is.
+    let mut sidecar = None;
+    let (facts, read_url, read_facts, head, parser) = match found {
+        Some((sidecar_url, sidecar_facts, head)) => {
+            requests += 1;
+            let facts = sources.head(url).await.map_err(not_found)?;
+            sidecar = Some(sidecar_url.clone());
+            (facts, sidecar_url, sidecar_facts, head, Some(Parser::Dmrpp))
+        }
+        None => {
+            let parser = match choice {
                 Choice::Only(Parser::Dmrpp) => {
                     return Err(invalid(format!("file {url} has no DMR++ sidecar ({url}.dmrpp)")));
                 }
                 Choice::Only(p) => Some(p),
                 Choice::Auto => None,
-            },
-        ),
+            };
+            let (facts, head) = sources.open_prefix(url, first_read).await.map_err(not_found)?;
+            (facts.clone(), url.to_owned(), facts, head, parser)
+        }
     };
     let check = SourceCheck::from_facts(read_facts.etag.as_deref(), read_facts.size).into_owned();
     let file = RemoteFile::new(
@@ -318,13 +339,13 @@ async fn read_file(
         config,
         started + Duration::from_secs(config.parse_seconds),
         tokio::runtime::Handle::current(),
-    );
+    )
+    .holding(0, head);
     let limits = formats::Limits {
         max_inline_bytes: config.max_inline_bytes,
         deadline: Some(started + Duration::from_secs(config.parse_seconds)),
         ..formats::Limits::default()
     };
-    let first_read = config.first_read_bytes.max(formats::DETECT_BYTES);
     let (parsed, parser, file) = tokio::task::spawn_blocking(move || {
         let outcome = parse(&file, parser, &limits, first_read);
         (outcome, file)
@@ -360,7 +381,7 @@ async fn read_file(
     let record = FileRecord {
         url: url.to_owned(),
         parser: label.to_owned(),
-        sidecar: sidecar.map(|(s, _)| s),
+        sidecar,
         facts,
         bytes_read: cost.bytes,
         requests: cost.requests + requests,

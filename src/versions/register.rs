@@ -68,6 +68,8 @@ pub struct Registrar {
     pub(super) settings: Settings,
     /// Turns of registrations (PUT, PATCH), `ingest.max_concurrent` of them.
     registrations: tokio::sync::Semaphore,
+    /// Files being parsed, `files.max_parses` of them (before their registration's turn).
+    pub(super) parses: Arc<tokio::sync::Semaphore>,
     /// Held shared by registrations from validation to commit, exclusively by a change to the
     /// object stores: a store is never written against object stores removed meanwhile.
     object_store_changes: tokio::sync::RwLock<()>,
@@ -149,6 +151,7 @@ impl Registrar {
     ) -> Self {
         Self {
             registrations: tokio::sync::Semaphore::new(settings.ingest.max_concurrent.max(1) as usize),
+            parses: Arc::new(tokio::sync::Semaphore::new(settings.files.max_parses.max(1))),
             object_store_changes: tokio::sync::RwLock::new(()),
             catalog,
             sources,

@@ -216,6 +216,48 @@ def source_dir(server: Server, tmp_path: Path) -> Path:
 
 
 @contextlib.contextmanager
+def moto_s3(workdir: Path):
+    """A real S3-compatible server (``moto_server`` from the venv) on a free port, with a fresh
+    bucket: yields ``(endpoint, bucket)``. Its log goes to ``workdir/moto.log``."""
+    venv_moto = Path(sys.executable).parent / "moto_server"
+    exe = str(venv_moto) if venv_moto.exists() else (shutil.which("moto_server") or "moto_server")
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log_path = workdir / "moto.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if requests.get(endpoint, timeout=2).ok:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None, log_path.read_text()
+            time.sleep(0.1)
+        bucket = f"b-{uuid.uuid4().hex[:8]}"
+        assert requests.put(f"{endpoint}/{bucket}", timeout=10).ok
+        yield endpoint, bucket
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def register_s3_store(server: Server, endpoint: str, bucket: str) -> str:
+    """Registers ``s3://bucket/`` on moto at ``endpoint`` as an object store; returns its name."""
+    name = f"s3-{bucket}"
+    zarrgate_client.register_object_store(
+        server.url, name, f"s3://{bucket}/",
+        {"endpoint": endpoint, "region": "us-east-1", "access_key_id": "test", "secret_access_key": "test",
+         "allow_http": "true"})
+    return name
+
+
+@contextlib.contextmanager
 def private_server(workdir: Path, **env: str):
     """A zarrgate of its own (SQLite catalog in ``workdir``), for a configuration the shared
     ``server`` fixture does not have, or a request that may kill it. Its address space is

@@ -28,7 +28,7 @@ import xarray as xr
 import zarr
 
 import zarrgate_client
-from conftest import REPO
+from conftest import REPO, moto_s3, register_s3_store
 from fixtures import make_netcdf4_air, make_netcdf4_packed
 from virtual import open_file, open_served
 
@@ -225,41 +225,13 @@ def test_a_branch_store_follows_its_branch_on_an_interval(server, source_dir, st
 
 
 def test_a_repository_on_s3(server, source_dir, store_name, tmp_path):
-    moto = shutil.which("moto_server") or str(Path(os.__file__).parents[2] / "bin" / "moto_server")
-    venv_moto = Path(subprocess.sys.executable).parent / "moto_server"
-    exe = str(venv_moto) if venv_moto.exists() else moto
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = open(tmp_path / "moto.log", "wb")
-    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log)
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if requests.get(endpoint, timeout=2).ok:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "moto.log").read_text()
-            time.sleep(0.1)
-        bucket = f"ic-{uuid.uuid4().hex[:8]}"
-        assert requests.put(f"{endpoint}/{bucket}", timeout=10).ok
+    with moto_s3(tmp_path) as (endpoint, bucket):
         repo = Repo(2, source_dir, {"s3": {"bucket": bucket, "prefix": "data/repo", "endpoint": endpoint}},
                     f"s3://{bucket}/data/repo", source_dir).create()
-        zarrgate_client.register_object_store(
-            server.url, f"s3-{bucket}", f"s3://{bucket}/",
-            {"endpoint": endpoint, "region": "us-east-1", "access_key_id": "test", "secret_access_key": "test",
-             "allow_http": "true"})
+        register_s3_store(server, endpoint, bucket)
         answer = register(server, store_name, {"repository": repo.url})
         assert answer["icechunk"]["format_version"] == 2
         assert_serves(server, store_name, repo.dump("branch:main"))
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
 
 
 def problem(server, store: str, body: dict, status: int) -> str:

@@ -22,8 +22,7 @@ mod hostile_tests;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 
 use hdf5_reader::error::Error as Hdf5Error;
 use hdf5_reader::{Hdf5File, OpenOptions, Storage, StorageBuffer};
@@ -40,15 +39,21 @@ type ReadRequest = (u64, usize, mpsc::SyncSender<Result<StorageBuffer, ()>>);
 pub fn parse(file: &dyn ByteRanges, limits: &Limits) -> Result<Parsed, FormatError> {
     let (requests, incoming) = mpsc::channel::<ReadRequest>();
     let storage = Arc::new(ChannelStorage { len: file.len(), requests });
+    let read_error = Mutex::new(None);
     std::thread::scope(|scope| {
         let walker = scope.spawn(move || open_and_walk(storage, limits));
-        let mut read_error = None;
+        // Each read is served on a thread of its own, so that the walk's threads (it reads the
+        // chunk indexes side by side) wait on the object store together. They are as many as
+        // the reads waiting, at most one per walking thread.
         for (offset, len, answer) in incoming {
-            let result = serve(file, limits, offset, len, &mut read_error);
-            let _ = answer.send(result);
+            let read_error = &read_error;
+            scope.spawn(move || {
+                let result = serve(file, limits, offset, len, read_error);
+                let _ = answer.send(result);
+            });
         }
         let outcome = walker.join();
-        if let Some(error) = read_error {
+        if let Some(error) = read_error.lock().unwrap_or_else(PoisonError::into_inner).take() {
             return Err(error);
         }
         match outcome {
@@ -65,16 +70,17 @@ fn serve(
     limits: &Limits,
     offset: u64,
     len: usize,
-    read_error: &mut Option<FormatError>,
+    read_error: &Mutex<Option<FormatError>>,
 ) -> Result<StorageBuffer, ()> {
-    if read_error.is_some() {
+    let failed = || read_error.lock().unwrap_or_else(PoisonError::into_inner).is_some();
+    if failed() {
         return Err(());
     }
     let read = limits.check_time().and_then(|()| file.read(offset, len as u64));
     match read {
         Ok(bytes) => StorageBuffer::from_shared_owner(Arc::new(bytes), 0, len).map_err(|_| ()),
         Err(error) => {
-            *read_error = Some(error);
+            read_error.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(error);
             Err(())
         }
     }
@@ -98,6 +104,32 @@ fn open_and_walk(storage: Arc<ChannelStorage>, limits: &Limits) -> Result<Parsed
         )));
     }
     walk::walk(&hdf5, limits)
+}
+
+/// Structures read side by side by [`side_by_side`].
+const SIDE_BY_SIDE: usize = 8;
+
+/// Calls `read` on every item on up to [`SIDE_BY_SIDE`] threads at once (items in order, each
+/// once), so that the reads they make of a remote file overlap instead of following one
+/// another: what they read stays with the file, where the ordered walk finds it again in
+/// memory. Stops taking items once the parse's time is up.
+fn side_by_side<T: Sync>(items: &[T], limits: &Limits, read: impl Fn(&T) + Sync) {
+    if items.len() < 2 {
+        return;
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..SIDE_BY_SIDE.min(items.len()) {
+            scope.spawn(|| {
+                while let Some(item) = items.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
+                    if limits.check_time().is_err() {
+                        return;
+                    }
+                    read(item);
+                }
+            });
+        }
+    });
 }
 
 /// `hdf5-reader`'s error about `what`, as ours.

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::dims::{self, GroupDimensions, Member};
 use super::node::{self, ListedDataset, object};
-use super::{attrs, invalid, links};
+use super::{attrs, chunks, invalid, links};
 use crate::formats::{FormatError, Limits, Node, Parsed};
 
 /// h5netcdf's mark of a dimension scale that is no variable.
@@ -37,6 +37,8 @@ pub(super) fn walk(hdf5: &Hdf5File, limits: &Limits) -> Result<Parsed, FormatErr
     let mut listing = Vec::new();
     let mut tally = Tally::default();
     list(hdf5, &root, String::new(), &mut Vec::new(), limits, &mut listing, &mut tally)?;
+    let datasets: Vec<&ListedDataset> = listing.iter().flat_map(|g| g.datasets.iter()).collect();
+    chunks::prefetch(hdf5, &datasets, limits);
     let mut parsed = Parsed { warnings: tally.warnings, ..Parsed::default() };
     let names: HashMap<u64, String> =
         listing.iter().flat_map(|g| g.datasets.iter()).map(|d| (d.dataset.address(), d.name.clone())).collect();
@@ -73,6 +75,13 @@ fn list(
         )));
     }
     let attributes = group.attributes().map_err(|e| invalid(&shown, e))?;
+    // The members' headers read side by side first: a file's headers are often far apart
+    // (netCDF-C writes part of each variable's after its chunks).
+    if let Ok(links) = links::hard_links(hdf5, group.address()) {
+        super::side_by_side(&links, limits, |(_, address)| {
+            let _ = hdf5.get_or_parse_header(*address);
+        });
+    }
     let (mut groups, mut datasets) =
         members(hdf5, group, &path, &mut tally.warnings).map_err(|e| invalid(&shown, e))?;
     tally.nodes = tally.nodes.saturating_add(1 + datasets.len());

@@ -4,7 +4,7 @@
 //! for its object-store request.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
@@ -14,6 +14,9 @@ use crate::config::FilesConfig;
 use crate::formats::{ByteRanges, FormatError};
 use crate::sources::{SourceError, SourceRegistry};
 use crate::zarr::source::SourceCheck;
+
+/// The longest window a run of reads in a row grows to, in read-ahead windows.
+const MAX_WINDOWS: u64 = 16;
 
 /// What reading one file cost.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -38,6 +41,8 @@ pub struct RemoteFile {
     read_ahead: u64,
     deadline: Instant,
     state: Mutex<State>,
+    /// Signalled when a fetch lands (or fails), for reads waiting on bytes already coming.
+    landed: Condvar,
 }
 
 #[derive(Default)]
@@ -47,6 +52,8 @@ struct State {
     cost: ReadCost,
     /// The first upstream failure, reported as itself (a 5xx) whatever the parser makes of it.
     failure: Option<SourceError>,
+    /// The ranges being fetched: a read inside one waits for it rather than fetching again.
+    coming: Vec<(u64, u64)>,
 }
 
 impl RemoteFile {
@@ -72,7 +79,21 @@ impl RemoteFile {
             read_ahead: config.read_ahead_bytes.max(4096),
             deadline,
             state: Mutex::new(State::default()),
+            landed: Condvar::new(),
         }
+    }
+
+    /// The same file, with `bytes` at `offset` already read (one request, counted).
+    pub fn holding(self, offset: u64, bytes: Bytes) -> Self {
+        {
+            let mut state = self.lock();
+            state.cost.requests += 1;
+            state.cost.bytes += bytes.len() as u64;
+            if !bytes.is_empty() {
+                keep(&mut state.pieces, offset, bytes);
+            }
+        }
+        self
     }
 
     /// What was read so far.
@@ -88,6 +109,9 @@ impl RemoteFile {
     /// Reads the first `len` bytes (the whole file if shorter) in one request, and returns them.
     pub fn first(&self, len: u64) -> Result<Bytes, FormatError> {
         let len = len.min(self.size);
+        if let Some(bytes) = self.held(0, len) {
+            return Ok(bytes);
+        }
         self.fetch(0, len)?;
         self.read(0, len)
     }
@@ -98,10 +122,32 @@ impl RemoteFile {
 
     /// The bytes `offset..end` if one piece already holds them.
     fn held(&self, offset: u64, end: u64) -> Option<Bytes> {
-        let state = self.lock();
-        let (start, piece) = state.pieces.range(..=offset).next_back()?;
-        let piece_end = start + piece.len() as u64;
-        (piece_end >= end).then(|| piece.slice((offset - start) as usize..(end - start) as usize))
+        held(&self.lock(), offset, end)
+    }
+
+    /// What to fetch for the bytes `offset..end`: a window aligned to the read-ahead size around
+    /// them, so that the structures near them (B-tree siblings, heaps) come in the same request.
+    /// A read that goes on from where the piece before it ends (other than the first read) is a
+    /// walk through metadata laid out in a row (a long header, a sidecar): its window is twice
+    /// that piece, up to [`MAX_WINDOWS`] read-ahead windows, so that a long run costs few round
+    /// trips.
+    fn window(&self, state: &State, offset: u64, end: u64) -> (u64, u64) {
+        let mut start = offset - offset % self.read_ahead;
+        let mut len = self.read_ahead;
+        if let Some((piece_start, piece)) = state.pieces.range(..=offset).next_back() {
+            let piece_end = piece_start + piece.len() as u64;
+            if piece_end > offset {
+                // Bytes that begin in a piece and end past it: only what is missing is fetched
+                // (the two pieces then become one).
+                start = piece_end;
+            } else if *piece_start > 0 && piece_end + self.read_ahead > start {
+                // A read just past a piece goes on a run (the first read, long already, is
+                // no sign of one).
+                len = (piece.len() as u64).saturating_mul(2).clamp(self.read_ahead, MAX_WINDOWS * self.read_ahead);
+            }
+        }
+        let window_end = start.saturating_add(len).max(end);
+        (start, window_end.div_ceil(self.read_ahead).saturating_mul(self.read_ahead).min(self.size).max(end))
     }
 
     /// Fetches `offset..end` from the object store into a piece of its own, within the budget.
@@ -127,11 +173,12 @@ impl RemoteFile {
             state.cost.requests += 1;
             state.cost.bytes += len;
         }
+        tracing::debug!(file = %self.url, offset, len, "reading a file's metadata");
         let fetched = self.handle.block_on(self.get(offset, end));
         let mut state = self.lock();
         match fetched {
             Ok(bytes) => {
-                state.pieces.insert(offset, bytes);
+                keep(&mut state.pieces, offset, bytes);
                 Ok(())
             }
             Err(e) => {
@@ -182,14 +229,99 @@ impl ByteRanges for RemoteFile {
         if len == 0 {
             return Ok(Bytes::new());
         }
-        if let Some(bytes) = self.held(offset, end) {
-            return Ok(bytes);
+        let (start, window_end);
+        {
+            let mut state = self.lock();
+            (start, window_end) = self.window(&state, offset, end);
+            loop {
+                if let Some(bytes) = held(&state, offset, end) {
+                    return Ok(bytes);
+                }
+                // Another of the parse's threads is already fetching these bytes: wait for it.
+                if state.failure.is_none() && state.coming.iter().any(|(s, e)| *s <= offset && end <= *e) {
+                    state = self.landed.wait(state).unwrap_or_else(PoisonError::into_inner);
+                    continue;
+                }
+                break;
+            }
+            state.coming.push((start, window_end));
         }
-        // A window aligned to the read-ahead size around the bytes asked for, so that the
-        // structures near them (B-tree siblings, heaps) come in the same request.
-        let start = offset - offset % self.read_ahead;
-        let window_end = end.div_ceil(self.read_ahead).saturating_mul(self.read_ahead).min(self.size);
-        self.fetch(start, window_end.max(end))?;
+        let fetched = self.fetch(start, window_end);
+        self.lock().coming.retain(|range| *range != (start, window_end));
+        self.landed.notify_all();
+        fetched?;
         self.held(offset, end).ok_or_else(|| FormatError::Read("the bytes read are not where asked".into()))
+    }
+}
+
+/// The bytes `offset..end` if one piece of `state` holds them.
+fn held(state: &State, offset: u64, end: u64) -> Option<Bytes> {
+    let (start, piece) = state.pieces.range(..=offset).next_back()?;
+    let piece_end = start + piece.len() as u64;
+    (piece_end >= end).then(|| piece.slice((offset - start) as usize..(end - start) as usize))
+}
+
+/// Keeps `bytes`, fetched at `offset`, joining them with the pieces they touch or overlap, so
+/// that bytes read in two requests can be handed out as one.
+fn keep(pieces: &mut BTreeMap<u64, Bytes>, offset: u64, bytes: Bytes) {
+    let mut start = offset;
+    let mut end = offset + bytes.len() as u64;
+    let mut joined: Vec<(u64, Bytes)> = Vec::new();
+    if let Some((s, piece)) = pieces.range(..offset).next_back()
+        && s + piece.len() as u64 >= offset
+    {
+        start = *s;
+        end = end.max(s + piece.len() as u64);
+    }
+    let touching: Vec<u64> = pieces.range(start..=end).map(|(s, _)| *s).collect();
+    for s in touching {
+        if let Some(piece) = pieces.remove(&s) {
+            end = end.max(s + piece.len() as u64);
+            joined.push((s, piece));
+        }
+    }
+    if joined.is_empty() {
+        pieces.insert(offset, bytes);
+        return;
+    }
+    joined.push((offset, bytes));
+    let mut all = BytesMut::zeroed((end - start) as usize);
+    for (s, piece) in joined {
+        let at = (s - start) as usize;
+        all[at..at + piece.len()].copy_from_slice(&piece);
+    }
+    pieces.insert(start, all.freeze());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pieces(list: &[(u64, &[u8])]) -> BTreeMap<u64, Bytes> {
+        let mut pieces = BTreeMap::new();
+        for (offset, bytes) in list {
+            keep(&mut pieces, *offset, Bytes::copy_from_slice(bytes));
+        }
+        pieces
+    }
+
+    #[test]
+    fn pieces_that_touch_or_overlap_become_one() {
+        let kept = pieces(&[(0, b"abcd"), (4, b"efgh"), (2, b"cdefghij")]);
+        assert_eq!(kept.into_iter().collect::<Vec<_>>(), vec![(0, Bytes::from_static(b"abcdefghij"))]);
+        let kept = pieces(&[(10, b"kl"), (0, b"abc"), (3, b"defghij")]);
+        assert_eq!(kept.into_iter().collect::<Vec<_>>(), vec![(0, Bytes::from_static(b"abcdefghijkl"))]);
+    }
+
+    #[test]
+    fn pieces_apart_stay_apart_and_a_read_across_two_is_held_once_joined() {
+        let kept = pieces(&[(0, b"ab"), (5, b"fg")]);
+        assert_eq!(kept.len(), 2);
+        let state = State { pieces: kept, ..State::default() };
+        assert_eq!(held(&state, 5, 7), Some(Bytes::from_static(b"fg")));
+        assert_eq!(held(&state, 1, 6), None);
+        let mut state = state;
+        keep(&mut state.pieces, 2, Bytes::from_static(b"cde"));
+        assert_eq!(held(&state, 1, 6), Some(Bytes::from_static(b"bcdef")));
     }
 }
