@@ -25,6 +25,9 @@ pub struct FilesConfig {
     pub max_inline_bytes: u64,
     /// Files parsed at once by one registration.
     pub concurrency: usize,
+    /// Files one registration may name (a list, or the objects a prefix and glob match); past
+    /// it the registration is refused (422 naming this bound).
+    pub max_files: usize,
 }
 
 impl Default for FilesConfig {
@@ -37,6 +40,7 @@ impl Default for FilesConfig {
             read_ahead_bytes: 256 << 10,
             max_inline_bytes: 16 << 20,
             concurrency: 8,
+            max_files: 100_000,
         }
     }
 }
