@@ -148,3 +148,55 @@ fn walk(
     }
     Ok(found)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::Map;
+
+    use super::*;
+    use crate::sources::{Origin, ReadAheadSettings, SourceSettings};
+
+    fn registry(dir: &Path) -> SourceRegistry {
+        let settings = SourceSettings {
+            timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(1),
+            retries: 1,
+            max_concurrent: 4,
+            buffer_bytes: 1 << 20,
+            api_ambient_credentials: false,
+            readahead: ReadAheadSettings::default(),
+        };
+        let url = Url::from_directory_path(dir).unwrap();
+        let entry = ObjectStoreEntry::build("local", url.as_str(), &Map::new(), Origin::Api, &settings).unwrap();
+        let registry = SourceRegistry::new(settings);
+        registry.replace(vec![Arc::new(entry)]);
+        registry
+    }
+
+    #[tokio::test]
+    async fn a_local_store_is_walked_in_key_order_without_leaving_its_root() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.nc"), b"x").unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(root.path()).unwrap();
+        std::fs::create_dir_all(dir.join("era/2024")).unwrap();
+        for key in ["era/b.nc", "era/2024/a b.nc", "era/a.nc", "era/notes.txt", "other.nc"] {
+            std::fs::write(dir.join(key), b"x").unwrap();
+        }
+        std::os::unix::fs::symlink(outside.path().join("secret.nc"), dir.join("era/out.nc")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.join("era/away")).unwrap();
+        std::os::unix::fs::symlink(dir.join("era/a.nc"), dir.join("era/in.nc")).unwrap();
+        let registry = registry(&dir);
+        let prefix = format!("{}era/", Url::from_directory_path(&dir).unwrap());
+        let nc: Keep = Arc::new(|key: &str| key.ends_with(".nc"));
+        let found = registry.list(&prefix, nc.clone(), 100).await.unwrap();
+        let keys: Vec<&str> = found.iter().map(|o| o.key.as_str()).collect();
+        assert_eq!(keys, ["2024/a b.nc", "a.nc", "b.nc", "in.nc"]);
+        assert_eq!(found[0].url, format!("{prefix}2024/a%20b.nc"));
+        let partial = registry.list(&format!("{prefix}b"), nc.clone(), 100).await.unwrap();
+        assert_eq!(partial.iter().map(|o| o.key.as_str()).collect::<Vec<_>>(), [".nc"]);
+        assert_eq!(registry.list(&prefix, nc, 2).await.unwrap().len(), 3, "one past the bound, then no more");
+    }
+}

@@ -48,12 +48,39 @@ pub struct Request {
 
 /// The files of a registration.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[serde(try_from = "Value")]
 pub enum Files {
     /// URLs, in order.
     List(Vec<String>),
     /// Every object under a prefix that matches a glob.
-    Prefix { prefix: String, glob: Option<String> },
+    Prefix(PrefixRequest),
+}
+
+/// `"files": {"prefix": URL, "glob": GLOB}` as sent (a key misspelt is refused, not ignored).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrefixRequest {
+    /// Objects whose URL starts with this.
+    pub prefix: String,
+    /// Only those whose key after the prefix matches this glob (default: every object).
+    pub glob: Option<String>,
+}
+
+impl TryFrom<Value> for Files {
+    type Error = String;
+
+    /// A list of URLs, or a prefix and a glob, with what is wrong named (a misspelt key too).
+    fn try_from(value: Value) -> std::result::Result<Self, String> {
+        match value {
+            Value::Array(_) => serde_json::from_value(value)
+                .map(Files::List)
+                .map_err(|e| format!("\"files\" as a list is a list of URLs: {e}")),
+            Value::Object(_) => serde_json::from_value(value)
+                .map(Files::Prefix)
+                .map_err(|e| format!("\"files\" as a prefix is {{\"prefix\": URL, \"glob\": GLOB}}: {e}")),
+            other => Err(format!("\"files\" is {other}: a list of URLs, or {{\"prefix\": URL, \"glob\": GLOB}}")),
+        }
+    }
 }
 
 /// The parser a registration asks for.
@@ -129,7 +156,7 @@ impl Request {
                 several_need_combine(files.len(), combine.is_some())?;
                 (files, None)
             }
-            Files::Prefix { prefix, glob } => {
+            Files::Prefix(PrefixRequest { prefix, glob }) => {
                 (Vec::new(), Some(Prefix::new(normalized(prefix.as_str(), "prefix")?, glob, self.older_than_seconds)?))
             }
         };

@@ -188,6 +188,9 @@ def test_combine_bad_specs_are_refused_with_a_400(server, source_dir, store_name
     ]:
         refused = put_files(server, store_name, paths, status=400, **extra)
         assert named in refused["detail"], (extra, refused)
+    misspelt = put_files(server, store_name, {"prefix": source_dir.as_uri() + "/", "globs": "*.nc"},
+                         combine=combine_existing(), status=400)
+    assert "globs" in misspelt["detail"], misspelt
     bad_glob = put_files(server, store_name, {"prefix": source_dir.as_uri() + "/", "glob": "[.nc"},
                          combine=combine_existing(), status=400)
     assert "glob" in bad_glob["detail"], bad_glob

@@ -44,9 +44,10 @@ fn no_extra_arrays(first_url: &str, first: &Nodes, rest: &[File]) -> Result<(), 
     Ok(())
 }
 
-/// What makes two parts of a variable the same kind of array: its data type, codecs, fill
-/// value and chunk shape.
-const KINDS: [(&str, &str); 4] = [
+/// What makes two parts of a variable the same kind of array: its dimension names, data type,
+/// codecs, fill value and chunk shape.
+const KINDS: [(&str, &str); 5] = [
+    ("dimension names", "/dimension_names"),
     ("data type", "/data_type"),
     ("codecs", "/codecs"),
     ("fill value", "/fill_value"),
@@ -245,9 +246,10 @@ fn stack(dim: &str, count: u64, parts: Vec<(String, Node)>) -> Node {
 /// Seconds since 1970-01-01 of the date a file's name writes: the name (the URL's last
 /// segment) matched with `pattern`, its capture groups joined, read with `format`.
 fn seconds_from_name(url: &str, pattern: &Regex, format: &str) -> Result<i64, CombineError> {
-    let name = url.rsplit('/').next().unwrap_or(url);
+    let segment = url.rsplit('/').next().unwrap_or(url);
+    let name = percent_encoding::percent_decode_str(segment).decode_utf8_lossy();
     let captures = pattern
-        .captures(name)
+        .captures(&name)
         .ok_or_else(|| refused(format!("file name {name} ({url}) does not match the pattern {}", pattern.as_str())))?;
     let text: String = if captures.len() > 1 {
         captures.iter().skip(1).flatten().map(|m| m.as_str()).collect()
