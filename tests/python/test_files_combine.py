@@ -18,6 +18,8 @@ import numpy as np
 import requests
 import xarray as xr
 
+import zarrgate_client
+from conftest import private_server
 from test_files import assert_same, open_plain, put_files
 
 X = 3
@@ -137,6 +139,15 @@ def test_combine_refuses_files_whose_codecs_differ_naming_both(server, source_di
     assert requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).status_code == 404
 
 
+def test_combine_refuses_a_coordinate_in_other_units_naming_both(server, source_dir, store_name):
+    days = write_daily(source_dir / "days.nc", 0)
+    hours = write_daily(source_dir / "hours.nc", 1, units="hours since 2000-01-01")
+    refused = put_files(server, store_name, [days.as_uri(), hours.as_uri()], combine=combine_existing(), status=422)
+    detail = refused["detail"]
+    assert days.as_uri() in detail and hours.as_uri() in detail and "re-encoding" in detail, refused
+    assert "not supported yet" in detail, refused
+
+
 def test_combine_refuses_files_whose_chunks_do_not_line_up(server, source_dir, store_name):
     paths = [write_daily(source_dir / f"ten_{i}.nc", 10 * i, steps=10, chunk=7) for i in range(2)]
     refused = put_files(server, store_name, [p.as_uri() for p in paths], combine=combine_existing(), status=422)
@@ -194,3 +205,16 @@ def test_combine_bad_specs_are_refused_with_a_400(server, source_dir, store_name
     bad_glob = put_files(server, store_name, {"prefix": source_dir.as_uri() + "/", "glob": "[.nc"},
                          combine=combine_existing(), status=400)
     assert "glob" in bad_glob["detail"], bad_glob
+
+
+def test_combine_refuses_more_files_than_files_max_files(tmp_path):
+    sources = (tmp_path / "sources").resolve()
+    sources.mkdir()
+    paths = [write_daily(sources / f"d{i}.nc", i) for i in range(3)]
+    with private_server(tmp_path, ZARRGATE_FILES_MAX_FILES="2") as (url, _):
+        zarrgate_client.register_object_store(url, "src", sources.as_uri() + "/")
+        server = type("Server", (), {"url": url})()
+        for files in ([p.as_uri() for p in paths], {"prefix": sources.as_uri() + "/", "glob": "*.nc"}):
+            refused = put_files(server, "many", files, combine=combine_existing(), status=422)
+            assert "files.max_files" in refused["detail"], refused
+        put_files(server, "two", [p.as_uri() for p in paths[:2]], combine=combine_existing())
