@@ -1,7 +1,8 @@
 //! Format `files`: a netCDF4, a netCDF3 and an HDF5 file (written by netCDF4-python, scipy and
 //! h5py: `tests/fixtures/files/make_server.py`) registered by their URL, read by the server
 //! itself, and read back by zarrs over HTTP as a Rust user would: the numbers are the files'.
-//! Against SQLite and PostgreSQL.
+//! Several copies of one joined (`combine`) read as the joined array. Against SQLite and
+//! PostgreSQL.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -94,6 +95,34 @@ both_backends! {
         assert_eq!(v, (0..10).collect::<Vec<u16>>(), "the store serves what it served before");
         let failed = server.metric_sum("zarrgate_parse_files_total", &[("parser", "netcdf3"), ("outcome", "invalid")]).await;
         assert_eq!(failed, 1.0);
+    }
+
+    async fn zarrs_reads_files_joined_along_time_and_stacked_as_runs(server) {
+        server.local_store().await;
+        let bytes = std::fs::read(format!("{FIXTURES}/server_air.nc")).unwrap();
+        let files: Vec<String> = ["fc_20240101_00.nc", "fc_20240101_12.nc"]
+            .iter()
+            .map(|name| format!("file://{}", server.write(&format!("runs/{name}"), &bytes)))
+            .collect();
+        let along = json!({"files": files, "combine": {"join": "existing", "dim": "time"}});
+        let (status, answer) = server.put("/api/v1/stores/along?format=files", &along).await;
+        assert_eq!(status, StatusCode::CREATED, "{answer}");
+        assert_eq!(answer["chunks"]["virtual"].as_u64(), Some(2 * 8 + 1), "{answer}");
+        let (shape, air) = read_all::<f32>(&server, "along", "/air").await;
+        assert_eq!(shape, [8, 5, 6]);
+        let once: Vec<f32> = (0..120).map(|i| i as f32).collect();
+        assert_eq!(air, [once.clone(), once.clone()].concat());
+
+        let prefix = files[0].rsplit_once('/').unwrap().0.to_owned() + "/";
+        let runs = json!({"files": {"prefix": prefix, "glob": "fc_*.nc"},
+            "combine": {"join": "new", "dim": "run", "pattern": "(\\d{8})_(\\d{2})", "format": "%Y%m%d%H"}});
+        let (status, answer) = server.put("/api/v1/stores/runs?format=files", &runs).await;
+        assert_eq!(status, StatusCode::CREATED, "{answer}");
+        let (shape, air) = read_all::<f32>(&server, "runs", "/air").await;
+        assert_eq!(shape, [2, 4, 5, 6]);
+        assert_eq!(air, [once.clone(), once].concat());
+        let (_, run) = read_all::<i64>(&server, "runs", "/run").await;
+        assert_eq!(run, [1_704_067_200, 1_704_067_200 + 12 * 3600]);
     }
 }
 

@@ -30,6 +30,9 @@ pub struct FilesConfig {
     /// registrations building and storing at once); this bounds the memory of parses in flight
     /// (each within `max_read_bytes`).
     pub max_parses: usize,
+    /// Files one registration may name (a list, or the objects a prefix and glob match); past
+    /// it the registration is refused (422 naming this bound).
+    pub max_files: usize,
 }
 
 impl Default for FilesConfig {
@@ -43,6 +46,7 @@ impl Default for FilesConfig {
             max_inline_bytes: 16 << 20,
             concurrency: 8,
             max_parses: 32,
+            max_files: 100_000,
         }
     }
 }

@@ -5,6 +5,7 @@ mod connector;
 mod error;
 mod fetch;
 mod flight;
+mod list;
 mod local;
 mod meter;
 mod options;
@@ -14,5 +15,6 @@ mod resume;
 
 pub use error::{SourceConfigError, SourceError, error_chain};
 pub use fetch::Fetched;
+pub use list::{Keep, Listed};
 pub use readahead::ReadAheadSettings;
 pub use registry::{ObjectStoreEntry, Origin, SourceRegistry, SourceSettings};

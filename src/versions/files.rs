@@ -3,6 +3,8 @@
 //! its first bytes (or a DMR++ sidecar beside it) call for (`crate::formats`), and the hierarchy
 //! found is written as a new version exactly as a native manifest would be.
 
+mod combine;
+mod listing;
 mod remote;
 
 use std::sync::Arc;
@@ -12,6 +14,8 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use self::combine::{Combine, CombineError};
+pub use self::listing::Prefix;
 pub use self::remote::{ReadCost, RemoteFile};
 use super::error::{Error, Result};
 use super::register::{Registered, Registrar, Registration, Storing};
@@ -24,7 +28,8 @@ use crate::zarr::manifest::{RawRef, normalize_source_url};
 use crate::zarr::source::{SourceCheck, SourceFacts};
 use crate::zarr::spill::Scratch;
 
-/// What a registration asks for: `{"files": [URL], "parser": "auto"|"hdf5"|"netcdf3"|"dmrpp"}`.
+/// What a registration asks for: `{"files": [URL, ...] | {"prefix": URL, "glob": GLOB},
+/// "parser": "auto"|"hdf5"|"netcdf3"|"dmrpp", "combine": {...}, "older_than_seconds": N}`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Request {
@@ -43,12 +48,39 @@ pub struct Request {
 
 /// The files of a registration.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[serde(try_from = "Value")]
 pub enum Files {
     /// URLs, in order.
     List(Vec<String>),
     /// Every object under a prefix that matches a glob.
-    Prefix { prefix: String, glob: Option<String> },
+    Prefix(PrefixRequest),
+}
+
+/// `"files": {"prefix": URL, "glob": GLOB}` as sent (a key misspelt is refused, not ignored).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrefixRequest {
+    /// Objects whose URL starts with this.
+    pub prefix: String,
+    /// Only those whose key after the prefix matches this glob (default: every object).
+    pub glob: Option<String>,
+}
+
+impl TryFrom<Value> for Files {
+    type Error = String;
+
+    /// A list of URLs, or a prefix and a glob, with what is wrong named (a misspelt key too).
+    fn try_from(value: Value) -> std::result::Result<Self, String> {
+        match value {
+            Value::Array(_) => serde_json::from_value(value)
+                .map(Files::List)
+                .map_err(|e| format!("\"files\" as a list is a list of URLs: {e}")),
+            Value::Object(_) => serde_json::from_value(value)
+                .map(Files::Prefix)
+                .map_err(|e| format!("\"files\" as a prefix is {{\"prefix\": URL, \"glob\": GLOB}}: {e}")),
+            other => Err(format!("\"files\" is {other}: a list of URLs, or {{\"prefix\": URL, \"glob\": GLOB}}")),
+        }
+    }
 }
 
 /// The parser a registration asks for.
@@ -63,14 +95,18 @@ pub enum Choice {
 /// A registration's files, checked.
 #[derive(Debug, Clone)]
 pub struct Target {
-    /// The files' normalised URLs.
+    /// The files' normalised URLs (empty when `prefix` names them).
     pub files: Vec<String>,
+    /// The objects under a prefix, listed when the registration runs.
+    pub prefix: Option<Prefix>,
+    /// How several files make one hierarchy, and the spec as given (kept in the origin).
+    pub combine: Option<(Combine, Value)>,
     /// The parser asked for.
     pub choice: Choice,
 }
 
 /// A refusal naming what is wrong, nothing stored.
-fn invalid(problem: String) -> Error {
+pub(super) fn invalid(problem: String) -> Error {
     Error::Invalid { title: format!("{problem}; nothing was changed"), problems: vec![problem] }
 }
 
@@ -86,44 +122,77 @@ impl Request {
                 ))
             })?),
         };
-        let later = |what: &str| {
-            Error::BadRequest(format!(
-                "{what} is not supported yet: this server registers a store from one file at a time (list it in \
-                 \"files\"); nothing was changed"
-            ))
-        };
-        let files = match self.files {
-            Files::List(files) => files,
-            Files::Prefix { .. } => return Err(later("\"files\" as a prefix and a glob")),
-        };
         if self.follow_seconds.is_some() {
-            return Err(later("\"follow_seconds\" (following a growing prefix)"));
+            return Err(Error::BadRequest(
+                "\"follow_seconds\" (following a growing prefix) is not supported yet: register the prefix again to \
+                 pick up new files; nothing was changed"
+                    .into(),
+            ));
         }
-        if self.older_than_seconds.is_some() {
-            return Err(later("\"older_than_seconds\" (skipping files being written under a prefix)"));
-        }
-        if self.combine.is_some() {
-            return Err(later("\"combine\" (joining several files into one hierarchy)"));
-        }
-        match files.len() {
-            0 => return Err(Error::BadRequest("\"files\" lists no file; nothing was changed".into())),
-            1 => {}
-            n => {
-                return Err(invalid(format!(
-                    "{n} files were given without \"combine\": several files make one store only when \"combine\" \
-                     says how (\"join\": \"existing\" concatenates them along a dimension, \"new\" stacks them along a \
-                     new one, \"union\" puts their variables side by side); register one file per store meanwhile"
-                )));
+        let combine = match self.combine {
+            None => None,
+            Some(spec) => Some((
+                Combine::from_json(&spec).map_err(|e| Error::BadRequest(format!("{e}; nothing was changed")))?,
+                spec,
+            )),
+        };
+        let normalized = |url: &str, what: &str| {
+            normalize_source_url(url)
+                .map_err(|e| Error::BadRequest(format!("{what} {url:?}: {e}; nothing was changed")))
+        };
+        let (files, prefix) = match self.files {
+            Files::List(files) => {
+                if self.older_than_seconds.is_some() {
+                    return Err(Error::BadRequest(
+                        "\"older_than_seconds\" applies to the objects under a prefix (\"files\": {\"prefix\": URL, \
+                         \"glob\": GLOB}), not to files listed by name; nothing was changed"
+                            .into(),
+                    ));
+                }
+                if files.is_empty() {
+                    return Err(Error::BadRequest("\"files\" lists no file; nothing was changed".into()));
+                }
+                let files = files.iter().map(|url| normalized(url.as_str(), "file")).collect::<Result<Vec<_>>>()?;
+                several_need_combine(files.len(), combine.is_some())?;
+                (files, None)
             }
+            Files::Prefix(PrefixRequest { prefix, glob }) => {
+                (Vec::new(), Some(Prefix::new(normalized(prefix.as_str(), "prefix")?, glob, self.older_than_seconds)?))
+            }
+        };
+        Ok(Target { files, prefix, combine, choice })
+    }
+}
+
+/// Refuses several files without `combine`.
+fn several_need_combine(count: usize, combine: bool) -> Result<()> {
+    if count > 1 && !combine {
+        return Err(invalid(format!(
+            "{count} files were given without \"combine\": several files make one store only when \"combine\" says \
+             how (\"join\": \"existing\" concatenates them along a dimension, \"new\" stacks them along a new one, \
+             \"union\" puts their variables side by side)"
+        )));
+    }
+    Ok(())
+}
+
+impl Target {
+    /// The files' URLs: the list, or the objects under the prefix now, at most
+    /// `files.max_files`.
+    async fn urls(&self, sources: &SourceRegistry, config: &FilesConfig) -> Result<Vec<String>> {
+        let files = match &self.prefix {
+            Some(prefix) => prefix.files(sources, config).await?,
+            None => self.files.clone(),
+        };
+        if files.len() > config.max_files {
+            return Err(invalid(format!(
+                "{} files were named, more than files.max_files ({}) allows",
+                files.len(),
+                config.max_files
+            )));
         }
-        let files = files
-            .into_iter()
-            .map(|url| {
-                normalize_source_url(&url)
-                    .map_err(|e| Error::BadRequest(format!("file {url:?}: {e}; nothing was changed")))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Target { files, choice })
+        several_need_combine(files.len(), self.combine.is_some())?;
+        Ok(files)
     }
 }
 
@@ -153,6 +222,9 @@ pub struct Origin {
     pub files: Vec<FileRecord>,
     /// The parser asked for (`auto` or a parser's name).
     pub parser: String,
+    /// How the files were combined, as the registration said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub combine: Option<Value>,
 }
 
 impl Origin {
@@ -176,9 +248,11 @@ impl Registrar {
         let reading = Instant::now();
         let config = &self.settings.files;
         let choice = target.choice;
-        // The files are read before the registration's turn (held while the document is built,
-        // checked and stored): parsing waits on the object store, and is bounded by itself.
-        let reads = target.files.iter().cloned().map(|url| {
+        // The files are listed and read before the registration's turn (held while the
+        // document is built, checked and stored): they wait on the object store, and are
+        // bounded by themselves.
+        let urls = target.urls(&self.sources, config).await?;
+        let reads = urls.into_iter().map(|url| {
             let (sources, metrics, config) = (Arc::clone(&self.sources), self.metrics.clone(), config.clone());
             let parses = Arc::clone(&self.parses);
             async move {
@@ -191,7 +265,7 @@ impl Registrar {
         let files = results.into_iter().collect::<Result<Vec<_>>>()?;
         let _turn = self.turn().await?;
         let scratch = self.settings.scratch();
-        let (doc, warnings, origin) = document(files, &scratch, target.choice)?;
+        let (doc, warnings, origin) = document(files, &scratch, target)?;
         let origin = serde_json::to_string(&origin).map_err(|e| Error::Internal(e.to_string()))?;
         let storing = Storing {
             format: "files",
@@ -216,28 +290,41 @@ impl Registrar {
     }
 }
 
-/// The document the files make (one file: its hierarchy as it is), the warnings for the
-/// summary, and the origin to keep.
-fn document(files: Vec<ReadFile>, scratch: &Scratch, choice: Choice) -> Result<(Document, Vec<String>, Origin)> {
+/// The document the files make (one file: its hierarchy as it is; several: as `combine` says),
+/// the warnings for the summary, and the origin to keep.
+fn document(files: Vec<ReadFile>, scratch: &Scratch, target: &Target) -> Result<(Document, Vec<String>, Origin)> {
     let mut doc = Document::new(scratch);
     let mut warnings = Vec::new();
     let mut records = Vec::new();
+    let mut hierarchies = Vec::new();
     for ReadFile { parsed, record } in files {
-        let data_url = record.url.clone();
-        let number = doc.urls.intern(data_url.clone());
-        doc.sources.insert(data_url.clone(), record.facts.clone());
+        doc.sources.insert(record.url.clone(), record.facts.clone());
         warnings.extend(parsed.warnings.iter().map(|w| format!("{}: {w}", record.url)));
-        for (path, node) in parsed.nodes {
+        hierarchies.push((record.url.clone(), parsed.nodes));
+        records.push(record);
+    }
+    if let Some((combine, _)) = &target.combine {
+        let first = hierarchies.first().map(|(url, _)| url.clone()).unwrap_or_default();
+        let nodes = combine.apply(hierarchies).map_err(|e| match e {
+            CombineError::Spec(why) => Error::BadRequest(format!("{why}; nothing was changed")),
+            CombineError::Refused(why) => invalid(why),
+        })?;
+        hierarchies = vec![(first, nodes)];
+    }
+    for (url, nodes) in hierarchies {
+        let number = doc.urls.intern(url);
+        for (path, node) in nodes {
             let manifest = node_manifest(&mut doc, &node, number)?;
             doc.nodes.insert(path, DocNode::new(&node.metadata, manifest));
         }
-        records.push(record);
     }
+    let choice = target.choice;
     let parser = match choice {
         Choice::Auto => "auto".to_owned(),
         Choice::Only(p) => p.name().to_owned(),
     };
-    Ok((doc, warnings, Origin { files: records, parser }))
+    let combine = target.combine.as_ref().map(|(_, spec)| spec.clone());
+    Ok((doc, warnings, Origin { files: records, parser, combine }))
 }
 
 /// An array's chunk references in the document's form (None for a group).

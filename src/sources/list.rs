@@ -1,0 +1,202 @@
+//! Listing the objects under a URL prefix, through the object store the prefix lies under:
+//! object_store's `list` for remote stores, a walk of the directory for `file://` stores that
+//! never leaves the store's root (a link pointing out of it, or to a directory, is not followed).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use url::Url;
+
+use super::SourceError;
+use super::error::classify;
+use super::registry::{Base, ObjectStoreEntry, SourceRegistry};
+use crate::zarr::source::SourceCheck;
+
+/// One object found under a prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// Its URL (percent-encoded as a URL).
+    pub url: String,
+    /// Its key after the prefix (`2024/01.nc` under `s3://b/era5/`), as the object store names it.
+    pub key: String,
+    /// When it was last modified.
+    pub modified: DateTime<Utc>,
+}
+
+impl SourceRegistry {
+    /// The objects whose URL starts with `prefix` (a normalised URL under a registered object
+    /// store) and whose key after it `keep` keeps, in key order; at most `most + 1` of them, so
+    /// that a caller can tell there are more than `most`.
+    pub async fn list(&self, prefix: &str, keep: Keep, most: usize) -> Result<Vec<Listed>, SourceError> {
+        let entry = self.resolve(prefix).ok_or_else(|| SourceError::Unregistered { url: prefix.to_owned() })?;
+        let failed =
+            |detail: String| SourceError::Upstream { url: prefix.to_owned(), store: entry.name.clone(), detail };
+        // The prefix as a key of the object store's client, and the directory it lies in.
+        let within = match &entry.base {
+            Base::Bucket => Url::parse(prefix).map(|u| u.path().trim_start_matches('/').to_owned()),
+            Base::Local(_) | Base::Http => Ok(prefix.strip_prefix(&entry.prefix).unwrap_or_default().to_owned()),
+        }
+        .map_err(|e| failed(e.to_string()))?;
+        let within = percent_encoding::percent_decode_str(&within).decode_utf8_lossy().into_owned();
+        let dir = within.rfind('/').map_or("", |i| &within[..i]).to_owned();
+        let mut found = match (&entry.base, &entry.client) {
+            (Base::Local(files), _) => {
+                let (root, walked, within, keep) = (files.root().to_owned(), dir.clone(), within.clone(), keep.clone());
+                let keep = move |key: &str| key.strip_prefix(within.as_str()).is_some_and(|k| keep(k));
+                tokio::task::spawn_blocking(move || walk(&root, &walked, &keep, most))
+                    .await
+                    .map_err(|e| failed(e.to_string()))?
+                    .map_err(|e| failed(e.to_string()))?
+            }
+            (_, Some(client)) => {
+                let timeout = entry.first_byte_timeout.unwrap_or(self.settings.timeout);
+                let path = object_store::path::Path::from(dir.as_str());
+                let mut pages = client.list(Some(&path));
+                let mut found = Vec::new();
+                while found.len() <= most {
+                    let next = tokio::time::timeout(timeout, pages.next()).await.map_err(|_| SourceError::Timeout {
+                        url: prefix.to_owned(),
+                        store: entry.name.clone(),
+                        seconds: timeout.as_secs(),
+                    })?;
+                    let Some(meta) = next else { break };
+                    let meta = meta.map_err(|e| {
+                        classify(&entry.name, prefix, &(0..0), &SourceCheck::Unchecked, timeout.as_secs(), e)
+                    })?;
+                    if meta.location.as_ref().strip_prefix(within.as_str()).is_some_and(|k| keep(k)) {
+                        found.push((meta.location.to_string(), meta.last_modified));
+                    }
+                }
+                found
+            }
+            (_, None) => return Err(failed("object store has no client".into())),
+        };
+        found.retain(|(key, _)| key.starts_with(within.as_str()));
+        found.sort();
+        found.truncate(most.saturating_add(1));
+        found
+            .into_iter()
+            .map(|(key, modified)| {
+                let url = url_of(&entry, &key).ok_or_else(|| failed(format!("{key} makes no URL")))?;
+                Ok(Listed { url, key: key[within.len()..].to_owned(), modified })
+            })
+            .collect()
+    }
+}
+
+/// The URL of the object the store's client names `key`.
+fn url_of(entry: &ObjectStoreEntry, key: &str) -> Option<String> {
+    let mut url = Url::parse(&entry.prefix).ok()?;
+    {
+        let mut segments = url.path_segments_mut().ok()?;
+        match entry.base {
+            Base::Bucket => segments.clear(),
+            Base::Local(_) | Base::Http => segments.pop_if_empty(),
+        };
+        segments.extend(key.split('/'));
+    }
+    Some(url.to_string())
+}
+
+/// Which keys (after the prefix) a listing keeps.
+pub type Keep = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// The regular files under `root/dir` (blocking) that `keep` keeps, as keys relative to `root`
+/// with their modification times; at most `most + 1`. Links are followed only to a file inside
+/// `root`.
+fn walk(
+    root: &Path,
+    dir: &str,
+    keep: &dyn Fn(&str) -> bool,
+    most: usize,
+) -> std::io::Result<Vec<(String, DateTime<Utc>)>> {
+    let mut found = Vec::new();
+    let start = root.join(dir);
+    match std::fs::canonicalize(&start) {
+        Ok(start) if start.starts_with(root) && start.is_dir() => {}
+        _ => return Ok(found),
+    }
+    let mut pending = vec![(start, dir.to_owned())];
+    while let Some((path, key)) = pending.pop() {
+        for item in std::fs::read_dir(&path)? {
+            let item = item?;
+            let Some(name) = item.file_name().to_str().map(str::to_owned) else { continue };
+            let child = if key.is_empty() { name } else { format!("{key}/{name}") };
+            let kind = item.file_type()?;
+            let meta = if kind.is_symlink() {
+                match std::fs::canonicalize(item.path()) {
+                    Ok(target) if target.starts_with(root) && target.is_file() && keep(&child) => {
+                        std::fs::metadata(&target)?
+                    }
+                    _ => continue,
+                }
+            } else if kind.is_dir() {
+                pending.push((item.path(), child));
+                continue;
+            } else if kind.is_file() && keep(&child) {
+                item.metadata()?
+            } else {
+                continue;
+            };
+            found.push((child, DateTime::<Utc>::from(meta.modified()?)));
+            if found.len() > most {
+                return Ok(found);
+            }
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::Map;
+
+    use super::*;
+    use crate::sources::{Origin, ReadAheadSettings, SourceSettings};
+
+    fn registry(dir: &Path) -> SourceRegistry {
+        let settings = SourceSettings {
+            timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(1),
+            retries: 1,
+            max_concurrent: 4,
+            buffer_bytes: 1 << 20,
+            api_ambient_credentials: false,
+            readahead: ReadAheadSettings::default(),
+        };
+        let url = Url::from_directory_path(dir).unwrap();
+        let entry = ObjectStoreEntry::build("local", url.as_str(), &Map::new(), Origin::Api, &settings).unwrap();
+        let registry = SourceRegistry::new(settings);
+        registry.replace(vec![Arc::new(entry)]);
+        registry
+    }
+
+    #[tokio::test]
+    async fn a_local_store_is_walked_in_key_order_without_leaving_its_root() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.nc"), b"x").unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(root.path()).unwrap();
+        std::fs::create_dir_all(dir.join("era/2024")).unwrap();
+        for key in ["era/b.nc", "era/2024/a b.nc", "era/a.nc", "era/notes.txt", "other.nc"] {
+            std::fs::write(dir.join(key), b"x").unwrap();
+        }
+        std::os::unix::fs::symlink(outside.path().join("secret.nc"), dir.join("era/out.nc")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.join("era/away")).unwrap();
+        std::os::unix::fs::symlink(dir.join("era/a.nc"), dir.join("era/in.nc")).unwrap();
+        let registry = registry(&dir);
+        let prefix = format!("{}era/", Url::from_directory_path(&dir).unwrap());
+        let nc: Keep = Arc::new(|key: &str| key.ends_with(".nc"));
+        let found = registry.list(&prefix, nc.clone(), 100).await.unwrap();
+        let keys: Vec<&str> = found.iter().map(|o| o.key.as_str()).collect();
+        assert_eq!(keys, ["2024/a b.nc", "a.nc", "b.nc", "in.nc"]);
+        assert_eq!(found[0].url, format!("{prefix}2024/a%20b.nc"));
+        let partial = registry.list(&format!("{prefix}b"), nc.clone(), 100).await.unwrap();
+        assert_eq!(partial.iter().map(|o| o.key.as_str()).collect::<Vec<_>>(), [".nc"]);
+        assert_eq!(registry.list(&prefix, nc, 2).await.unwrap().len(), 3, "one past the bound, then no more");
+    }
+}

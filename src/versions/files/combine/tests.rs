@@ -1,0 +1,193 @@
+//! The combine rules on small hierarchies made by hand.
+
+use serde_json::{Value, json};
+
+use super::{Combine, CombineError, Nodes};
+use crate::formats::{Chunk, Node};
+
+/// An array `dims` long with chunks `chunk` long, every chunk at a byte range.
+fn array(dims: &[(&str, u64)], chunk: &[u64], codecs: Value) -> Node {
+    let metadata = json!({
+        "zarr_format": 3, "node_type": "array",
+        "shape": dims.iter().map(|d| d.1).collect::<Vec<_>>(),
+        "data_type": "float32",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunk}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0.0, "codecs": codecs, "attributes": {},
+        "dimension_names": dims.iter().map(|d| d.0).collect::<Vec<_>>(),
+    });
+    let grid: Vec<u64> = dims.iter().zip(chunk).map(|(d, c)| d.1.div_ceil(*c)).collect();
+    let mut chunks = Vec::new();
+    let mut index = vec![0; grid.len()];
+    'all: loop {
+        chunks.push((index.clone(), Chunk::Range { offset: 100 * chunks.len() as u64, length: 10 }));
+        for axis in (0..grid.len()).rev() {
+            index[axis] += 1;
+            if index[axis] < grid[axis] {
+                continue 'all;
+            }
+            index[axis] = 0;
+        }
+        break;
+    }
+    Node { metadata: metadata.as_object().cloned().unwrap(), chunks }
+}
+
+fn bytes() -> Value {
+    json!([{"name": "bytes", "configuration": {"endian": "little"}}])
+}
+
+fn group() -> Node {
+    Node {
+        metadata: json!({"zarr_format": 3, "node_type": "group", "attributes": {}}).as_object().cloned().unwrap(),
+        chunks: vec![],
+    }
+}
+
+/// A file of `steps` time steps: `t(time)` and `air(time, x)` chunked `chunk` along time, and `x(x)`.
+fn daily(steps: u64, chunk: u64) -> Nodes {
+    let mut t = array(&[("time", steps)], &[chunk], bytes());
+    t.metadata.insert("attributes".into(), json!({"units": "days since 2000-01-01", "calendar": "standard"}));
+    Nodes::from([
+        (String::new(), group()),
+        ("time".to_owned(), t),
+        ("air".to_owned(), array(&[("time", steps), ("x", 4)], &[chunk, 4], bytes())),
+        ("x".to_owned(), array(&[("x", 4)], &[4], bytes())),
+    ])
+}
+
+fn spec(value: Value) -> Result<Combine, CombineError> {
+    Combine::from_json(&value)
+}
+
+fn refusal(result: Result<Nodes, CombineError>) -> String {
+    match result {
+        Err(CombineError::Refused(why)) => why,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn aligned_files_join_by_references_with_shifted_indices() {
+    let files = vec![("s3://b/a.nc".to_owned(), daily(4, 2)), ("s3://b/b.nc".to_owned(), daily(3, 2))];
+    let out = spec(json!({"join": "existing", "dim": "time"})).unwrap().apply(files).unwrap();
+    let air = &out["air"];
+    assert_eq!(air.metadata["shape"], json!([7, 4]));
+    let indices: Vec<_> = air.chunks.iter().map(|(i, _)| i.clone()).collect();
+    assert_eq!(indices, [vec![0, 0], vec![1, 0], vec![2, 0], vec![3, 0]]);
+    assert!(matches!(&air.chunks[2].1, Chunk::Elsewhere { url, offset: 0, .. } if url == "s3://b/b.nc"));
+    assert!(matches!(&air.chunks[1].1, Chunk::Elsewhere { url, .. } if url == "s3://b/a.nc"));
+    assert_eq!(out["time"].metadata["shape"], json!([7]));
+    assert_eq!(out["x"].metadata["shape"], json!([4]), "x is taken from the first file");
+    assert!(matches!(&out["x"].chunks[0].1, Chunk::Elsewhere { url, .. } if url == "s3://b/a.nc"));
+}
+
+#[test]
+fn files_whose_chunks_do_not_line_up_are_refused_naming_the_file() {
+    let files = vec![("s3://b/a.nc".to_owned(), daily(10, 7)), ("s3://b/b.nc".to_owned(), daily(10, 7))];
+    let why = refusal(spec(json!({"join": "existing", "dim": "time"})).unwrap().apply(files));
+    assert!(why.contains("s3://b/a.nc") && why.contains("10 long") && why.contains("(7 long)"), "{why}");
+    assert!(why.contains("not supported yet"), "{why}");
+}
+
+#[test]
+fn disagreeing_codecs_units_and_shapes_name_both_files() {
+    let mut other = daily(2, 1);
+    other.insert(
+        "air".into(),
+        array(&[("time", 2), ("x", 4)], &[1, 4], json!([{"name": "numcodecs.zlib", "configuration": {"level": 4}}])),
+    );
+    let files = vec![("s3://b/a.nc".to_owned(), daily(2, 1)), ("s3://b/b.nc".to_owned(), other)];
+    let why = refusal(spec(json!({"join": "existing", "dim": "time"})).unwrap().apply(files));
+    assert!(
+        why.contains("s3://b/a.nc") && why.contains("s3://b/b.nc") && why.contains("air") && why.contains("codecs"),
+        "{why}"
+    );
+
+    let mut hours = daily(2, 1);
+    hours
+        .get_mut("time")
+        .unwrap()
+        .metadata
+        .insert("attributes".into(), json!({"units": "hours since 2000-01-01", "calendar": "standard"}));
+    let files = vec![("s3://b/a.nc".to_owned(), daily(2, 1)), ("s3://b/b.nc".to_owned(), hours)];
+    let why = refusal(spec(json!({"join": "existing", "dim": "time"})).unwrap().apply(files));
+    assert!(why.contains("re-encoding") && why.contains("s3://b/b.nc") && why.contains("units"), "{why}");
+
+    let mut wider = daily(2, 1);
+    wider.insert("x".into(), array(&[("x", 5)], &[4], bytes()));
+    let files = vec![("s3://b/a.nc".to_owned(), daily(2, 1)), ("s3://b/b.nc".to_owned(), wider)];
+    let why = refusal(spec(json!({"join": "existing", "dim": "time"})).unwrap().apply(files));
+    assert!(why.contains("variable x") && why.contains("shape"), "{why}");
+}
+
+#[test]
+fn a_new_dimension_stacks_variables_and_dates_files_by_name() {
+    let files = vec![
+        ("s3://b/fc_20240101_00.nc".to_owned(), daily(2, 1)),
+        ("s3://b/fc_20240101_12.nc".to_owned(), daily(2, 1)),
+    ];
+    let combine =
+        spec(json!({"join": "new", "dim": "run", "pattern": "fc_(\\d{8})_(\\d{2})", "format": "%Y%m%d%H"})).unwrap();
+    let out = combine.apply(files).unwrap();
+    let air = &out["air"];
+    assert_eq!(air.metadata["shape"], json!([2, 2, 4]));
+    assert_eq!(air.metadata["dimension_names"], json!(["run", "time", "x"]));
+    assert_eq!(air.metadata["chunk_grid"]["configuration"]["chunk_shape"], json!([1, 1, 4]));
+    assert_eq!(air.chunks.last().unwrap().0, vec![1, 1, 0]);
+    assert_eq!(out["time"].metadata["shape"], json!([2]), "a coordinate comes from the first file");
+    let run = &out["run"];
+    assert_eq!(run.metadata["attributes"]["units"], json!("seconds since 1970-01-01T00:00:00"));
+    let expected: Vec<u8> =
+        [1_704_067_200_i64, 1_704_067_200 + 12 * 3600].iter().flat_map(|s| s.to_le_bytes()).collect();
+    assert_eq!(run.chunks, vec![(vec![0], Chunk::Inline(expected))]);
+
+    let files = vec![("s3://b/other.nc".to_owned(), daily(2, 1))];
+    let why = refusal(combine.apply(files));
+    assert!(why.contains("other.nc") && why.contains("does not match"), "{why}");
+}
+
+#[test]
+fn a_union_puts_variables_side_by_side_and_checks_dimensions() {
+    let a = Nodes::from([(String::new(), group()), ("u".to_owned(), array(&[("x", 4)], &[4], bytes()))]);
+    let b = Nodes::from([(String::new(), group()), ("v".to_owned(), array(&[("x", 4)], &[2], bytes()))]);
+    let files = vec![("s3://b/u.nc".to_owned(), a.clone()), ("s3://b/v.nc".to_owned(), b)];
+    let out = spec(json!({"join": "union"})).unwrap().apply(files).unwrap();
+    assert_eq!(out.keys().collect::<Vec<_>>(), ["", "u", "v"]);
+    assert!(matches!(&out["v"].chunks[1].1, Chunk::Elsewhere { url, .. } if url == "s3://b/v.nc"));
+
+    let c = Nodes::from([("w".to_owned(), array(&[("x", 5)], &[5], bytes()))]);
+    let why = refusal(
+        spec(json!({"join": "union"}))
+            .unwrap()
+            .apply(vec![("s3://b/u.nc".into(), a.clone()), ("s3://b/w.nc".into(), c)]),
+    );
+    assert!(why.contains("s3://b/u.nc") && why.contains("s3://b/w.nc") && why.contains("dimension x"), "{why}");
+
+    let d = Nodes::from([("u".to_owned(), array(&[("x", 4)], &[2], bytes()))]);
+    let why = refusal(
+        spec(json!({"join": "union"})).unwrap().apply(vec![("s3://b/u.nc".into(), a), ("s3://b/d.nc".into(), d)]),
+    );
+    assert!(why.contains("variable u") && why.contains("s3://b/d.nc"), "{why}");
+}
+
+#[test]
+fn bad_specs_are_named() {
+    for (value, expected) in [
+        (json!("time"), "not an object"),
+        (json!({"dim": "time"}), "\"join\" is missing"),
+        (json!({"join": "stack"}), "not one of existing, new, union"),
+        (json!({"join": "existing"}), "\"dim\" is missing"),
+        (json!({"join": "existing", "dim": "time", "dims": 1}), "\"dims\" is not a key"),
+        (json!({"join": "existing", "dim": "time", "order": "coordinate"}), "not supported yet"),
+        (json!({"join": "existing", "dim": "time", "order": "size"}), "\"order\""),
+        (json!({"join": "new", "dim": "run", "pattern": "(", "format": "%Y"}), "not a regex"),
+        (json!({"join": "new", "dim": "run", "pattern": "x", "format": "%Q"}), "not a strftime format"),
+        (json!({"join": "union", "dim": "x"}), "\"dim\" is not a key"),
+    ] {
+        match spec(value.clone()) {
+            Err(CombineError::Spec(why)) => assert!(why.contains(expected), "{value}: {why}"),
+            other => panic!("{value}: {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,220 @@
+"""Several files as one store (``"combine"`` of format ``files``), and files named by a prefix.
+
+Files written with netCDF4 are registered together and read back through plain
+``xr.open_zarr(url)``: the store must equal what xarray makes of the same files
+(``xr.open_mfdataset(..., combine="nested", concat_dim=D)``, or ``xr.merge`` for a
+union), values, coordinates and attributes. Files that cannot be joined by
+references alone, and bad specs, are refused naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import netCDF4
+import numpy as np
+import requests
+import xarray as xr
+
+import zarrgate_client
+from conftest import private_server
+from test_files import assert_same, open_plain, put_files
+
+X = 3
+
+
+def write_daily(path: Path, first_day: int, steps: int = 1, chunk: int = 1, zlib: bool = False,
+                units: str = "days since 2000-01-01") -> Path:
+    """``air(time, x)`` of ``steps`` days from ``first_day``, chunked ``chunk`` along time,
+    with the coordinates ``time`` and ``x`` and ``land(x)``, which has no time."""
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+        nc.title = "zarrgate test: daily air"
+        nc.createDimension("time", None)
+        nc.createDimension("x", X)
+        t = nc.createVariable("time", "f8", ("time",), chunksizes=(chunk,))
+        t.units, t.calendar, t.standard_name = units, "standard", "time"
+        x = nc.createVariable("x", "i4", ("x",))
+        x[:] = np.arange(X) * 10
+        land = nc.createVariable("land", "i1", ("x",))
+        land[:] = [1, 0, 1]
+        air = nc.createVariable("air", "f4", ("time", "x"), chunksizes=(chunk, X), zlib=zlib)
+        air.units, air.long_name = "K", "air temperature"
+        days = np.arange(first_day, first_day + steps)
+        t[:] = days if units.startswith("days") else days * 24
+        air[:] = (days[:, None] * 10 + np.arange(X)[None, :]).astype("f4") / 4
+    return path
+
+
+def mfdataset(paths: list[Path], dim: str, **kwargs) -> xr.Dataset:
+    """What xarray makes of the files joined along ``dim``: ``xr.open_mfdataset(paths,
+    combine="nested", concat_dim=dim)`` is each file opened (h5netcdf, as for one file) and
+    ``xr.combine_nested``; called here without its dask (which the test environment has not)."""
+    options = {"data_vars": "minimal", "coords": "minimal", "compat": "override", "join": "exact"} | kwargs
+    opened = [xr.open_dataset(p, engine="h5netcdf").load() for p in paths]
+    return xr.combine_nested(opened, concat_dim=dim, combine_attrs="override", **options)
+
+
+def combine_existing(dim: str = "time") -> dict:
+    return {"join": "existing", "dim": dim}
+
+
+def test_combine_thirty_daily_files_along_time_by_references_only(server, source_dir, store_name):
+    paths = [write_daily(source_dir / f"day_{i:02d}.nc", i) for i in range(30)]
+    answer = put_files(server, store_name, [p.as_uri() for p in paths], combine=combine_existing())
+    chunks = answer["chunks"]
+    assert chunks["inline"] == 0 and chunks["missing"] == 0, chunks
+    # air, time: one chunk per file; x, land: the first file's
+    assert chunks["virtual"] == 30 * 2 + 2, chunks
+    served = open_plain(f"{server.url}/{store_name}")
+    assert served.sizes["time"] == 30
+    assert_same(served, mfdataset(paths, "time"))
+    origin = requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).json()["files"]
+    assert [f["url"] for f in origin["files"]] == [p.as_uri() for p in paths]
+    assert origin["combine"] == combine_existing(), origin
+
+
+def write_forecast(path: Path, base: float) -> Path:
+    """``t2m(step, x)`` of one forecast run, with the coordinates ``step`` and ``x``."""
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+        nc.title = "zarrgate test: forecast"
+        nc.createDimension("step", 4)
+        nc.createDimension("x", X)
+        step = nc.createVariable("step", "i4", ("step",))
+        step.units = "hours"
+        step[:] = [0, 6, 12, 18]
+        x = nc.createVariable("x", "i4", ("x",))
+        x[:] = np.arange(X)
+        t2m = nc.createVariable("t2m", "f4", ("step", "x"), chunksizes=(2, X), zlib=True)
+        t2m.units = "K"
+        t2m[:] = base + np.arange(4 * X, dtype="f4").reshape(4, X)
+    return path
+
+
+def test_combine_forecast_runs_as_a_new_dimension_dated_by_their_names(server, source_dir, store_name):
+    names = ["fc_20240101_00.nc", "fc_20240101_12.nc", "fc_20240102_00.nc"]
+    paths = [write_forecast(source_dir / n, 270.0 + i) for i, n in enumerate(names)]
+    spec = {"join": "new", "dim": "run", "pattern": r"fc_(\d{8})_(\d{2})\.nc", "format": "%Y%m%d%H"}
+    put_files(server, store_name, [p.as_uri() for p in paths], combine=spec)
+    served = open_plain(f"{server.url}/{store_name}")
+    runs = np.array(["2024-01-01T00", "2024-01-01T12", "2024-01-02T00"], dtype="datetime64[ns]")
+    np.testing.assert_array_equal(served["run"].values.astype("datetime64[ns]"), runs)
+    assert served["t2m"].dims == ("run", "step", "x")
+    expected = mfdataset(paths, "run", data_vars="all").assign_coords(run=runs)
+    assert_same(served, expected)
+
+    other = source_dir / "analysis.nc"
+    write_forecast(other, 0.0)
+    refused = put_files(server, f"{store_name}-x", [paths[0].as_uri(), other.as_uri()], combine=spec, status=422)
+    assert "analysis.nc" in refused["detail"] and "does not match" in refused["detail"], refused
+
+
+def test_combine_two_files_of_different_variables_by_union(server, source_dir, store_name):
+    paths = []
+    for name, title in [("u", "eastward"), ("v", "northward")]:
+        path = source_dir / f"{name}.nc"
+        with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+            nc.title = f"zarrgate test: {title} wind"
+            nc.createDimension("x", X)
+            x = nc.createVariable("x", "i4", ("x",))
+            x[:] = np.arange(X)
+            wind = nc.createVariable(name, "f4", ("x",))
+            wind.units = "m s-1"
+            wind[:] = np.arange(X, dtype="f4") * (2 if name == "u" else -3)
+        paths.append(path)
+    put_files(server, store_name, [p.as_uri() for p in paths], combine={"join": "union"})
+    served = open_plain(f"{server.url}/{store_name}")
+    opened = [xr.open_dataset(p, engine="h5netcdf").load() for p in paths]
+    assert_same(served, xr.merge(opened, compat="override", join="exact", combine_attrs="override"))
+
+
+def test_combine_refuses_files_whose_codecs_differ_naming_both(server, source_dir, store_name):
+    plain = write_daily(source_dir / "plain.nc", 0)
+    packed = write_daily(source_dir / "zlib.nc", 1, zlib=True)
+    refused = put_files(server, store_name, [plain.as_uri(), packed.as_uri()], combine=combine_existing(),
+                        status=422)
+    detail = refused["detail"]
+    assert plain.as_uri() in detail and packed.as_uri() in detail and "air" in detail and "codecs" in detail, refused
+    assert requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).status_code == 404
+
+
+def test_combine_refuses_a_coordinate_in_other_units_naming_both(server, source_dir, store_name):
+    days = write_daily(source_dir / "days.nc", 0)
+    hours = write_daily(source_dir / "hours.nc", 1, units="hours since 2000-01-01")
+    refused = put_files(server, store_name, [days.as_uri(), hours.as_uri()], combine=combine_existing(), status=422)
+    detail = refused["detail"]
+    assert days.as_uri() in detail and hours.as_uri() in detail and "re-encoding" in detail, refused
+    assert "not supported yet" in detail, refused
+
+
+def test_combine_refuses_files_whose_chunks_do_not_line_up(server, source_dir, store_name):
+    paths = [write_daily(source_dir / f"ten_{i}.nc", 10 * i, steps=10, chunk=7) for i in range(2)]
+    refused = put_files(server, store_name, [p.as_uri() for p in paths], combine=combine_existing(), status=422)
+    detail = refused["detail"]
+    assert paths[0].as_uri() in detail and "10 long" in detail and "7 long" in detail, refused
+    assert "not supported yet" in detail, refused
+
+
+def test_combine_files_under_a_prefix_by_glob_in_key_order(server, source_dir, store_name):
+    era = source_dir / "era"
+    (era / "2024").mkdir(parents=True)
+    (source_dir / "other").mkdir()
+    # written out of key order; a text file and a file outside the prefix are not picked
+    keys = ["2024/day_03.nc", "day_01.nc", "2024/day_02.nc", "day_00.nc"]
+    for key in keys:
+        write_daily(era / key, int(key[-5:-3]))
+    (era / "notes.txt").write_text("not a data file\n")
+    write_daily(source_dir / "other" / "day_09.nc", 9)
+    hour_ago = time.time() - 3600
+    for key in keys:
+        os.utime(era / key, (hour_ago, hour_ago))
+    fresh = write_daily(era / "day_04.nc", 4)  # still being written: skipped
+
+    files = {"prefix": era.as_uri() + "/", "glob": "**/day_*.nc"}
+    put_files(server, store_name, files, combine=combine_existing(), older_than_seconds=600)
+    origin = requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).json()["files"]
+    in_key_order = [era / k for k in sorted(keys)]
+    assert [f["url"] for f in origin["files"]] == [p.as_uri() for p in in_key_order], origin
+    assert fresh.as_uri() not in str(origin)
+    assert_same(open_plain(f"{server.url}/{store_name}"), mfdataset(in_key_order, "time"))
+
+    nothing = put_files(server, store_name, {"prefix": era.as_uri() + "/", "glob": "*.grib"},
+                        combine=combine_existing(), status=422)
+    assert "no object" in nothing["detail"] and "*.grib" in nothing["detail"], nothing
+    outside = put_files(server, store_name, {"prefix": "file:///etc/"}, combine=combine_existing(), status=422)
+    assert "not under any registered object store" in outside["detail"], outside
+
+
+def test_combine_bad_specs_are_refused_with_a_400(server, source_dir, store_name):
+    paths = [write_daily(source_dir / f"d{i}.nc", i).as_uri() for i in range(2)]
+    for extra, named in [
+        ({"combine": {"join": "stack", "dim": "time"}}, "stack"),
+        ({"combine": {"join": "existing"}}, "dim"),
+        ({"combine": {"join": "existing", "dim": "time", "sort": "name"}}, "sort"),
+        ({"combine": {"join": "existing", "dim": "time", "order": "coordinate"}}, "not supported yet"),
+        ({"combine": {"join": "new", "dim": "run", "pattern": "(", "format": "%Y"}}, "regex"),
+        ({"combine": {"join": "new", "dim": "run", "pattern": "x"}}, "format"),
+        ({"combine": {"join": "existing", "dim": "time"}, "older_than_seconds": 60}, "older_than_seconds"),
+    ]:
+        refused = put_files(server, store_name, paths, status=400, **extra)
+        assert named in refused["detail"], (extra, refused)
+    misspelt = put_files(server, store_name, {"prefix": source_dir.as_uri() + "/", "globs": "*.nc"},
+                         combine=combine_existing(), status=400)
+    assert "globs" in misspelt["detail"], misspelt
+    bad_glob = put_files(server, store_name, {"prefix": source_dir.as_uri() + "/", "glob": "[.nc"},
+                         combine=combine_existing(), status=400)
+    assert "glob" in bad_glob["detail"], bad_glob
+
+
+def test_combine_refuses_more_files_than_files_max_files(tmp_path):
+    sources = (tmp_path / "sources").resolve()
+    sources.mkdir()
+    paths = [write_daily(sources / f"d{i}.nc", i) for i in range(3)]
+    with private_server(tmp_path, ZARRGATE_FILES_MAX_FILES="2") as (url, _):
+        zarrgate_client.register_object_store(url, "src", sources.as_uri() + "/")
+        server = type("Server", (), {"url": url})()
+        for files in ([p.as_uri() for p in paths], {"prefix": sources.as_uri() + "/", "glob": "*.nc"}):
+            refused = put_files(server, "many", files, combine=combine_existing(), status=422)
+            assert "files.max_files" in refused["detail"], refused
+        put_files(server, "two", [p.as_uri() for p in paths[:2]], combine=combine_existing())
