@@ -7,10 +7,12 @@ layout netCDF-C writes), are uploaded to `moto_server`'s S3 behind the proxy of
 `remote_latency.py` that sleeps `LATENCY_MS` (20) before every request and counts GETs. Then,
 in each of `RUNS` (3) runs, on fresh object names (cold):
 
-- zarrgate: each file registered as a store of its own (`PUT ?format=files`, `CONCURRENCY` (8)
-  registrations at once: `combine` is not served yet, so one store per file), wall time to the
-  last answer; GETs and HEADs per file counted at the proxy; bytes read from the parse metrics,
-  against each file's metadata (the file's size less its chunks' stored bytes, from h5py);
+- zarrgate: one store of all the files joined along `time` (`PUT ?format=files` with
+  `"combine": {"join": "existing", "dim": "time"}`: what `open_virtual_mfdataset` below makes),
+  wall time to the answer; `MODE=each` instead registers each file as a store of its own,
+  `CONCURRENCY` (8) registrations at once. GETs and their body bytes per file counted at the
+  proxy, requests and bytes from the parse metrics, against each file's metadata (the file's
+  size less its chunks' stored bytes, from h5py);
 - VirtualiZarr 2.5: `open_virtual_mfdataset` of the same URLs through obstore's S3Store on the
   same proxy, with the fastest executor that works here (`EXECUTOR`: `threads`, the default,
   a ThreadPoolExecutor; `serial`), combined along `time`, then
@@ -43,6 +45,7 @@ import requests  # noqa: E402
 
 FILES = int(os.environ.get("FILES", "200"))
 CONCURRENCY = int(os.environ.get("CONCURRENCY", "8"))
+MODE = os.environ.get("MODE", "combined")
 EXECUTOR = os.environ.get("EXECUTOR", "threads")
 NT, NY, NX = 100, 16, 16
 
@@ -71,25 +74,34 @@ def metadata_bytes(path):
 
 
 def zarrgate_run(server, upstream, names, run):
-    def one(name):
-        store = f"f{run}-{name.replace('.', '-').replace('/', '-')}"
+    def put(store, urls, **extra):
         r = requests.put(f"{server.base}/api/v1/stores/{store}", params={"format": "files"},
-                         json={"files": [upstream.url(name)], "parser": "hdf5"}, timeout=300)
+                         json={"files": urls, "parser": "hdf5", **extra}, timeout=600)
         if r.status_code >= 300:
             raise RuntimeError(f"PUT {store}: {r.status_code} {r.text[:500]}")
         return r.json()
+
+    def one(name):
+        return put(f"f{run}-{name.replace('.', '-').replace('/', '-')}", [upstream.url(name)])
     before = (server.metric("zarrgate_parse_bytes_total"), server.metric("zarrgate_parse_requests_total"))
     gets_before = sum(upstream.count(n) for n in names)
+    sent_before = sum(upstream.sent_bytes(n) for n in names)
     started = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(CONCURRENCY) as pool:
-        answers = list(pool.map(one, names))
+    if MODE == "each":
+        with concurrent.futures.ThreadPoolExecutor(CONCURRENCY) as pool:
+            answers = list(pool.map(one, names))
+    else:
+        answers = [put(f"joined-{run}", [upstream.url(n) for n in names],
+                       combine={"join": "existing", "dim": "time"})]
+        assert answers[0]["chunks"]["virtual"] == len(names) * (4 * NT + 1), answers[0]["chunks"]
     seconds = time.perf_counter() - started
     parse_bytes = server.metric("zarrgate_parse_bytes_total") - before[0]
     reads = server.metric("zarrgate_parse_requests_total") - before[1]
     gets = sum(upstream.count(n) for n in names) - gets_before
+    sent = sum(upstream.sent_bytes(n) for n in names) - sent_before
     assert all(a["arrays"] == 5 for a in answers), answers[0]
     return {"seconds": seconds, "bytes_per_file": parse_bytes / len(names), "requests_per_file": reads / len(names),
-            "gets_per_file": gets / len(names)}
+            "gets_per_file": gets / len(names), "upstream_bytes_per_file": sent / len(names)}
 
 
 def virtualizarr_run(upstream, names):
@@ -115,9 +127,11 @@ def render(data):
     for r in data["results"]["runs"]:
         z, v = r["zarrgate"], r["virtualizarr"]
         rows.append([r["run"], fmt(z["seconds"]), fmt(v["seconds"]), fmt(z["seconds"] / v["seconds"], 3),
-                     fmt(z["requests_per_file"]), fmt(z["gets_per_file"]), fmt(z["bytes_per_file"] / data["metadata_bytes"])])
+                     fmt(z["requests_per_file"]), fmt(z["gets_per_file"]), fmt(z["bytes_per_file"] / data["metadata_bytes"]),
+                     fmt(z["upstream_bytes_per_file"] / data["metadata_bytes"])])
     ratio = median([r["zarrgate"]["seconds"] / r["virtualizarr"]["seconds"] for r in data["results"]["runs"]])
-    return table(["run", "zarrgate s", "VirtualiZarr s", "ratio", "requests/file", "GETs/file", "bytes/metadata"],
+    return table(["run", "zarrgate s", "VirtualiZarr s", "ratio", "requests/file", "GETs/file", "bytes/metadata",
+                  "proxy bytes/metadata"],
                  rows) + f"\nmedian ratio zarrgate/VirtualiZarr: {fmt(ratio, 3)} (target <= 0.05)\n"
 
 
@@ -151,7 +165,7 @@ def main():
     finally:
         upstream.close()
     bench.publish("files-registration", {"runs": results}, render, latency_ms=LATENCY_MS, files=FILES,
-                  metadata_bytes=meta, executor=EXECUTOR, concurrency=CONCURRENCY)
+                  metadata_bytes=meta, executor=EXECUTOR, concurrency=CONCURRENCY, mode=MODE)
     bench.cleanup()
 
 

@@ -67,12 +67,21 @@ DATA = random.Random(7).randbytes(OBJECT_BYTES)
 
 class Counter:
     """GETs by object name, counted where the latency is added, and (S3) the time moto took to
-    answer each of them."""
+    answer each of them and the body bytes sent."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.gets = {}
         self.origin = {}
+        self.sent = {}
+
+    def add_bytes(self, name, n):
+        with self.lock:
+            self.sent[name] = self.sent.get(name, 0) + n
+
+    def bytes(self, name):
+        with self.lock:
+            return self.sent.get(name, 0)
 
     def add(self, name):
         with self.lock:
@@ -184,6 +193,10 @@ class HttpUpstream:
     def count(self, name):
         return self.counter.count(name)
 
+    def sent_bytes(self, name):
+        """Body bytes of the GETs of `name` sent through the proxy."""
+        return self.counter.bytes(name)
+
     def close(self):
         self.server.shutdown()
 
@@ -247,9 +260,9 @@ class S3Upstream:
                 path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
                 name = path.removeprefix(f"/{upstream.bucket}/")
                 upstream.counter.add(name)
-                upstream.counter.took(name, self.forward())
+                upstream.counter.took(name, self.forward(name))
 
-            def forward(self):
+            def forward(self, name=None):
                 """Forwards the request after the latency: the seconds moto took to answer."""
                 time.sleep(upstream.latency)
                 started = time.perf_counter()
@@ -283,6 +296,8 @@ class S3Upstream:
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(body)
+                    if name is not None:
+                        upstream.counter.add_bytes(name, len(body))
                 return took
 
         self.server, self.base = serve(Proxy)
@@ -315,6 +330,10 @@ class S3Upstream:
 
     def count(self, name):
         return self.counter.count(name)
+
+    def sent_bytes(self, name):
+        """Body bytes of the GETs of `name` sent through the proxy."""
+        return self.counter.bytes(name)
 
     def close(self):
         self.server.shutdown()

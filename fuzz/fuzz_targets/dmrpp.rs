@@ -9,5 +9,5 @@ use zarrgate::formats::{Limits, Parser};
 
 fuzz_target!(|data: &[u8]| {
     let limits = Limits { deadline: Some(Instant::now() + Duration::from_secs(2)), ..Limits::default() };
-    let _ = Parser::Dmrpp.parse(&Bytes::copy_from_slice(data), &limits);
+    let _ = Parser::Dmrpp.parse(std::sync::Arc::new(Bytes::copy_from_slice(data)), &limits);
 });

@@ -10,5 +10,5 @@ use zarrgate::formats::{Limits, Parser};
 fuzz_target!(|data: &[u8]| {
     let file = bytes::Bytes::copy_from_slice(data);
     let limits = Limits { deadline: Some(Instant::now() + Duration::from_secs(2)), ..Limits::default() };
-    let _ = Parser::Hdf5.parse(&file, &limits);
+    let _ = Parser::Hdf5.parse(std::sync::Arc::new(file), &limits);
 });

@@ -11,7 +11,7 @@ use zarrgate::formats::{Chunk, Limits, Parser};
 fuzz_target!(|data: &[u8]| {
     let file = Bytes::copy_from_slice(data);
     let limits = Limits { deadline: Some(Instant::now() + Duration::from_secs(2)), ..Limits::default() };
-    if let Ok(parsed) = Parser::NetCdf3.parse(&file, &limits) {
+    if let Ok(parsed) = Parser::NetCdf3.parse(std::sync::Arc::new(file), &limits) {
         for node in parsed.nodes.values() {
             for (_, chunk) in &node.chunks {
                 if let Chunk::Range { offset, length } = chunk {

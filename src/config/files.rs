@@ -44,8 +44,8 @@ impl Default for FilesConfig {
             first_read_bytes: 64 << 10,
             read_ahead_bytes: 4 << 10,
             max_inline_bytes: 16 << 20,
-            concurrency: 8,
-            max_parses: 32,
+            concurrency: 32,
+            max_parses: 64,
             max_files: 100_000,
         }
     }

@@ -14,6 +14,7 @@ pub mod hdf5;
 pub mod netcdf3;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -199,11 +200,11 @@ impl Parser {
     }
 
     /// Reads `file`'s structure.
-    pub fn parse(self, file: &dyn ByteRanges, limits: &Limits) -> Result<Parsed, FormatError> {
+    pub fn parse(self, file: Arc<dyn ByteRanges>, limits: &Limits) -> Result<Parsed, FormatError> {
         match self {
             Self::Hdf5 => hdf5::parse(file, limits),
-            Self::NetCdf3 => netcdf3::parse(file, limits),
-            Self::Dmrpp => dmrpp::parse(file, limits),
+            Self::NetCdf3 => netcdf3::parse(&*file, limits),
+            Self::Dmrpp => dmrpp::parse(&*file, limits),
         }
     }
 }

@@ -57,6 +57,18 @@ impl SourceRegistry {
             }
             return Ok(Fetched { body: futures::stream::once(async move { Ok(bytes) }).boxed(), len });
         }
+        self.fetch_exact(url, range, check).await
+    }
+
+    /// Reads exactly `range` of `url` in a request of its own, checked as [`Self::fetch`] does,
+    /// without the shared read-ahead blocks: for a reader (a file's parser) that decides itself
+    /// what to read around what it needs, and must count what it fetched.
+    pub async fn fetch_exact(
+        &self,
+        url: &str,
+        range: Range<u64>,
+        check: &SourceCheck<'_>,
+    ) -> Result<Fetched, SourceError> {
         let started = std::time::Instant::now();
         let fetched = self.fetch_unmetered(url, range, check).await;
         let (mut fetched, entry) = match fetched {

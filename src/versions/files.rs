@@ -418,16 +418,18 @@ async fn read_file(
         }
     };
     let check = SourceCheck::from_facts(read_facts.etag.as_deref(), read_facts.size).into_owned();
-    let file = RemoteFile::new(
-        Arc::clone(sources),
-        read_url.clone(),
-        check,
-        read_facts.size.unwrap_or(0),
-        config,
-        started + Duration::from_secs(config.parse_seconds),
-        tokio::runtime::Handle::current(),
-    )
-    .holding(0, head);
+    let file = Arc::new(
+        RemoteFile::new(
+            Arc::clone(sources),
+            read_url.clone(),
+            check,
+            read_facts.size.unwrap_or(0),
+            config,
+            started + Duration::from_secs(config.parse_seconds),
+            tokio::runtime::Handle::current(),
+        )
+        .holding(0, head),
+    );
     let limits = formats::Limits {
         max_inline_bytes: config.max_inline_bytes,
         deadline: Some(started + Duration::from_secs(config.parse_seconds)),
@@ -480,7 +482,7 @@ async fn read_file(
 
 /// Parses `file` (on a blocking thread) with `parser`, or the one its first bytes show.
 fn parse(
-    file: &RemoteFile,
+    file: &Arc<RemoteFile>,
     parser: Option<Parser>,
     limits: &formats::Limits,
     first_read: u64,
@@ -498,6 +500,6 @@ fn parse(
             )
         })?,
     };
-    let parsed = parser.parse(file as &dyn ByteRanges, limits).map_err(|e| (e, Some(parser)))?;
+    let parsed = parser.parse(Arc::clone(file) as Arc<dyn ByteRanges>, limits).map_err(|e| (e, Some(parser)))?;
     Ok((parsed, parser))
 }

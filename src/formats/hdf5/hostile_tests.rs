@@ -2,6 +2,7 @@
 //! duplicating chunk B-tree, an upstream failure. Always an error (or a result), never a panic
 //! or a hang.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -14,21 +15,25 @@ use crate::formats::{ByteRanges, FormatError, Limits};
 fn limits_are_kept() {
     let file = fixture("earliest.h5");
     let few_chunks = Limits { max_chunks: 10, ..Limits::default() };
-    assert!(matches!(parse(&file, &few_chunks), Err(FormatError::TooLarge(m)) if m.contains("max_chunks")));
+    assert!(
+        matches!(parse(Arc::new(file.clone()), &few_chunks), Err(FormatError::TooLarge(m)) if m.contains("max_chunks"))
+    );
     let few_nodes = Limits { max_nodes: 3, ..Limits::default() };
-    assert!(matches!(parse(&file, &few_nodes), Err(FormatError::TooLarge(m)) if m.contains("max_nodes")));
+    assert!(
+        matches!(parse(Arc::new(file.clone()), &few_nodes), Err(FormatError::TooLarge(m)) if m.contains("max_nodes"))
+    );
     let shallow = Limits { max_depth: 1, ..Limits::default() };
     assert!(
-        matches!(parse(&file, &shallow), Err(FormatError::TooLarge(m)) if m.contains("group sub") && m.contains("max_depth"))
+        matches!(parse(Arc::new(file.clone()), &shallow), Err(FormatError::TooLarge(m)) if m.contains("group sub") && m.contains("max_depth"))
     );
     let exactly = Limits { max_nodes: 19, ..Limits::default() };
-    assert!(parse(&file, &exactly).is_ok(), "earliest.h5 has 2 groups and 17 datasets");
+    assert!(parse(Arc::new(file.clone()), &exactly).is_ok(), "earliest.h5 has 2 groups and 17 datasets");
     let one_fewer = Limits { max_nodes: 18, ..Limits::default() };
-    assert!(parse(&file, &one_fewer).is_err());
+    assert!(parse(Arc::new(file.clone()), &one_fewer).is_err());
     let late = Limits { deadline: Some(Instant::now()), ..Limits::default() };
-    assert!(matches!(parse(&file, &late), Err(FormatError::TooLarge(_))));
+    assert!(matches!(parse(Arc::new(file.clone()), &late), Err(FormatError::TooLarge(_))));
     let no_inline = Limits { max_inline_bytes: 4, ..Limits::default() };
-    let parsed = parse(&file, &no_inline).unwrap();
+    let parsed = parse(Arc::new(file.clone()), &no_inline).unwrap();
     assert!(!parsed.nodes.contains_key("compact") && !parsed.nodes.contains_key("vlen_strings"));
     assert!(
         parsed.warnings.iter().any(|w| w.contains("compact") && w.contains("max_inline_bytes")),
@@ -61,7 +66,7 @@ fn an_upstream_failure_is_reported_as_ours() {
     for after in [0, 1, 5, 20] {
         let failing = Failing { file: fixture("netcdf4.nc"), after: after.into() };
         assert_eq!(
-            parse(&failing, &Limits::default()),
+            parse(Arc::new(failing), &Limits::default()),
             Err(FormatError::Read("the object store said 503".into())),
             "after {after}"
         );
@@ -74,7 +79,7 @@ fn truncated_files_are_refused() {
         let bytes = fixture(file);
         let len = bytes.len();
         for cut in (0..len).step_by((len / 97).max(1)).chain([len - 1]) {
-            let result = parse(&bytes.slice(..cut), &Limits::default());
+            let result = parse(Arc::new(bytes.slice(..cut)), &Limits::default());
             assert!(result.is_err(), "{file} cut at {cut} of {len} parsed");
         }
     }
@@ -89,7 +94,7 @@ fn flipped_bytes_never_panic_or_hang() {
             let mut flipped = bytes.to_vec();
             flipped[at] ^= [0xff, 0x01, 0x80, 0x10][i % 4];
             let limits = Limits { deadline: Some(Instant::now() + Duration::from_secs(5)), ..Limits::default() };
-            let _ = parse(&Bytes::from(flipped), &limits);
+            let _ = parse(Arc::new(Bytes::from(flipped)), &limits);
         }
         assert!(started.elapsed() < Duration::from_secs(120), "{file}");
     }
@@ -110,7 +115,7 @@ fn a_cyclic_chunk_btree_is_refused_quickly() {
     let child = internal + 24 + key;
     bytes[child..child + 8].copy_from_slice(&(internal as u64).to_le_bytes());
     let started = Instant::now();
-    let result = parse(&Bytes::from(bytes), &Limits::default());
+    let result = parse(Arc::new(Bytes::from(bytes)), &Limits::default());
     assert!(matches!(result, Err(FormatError::Invalid(_))), "{result:?}");
     assert!(started.elapsed() < Duration::from_secs(5));
 }
@@ -131,7 +136,7 @@ fn a_chunk_listed_twice_is_refused() {
     let second = first + key + 8;
     let offset: Vec<u8> = bytes[first..first + 8].to_vec();
     bytes[second..second + 8].copy_from_slice(&offset);
-    let result = parse(&Bytes::from(bytes), &Limits::default());
+    let result = parse(Arc::new(Bytes::from(bytes)), &Limits::default());
     assert!(matches!(&result, Err(FormatError::Invalid(m)) if m.contains("twice")), "{result:?}");
 }
 
@@ -157,9 +162,10 @@ impl ByteRanges for Counting {
 #[test]
 fn only_metadata_is_read() {
     for file in FILES {
-        let counting = Counting { file: fixture(file), reads: 0.into(), bytes: 0.into() };
-        parse(&counting, &Limits::default()).unwrap();
-        let (reads, bytes) = (counting.reads.into_inner(), counting.bytes.into_inner());
+        let counting = Arc::new(Counting { file: fixture(file), reads: 0.into(), bytes: 0.into() });
+        parse(Arc::clone(&counting) as Arc<dyn ByteRanges>, &Limits::default()).unwrap();
+        let ordering = std::sync::atomic::Ordering::SeqCst;
+        let (reads, bytes) = (counting.reads.load(ordering), counting.bytes.load(ordering));
         eprintln!("{file}: {reads} reads, {bytes} bytes of {}", ByteRanges::len(&counting.file));
         assert!(reads < 2000, "{file}: {reads} reads");
     }

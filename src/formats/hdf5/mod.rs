@@ -1,12 +1,13 @@
 //! HDF5 and netCDF4 files: groups, datasets and their chunk indexes read with `hdf5-reader`
 //! (metadata only), turned into Zarr v3 nodes as xarray's h5netcdf engine shows the file.
 //!
-//! `hdf5-reader` reads through its own `Storage` trait, whose `Arc<dyn Storage>` must be
-//! `'static`, while a parser is handed a borrowed `&dyn ByteRanges`. So the walk runs on a scoped
-//! thread whose storage sends each read to this thread, which serves it from the borrowed reader.
-//! Our reader's own error (an upstream failure, the driver's budget, the deadline) is kept here
-//! and reported as such; any other failure of `hdf5-reader` becomes [`FormatError::Invalid`]. A
-//! panic in the walk (there should be none) is caught by the thread's join and reported too.
+//! `hdf5-reader` reads through its own `Storage` trait, on an `Arc<dyn Storage>`: the file is
+//! handed over shared ([`parse`] takes an `Arc`), and [`FileStorage`] reads from it on whatever
+//! thread asks. Our reader's own error (an upstream failure, the driver's budget, the deadline)
+//! is kept there and reported as such; any other failure of `hdf5-reader` becomes
+//! [`FormatError::Invalid`]. The walk runs on the caller's thread; reads that can overlap
+//! (headers of a group's members, chunk indexes) run on a pool of reused threads
+//! ([`side_by_side`]), so that a parse starts no thread of its own.
 
 mod attrs;
 mod chunks;
@@ -22,7 +23,7 @@ mod hostile_tests;
 #[cfg(test)]
 mod tests;
 
-use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use hdf5_reader::error::Error as Hdf5Error;
 use hdf5_reader::{Hdf5File, OpenOptions, Storage, StorageBuffer};
@@ -32,62 +33,49 @@ use super::{ByteRanges, FormatError, Limits, Parsed};
 /// Largest object header (all its chunks) read: real ones are a few KiB.
 const MAX_OBJECT_HEADER_BYTES: usize = 4 << 20;
 
-/// One read the walk asks for: offset, length, and where to answer.
-type ReadRequest = (u64, usize, mpsc::SyncSender<Result<StorageBuffer, ()>>);
-
 /// Reads the structure of an HDF5 (or netCDF4) file.
-pub fn parse(file: &dyn ByteRanges, limits: &Limits) -> Result<Parsed, FormatError> {
-    let (requests, incoming) = mpsc::channel::<ReadRequest>();
-    let storage = Arc::new(ChannelStorage { len: file.len(), requests });
-    let read_error = Mutex::new(None);
-    std::thread::scope(|scope| {
-        let walker = scope.spawn(move || open_and_walk(storage, limits));
-        // Each read is served on a thread of its own, so that the walk's threads (it reads the
-        // chunk indexes side by side) wait on the object store together. They are as many as
-        // the reads waiting, at most one per walking thread.
-        for (offset, len, answer) in incoming {
-            let read_error = &read_error;
-            scope.spawn(move || {
-                let result = serve(file, limits, offset, len, read_error);
-                let _ = answer.send(result);
-            });
-        }
-        let outcome = walker.join();
-        if let Some(error) = read_error.lock().unwrap_or_else(PoisonError::into_inner).take() {
-            return Err(error);
-        }
-        match outcome {
-            Ok(result) => result,
-            Err(_) => Err(FormatError::Invalid("the HDF5 reader failed on it (a panic)".into())),
-        }
-    })
+pub fn parse(file: Arc<dyn ByteRanges>, limits: &Limits) -> Result<Parsed, FormatError> {
+    let storage = Arc::new(FileStorage { file, deadline: limits.deadline, failure: Mutex::new(None) });
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        open_and_walk(Arc::clone(&storage) as Arc<dyn Storage>, limits)
+    }));
+    if let Some(error) = storage.failure.lock().unwrap_or_else(PoisonError::into_inner).take() {
+        return Err(error);
+    }
+    outcome.unwrap_or_else(|_| Err(FormatError::Invalid("the HDF5 reader failed on it (a panic)".into())))
 }
 
-/// One read for the walk, from our reader. The first error of ours is kept (and every later
-/// read refused), so that it, not what `hdf5-reader` makes of it, is reported.
-fn serve(
-    file: &dyn ByteRanges,
-    limits: &Limits,
-    offset: u64,
-    len: usize,
-    read_error: &Mutex<Option<FormatError>>,
-) -> Result<StorageBuffer, ()> {
-    let failed = || read_error.lock().unwrap_or_else(PoisonError::into_inner).is_some();
-    if failed() {
-        return Err(());
+/// `hdf5-reader`'s storage: the file being parsed. The first error of ours is kept (and every
+/// later read refused), so that it, not what `hdf5-reader` makes of it, is reported.
+struct FileStorage {
+    file: Arc<dyn ByteRanges>,
+    deadline: Option<std::time::Instant>,
+    failure: Mutex<Option<FormatError>>,
+}
+
+impl Storage for FileStorage {
+    fn len(&self) -> u64 {
+        self.file.len()
     }
-    let read = limits.check_time().and_then(|()| file.read(offset, len as u64));
-    match read {
-        Ok(bytes) => StorageBuffer::from_shared_owner(Arc::new(bytes), 0, len).map_err(|_| ()),
-        Err(error) => {
-            read_error.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(error);
-            Err(())
+
+    fn read_range(&self, offset: u64, len: usize) -> hdf5_reader::error::Result<StorageBuffer> {
+        let refused = || Hdf5Error::Other(format!("reading {len} bytes at {offset} failed"));
+        if self.failure.lock().unwrap_or_else(PoisonError::into_inner).is_some() {
+            return Err(refused());
+        }
+        let limits = Limits { deadline: self.deadline, ..Limits::default() };
+        match limits.check_time().and_then(|()| self.file.read(offset, len as u64)) {
+            Ok(bytes) => StorageBuffer::from_shared_owner(Arc::new(bytes), 0, len).map_err(|_| refused()),
+            Err(error) => {
+                self.failure.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(error);
+                Err(refused())
+            }
         }
     }
 }
 
-/// Opens the file on the channel storage and walks it.
-fn open_and_walk(storage: Arc<ChannelStorage>, limits: &Limits) -> Result<Parsed, FormatError> {
+/// Opens the file on `storage` and walks it.
+fn open_and_walk(storage: Arc<dyn Storage>, limits: &Limits) -> Result<Parsed, FormatError> {
     let options = OpenOptions::default()
         .with_chunk_cache_bytes(0)
         .with_max_read_bytes(usize::try_from(limits.max_inline_bytes).unwrap_or(usize::MAX))
@@ -106,25 +94,36 @@ fn open_and_walk(storage: Arc<ChannelStorage>, limits: &Limits) -> Result<Parsed
     walk::walk(&hdf5, limits)
 }
 
-/// Structures read side by side by [`side_by_side`].
-const SIDE_BY_SIDE: usize = 8;
+/// Threads of the pool that reads structures side by side, shared by every parse: they mostly
+/// wait on the object store.
+const SIDE_BY_SIDE_THREADS: usize = 32;
 
-/// Calls `read` on every item on up to [`SIDE_BY_SIDE`] threads at once (items in order, each
-/// once), so that the reads they make of a remote file overlap instead of following one
-/// another: what they read stays with the file, where the ordered walk finds it again in
-/// memory. Stops taking items once the parse's time is up.
+/// The pool of [`side_by_side`], started on first use. Its threads are reused: a thread started
+/// per read cost more than the parse itself (each new thread's allocator takes fresh pages,
+/// which the kernel zeroes: two thirds of a registration's CPU time in `perf`).
+fn pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(SIDE_BY_SIDE_THREADS)
+            .thread_name(|i| format!("zarrgate-parse-{i}"))
+            .build()
+            .ok()
+    })
+    .as_ref()
+}
+
+/// Calls `read` on every item, on the pool's threads at once where there are several, so that
+/// the reads they make of a remote file overlap instead of following one another: what they
+/// read stays with the file, where the ordered walk finds it again in memory. Items left when
+/// the parse's time is up are skipped.
 fn side_by_side<T: Sync>(items: &[T], limits: &Limits, read: impl Fn(&T) + Sync) {
-    if items.len() < 2 {
-        return;
-    }
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    std::thread::scope(|scope| {
-        for _ in 0..SIDE_BY_SIDE.min(items.len()) {
-            scope.spawn(|| {
-                while let Some(item) = items.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
-                    if limits.check_time().is_err() {
-                        return;
-                    }
+    let Some(pool) = pool().filter(|_| items.len() > 1) else { return };
+    let read = &read;
+    pool.scope(|scope| {
+        for item in items {
+            scope.spawn(move |_| {
+                if limits.check_time().is_ok() {
                     read(item);
                 }
             });
@@ -137,24 +136,5 @@ fn invalid(what: &str, error: Hdf5Error) -> FormatError {
     match error {
         Hdf5Error::ResourceLimit(message) => FormatError::TooLarge(format!("{what}: {message}")),
         error => FormatError::Invalid(format!("{what}: {error}")),
-    }
-}
-
-/// `hdf5-reader`'s storage: each read is sent to the parsing thread and answered from there.
-struct ChannelStorage {
-    len: u64,
-    requests: mpsc::Sender<ReadRequest>,
-}
-
-impl Storage for ChannelStorage {
-    fn len(&self) -> u64 {
-        self.len
-    }
-
-    fn read_range(&self, offset: u64, len: usize) -> hdf5_reader::error::Result<StorageBuffer> {
-        let refused = || Hdf5Error::Other(format!("reading {len} bytes at {offset} failed"));
-        let (answer, answered) = mpsc::sync_channel(1);
-        self.requests.send((offset, len, answer)).map_err(|_| refused())?;
-        answered.recv().map_err(|_| refused())?.map_err(|()| refused())
     }
 }

@@ -2,6 +2,7 @@
 //! (what h5py and xarray's h5netcdf engine read from the same files). Hostile files: hostile_tests.rs.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -32,7 +33,7 @@ fn oracle(name: &str) -> Value {
 }
 
 fn parsed(name: &str) -> Parsed {
-    parse(&fixture(name), &Limits::default()).unwrap_or_else(|e| panic!("{name}: {e}"))
+    parse(Arc::new(fixture(name)), &Limits::default()).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 fn node<'a>(parsed: &'a Parsed, path: &str) -> &'a Node {
@@ -315,7 +316,7 @@ fn write_stores() {
         let bytes = fixture(file);
         let store = root.join(file);
         let _ = std::fs::remove_dir_all(&store);
-        for (path, node) in &parse(&bytes, &Limits::default()).unwrap().nodes {
+        for (path, node) in &parse(Arc::new(bytes.clone()), &Limits::default()).unwrap().nodes {
             let dir = store.join(path);
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(dir.join("zarr.json"), serde_json::to_vec(&node.metadata).unwrap()).unwrap();

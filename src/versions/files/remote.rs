@@ -190,7 +190,7 @@ impl RemoteFile {
     }
 
     async fn get(&self, offset: u64, end: u64) -> Result<Bytes, SourceError> {
-        let fetched = self.sources.fetch(&self.url, offset..end, &self.check).await?;
+        let fetched = self.sources.fetch_exact(&self.url, offset..end, &self.check).await?;
         let mut out = BytesMut::with_capacity((end - offset) as usize);
         let mut body = fetched.body;
         while let Some(piece) = body.next().await {
