@@ -41,7 +41,7 @@ impl Default for FilesConfig {
             max_read_bytes: 256 << 20,
             max_requests: 4_096,
             parse_seconds: 60,
-            first_read_bytes: 64 << 10,
+            first_read_bytes: 1 << 20,
             read_ahead_bytes: 4 << 10,
             max_inline_bytes: 16 << 20,
             concurrency: 32,
