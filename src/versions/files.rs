@@ -5,10 +5,11 @@
 
 mod combine;
 mod listing;
+mod read;
 mod remote;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -16,16 +17,16 @@ use serde_json::Value;
 
 pub use self::combine::{Combine, CombineError};
 pub use self::listing::Prefix;
+use self::read::{ReadFile, read_file};
 pub use self::remote::{ReadCost, RemoteFile};
 use super::error::{Error, Result};
 use super::register::{Registered, Registrar, Registration, Storing};
 use crate::config::FilesConfig;
-use crate::formats::{self, ByteRanges, Chunk, FormatError, Parsed, Parser};
-use crate::metrics::Metrics;
-use crate::sources::{SourceError, SourceRegistry};
+use crate::formats::{self, Chunk, Parser};
+use crate::sources::SourceRegistry;
 use crate::zarr::document::{DocNode, Document};
 use crate::zarr::manifest::{RawRef, normalize_source_url};
-use crate::zarr::source::{SourceCheck, SourceFacts};
+use crate::zarr::source::SourceFacts;
 use crate::zarr::spill::Scratch;
 
 /// What a registration asks for: `{"files": [URL, ...] | {"prefix": URL, "glob": GLOB},
@@ -234,12 +235,6 @@ impl Origin {
     }
 }
 
-/// One file read: its hierarchy and how it was read.
-struct ReadFile {
-    parsed: Parsed,
-    record: FileRecord,
-}
-
 impl Registrar {
     /// Reads the files `target` names and writes their hierarchy as the new current version
     /// of store `name`.
@@ -351,155 +346,4 @@ fn node_manifest(
         }
     }
     Ok(Some(manifest))
-}
-
-/// Reads one file's structure with the parser `choice` calls for, counting what it cost.
-async fn read_file(
-    sources: &Arc<SourceRegistry>,
-    metrics: &Metrics,
-    config: &FilesConfig,
-    url: &str,
-    choice: Choice,
-) -> Result<ReadFile> {
-    if sources.resolve(url).is_none() {
-        return Err(invalid(format!(
-            "file {url} is not under any registered object store: register one whose URL is a prefix of it"
-        )));
-    }
-    let started = Instant::now();
-    let first_read = config.first_read_bytes.max(formats::DETECT_BYTES);
-    // Requests made here; the parse counts its own, its first bytes (read here) included.
-    let mut requests = 0;
-    let mut found = None;
-    let mut warnings = Vec::new();
-    // A sidecar is looked for with a GET of its first bytes, not a HEAD: where there is one,
-    // the answer holds all or most of it, and where there is none it costs the same.
-    if choice == Choice::Auto || choice == Choice::Only(Parser::Dmrpp) {
-        let candidate = format!("{url}.dmrpp");
-        // A sidecar found is counted as its parse's first read; one not found, here.
-        requests += 1;
-        match sources.open_prefix(&candidate, first_read).await {
-            Ok((facts, head)) if facts.size.unwrap_or(0) > 0 => {
-                requests -= 1;
-                found = Some((candidate, facts, head));
-            }
-            Ok(_) => warnings.push(format!("its DMR++ sidecar {candidate} is empty: the file itself was read")),
-            Err(SourceError::NotFound { .. }) if choice == Choice::Auto => {}
-            Err(e) if choice == Choice::Auto => {
-                warnings.push(format!("its DMR++ sidecar {candidate} cannot be read ({e}): the file itself was read"));
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    let not_found = |e| match e {
-        SourceError::NotFound { .. } => invalid(format!("file {url} does not exist")),
-        e => e.into(),
-    };
-    // The file's facts (kept, and checked by every chunk read) come with its first bytes when
-    // the file itself is parsed, and from a HEAD when its sidecar is.
-    let mut sidecar = None;
-    let (facts, read_url, read_facts, head, parser) = match found {
-        Some((sidecar_url, sidecar_facts, head)) => {
-            requests += 1;
-            let facts = sources.head(url).await.map_err(not_found)?;
-            sidecar = Some(sidecar_url.clone());
-            (facts, sidecar_url, sidecar_facts, head, Some(Parser::Dmrpp))
-        }
-        None => {
-            let parser = match choice {
-                Choice::Only(Parser::Dmrpp) => {
-                    return Err(invalid(format!("file {url} has no DMR++ sidecar ({url}.dmrpp)")));
-                }
-                Choice::Only(p) => Some(p),
-                Choice::Auto => None,
-            };
-            let (facts, head) = sources.open_prefix(url, first_read).await.map_err(not_found)?;
-            (facts.clone(), url.to_owned(), facts, head, parser)
-        }
-    };
-    let check = SourceCheck::from_facts(read_facts.etag.as_deref(), read_facts.size).into_owned();
-    let file = Arc::new(
-        RemoteFile::new(
-            Arc::clone(sources),
-            read_url.clone(),
-            check,
-            read_facts.size.unwrap_or(0),
-            config,
-            started + Duration::from_secs(config.parse_seconds),
-            tokio::runtime::Handle::current(),
-        )
-        .holding(0, head),
-    );
-    let limits = formats::Limits {
-        max_inline_bytes: config.max_inline_bytes,
-        deadline: Some(started + Duration::from_secs(config.parse_seconds)),
-        ..formats::Limits::default()
-    };
-    let (parsed, parser, file) = tokio::task::spawn_blocking(move || {
-        let outcome = parse(&file, parser, &limits, first_read);
-        (outcome, file)
-    })
-    .await
-    .map(|(outcome, file)| match outcome {
-        Ok((parsed, parser)) => (Ok(parsed), Some(parser), file),
-        Err((e, parser)) => (Err(e), parser, file),
-    })?;
-    let cost = file.cost();
-    let label = parser.map_or("unknown", Parser::name);
-    metrics.parse_bytes_total.with_label_values(&[label]).inc_by(cost.bytes);
-    metrics.parse_requests_total.with_label_values(&[label]).inc_by(cost.requests + requests);
-    metrics.parse_duration_seconds.with_label_values(&[label]).observe(started.elapsed().as_secs_f64());
-    let mut parsed = match parsed {
-        Ok(parsed) => parsed,
-        Err(e) => {
-            let upstream = file.take_failure();
-            let outcome = if upstream.is_some() { "upstream" } else { "invalid" };
-            metrics.parse_files_total.with_label_values(&[label, outcome]).inc();
-            if let Some(failure) = upstream {
-                tracing::warn!(file = %read_url, cause = %failure, "reading a file to parse failed upstream");
-                return Err(failure.into());
-            }
-            let what = if sidecar.is_some() { format!("DMR++ sidecar {read_url}") } else { format!("file {read_url}") };
-            let as_what = parser.map_or(String::new(), |p| format!(" as {}", p.name()));
-            tracing::info!(file = %read_url, parser = label, problem = %e, "a file was refused");
-            return Err(invalid(format!("{what} cannot be read{as_what}: {e}")));
-        }
-    };
-    metrics.parse_files_total.with_label_values(&[label, "ok"]).inc();
-    parsed.warnings.splice(0..0, warnings);
-    let record = FileRecord {
-        url: url.to_owned(),
-        parser: label.to_owned(),
-        sidecar,
-        facts,
-        bytes_read: cost.bytes,
-        requests: cost.requests + requests,
-    };
-    tracing::info!(file = %url, parser = label, bytes = cost.bytes, requests = record.requests,
-        seconds = started.elapsed().as_secs_f64(), nodes = parsed.nodes.len(), "file parsed");
-    Ok(ReadFile { parsed, record })
-}
-
-/// Parses `file` (on a blocking thread) with `parser`, or the one its first bytes show.
-fn parse(
-    file: &Arc<RemoteFile>,
-    parser: Option<Parser>,
-    limits: &formats::Limits,
-    first_read: u64,
-) -> std::result::Result<(Parsed, Parser), (FormatError, Option<Parser>)> {
-    let head = file.first(first_read).map_err(|e| (e, parser))?;
-    let parser = match parser {
-        Some(p) => p,
-        None => Parser::detect(&head).ok_or_else(|| {
-            let shown: String = head.iter().take(8).map(|b| format!("{b:02x}")).collect();
-            (
-                FormatError::Invalid(format!(
-                    "it is not a format this server reads (HDF5, netCDF4, netCDF3; its first bytes are {shown})"
-                )),
-                None,
-            )
-        })?,
-    };
-    let parsed = parser.parse(Arc::clone(file) as Arc<dyn ByteRanges>, limits).map_err(|e| (e, Some(parser)))?;
-    Ok((parsed, parser))
 }

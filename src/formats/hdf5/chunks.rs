@@ -3,12 +3,10 @@
 //! extensible array and v2 B-tree with `libver="latest"`), read without reading chunk data.
 
 use hdf5_reader::chunk_index::{self, ChunkEntry};
-use hdf5_reader::messages::HdfMessage;
 use hdf5_reader::messages::layout::{ChunkIndexing, DataLayout};
 use hdf5_reader::{Hdf5File, btree_v1, extensible_array, fixed_array};
 
 use super::invalid;
-use super::node::ListedDataset;
 use crate::formats::{Chunk, FormatError, Limits};
 
 /// HDF5's undefined address: storage never allocated.
@@ -30,40 +28,20 @@ pub(super) struct Shape<'a> {
     pub filtered: bool,
 }
 
-/// Reads the chunk indexes of `datasets` side by side ([`super::side_by_side`]), before the
-/// walk reads each again, in order, from what was fetched. What goes wrong is left for the walk
-/// to meet and report. Only the index types that are read from the file are read here.
-pub(super) fn prefetch(hdf5: &Hdf5File, datasets: &[&ListedDataset], limits: &Limits) {
-    let indexes: Vec<(u64, &[u32], Option<&ChunkIndexing>, &ListedDataset)> = datasets
-        .iter()
-        .filter_map(|listed| {
-            listed.header.messages.iter().find_map(|m| match m {
-                HdfMessage::DataLayout(layout) => match &layout.layout {
-                    DataLayout::Chunked { address, dims, chunk_indexing, .. }
-                        if *address != UNDEFINED
-                            && !matches!(
-                                chunk_indexing,
-                                Some(ChunkIndexing::SingleChunk { .. } | ChunkIndexing::Implicit)
-                            ) =>
-                    {
-                        Some((*address, dims.as_slice(), chunk_indexing.as_ref(), *listed))
-                    }
-                    _ => None,
-                },
-                _ => None,
-            })
-        })
-        .collect();
-    super::side_by_side(&indexes, limits, |(address, dims, indexing, listed)| {
-        let dataset_dims = listed.dataset.shape();
-        if dataset_dims.len() + 1 < dims.len() || dims.len() < dataset_dims.len() {
-            return;
-        }
-        // The element size matters only to implicit indexes, which are not read.
-        let max_dims = listed.dataset.max_dims();
-        let shape = Shape { name: "", dims: dataset_dims, max_dims, element_size: 1, filtered: false };
-        let _ = entries(hdf5, *address, dims, *indexing, &shape);
-    });
+/// Reads the chunk index of a dataset of `dims` (at most `max_dims`) laid out as `layout`, and
+/// drops what it finds: the walk reads the indexes side by side with it first, so that their
+/// bytes are fetched at once, then each again, in order, from memory. What goes wrong is left
+/// for the walk to meet and report. Layouts whose index is not read from the file (contiguous,
+/// compact, single chunk, implicit) read nothing.
+pub(super) fn read_index(hdf5: &Hdf5File, layout: &DataLayout, dims: &[u64], max_dims: Option<&[u64]>) {
+    let DataLayout::Chunked { address, dims: chunk_dims, chunk_indexing, .. } = layout else { return };
+    let read_from_file = !matches!(chunk_indexing, Some(ChunkIndexing::SingleChunk { .. } | ChunkIndexing::Implicit));
+    if *address == UNDEFINED || !read_from_file || dims.len() + 1 < chunk_dims.len() || chunk_dims.len() < dims.len() {
+        return;
+    }
+    // The element size matters only to implicit indexes, which are not read.
+    let shape = Shape { name: "", dims, max_dims, element_size: 1, filtered: false };
+    let _ = entries(hdf5, *address, chunk_dims, chunk_indexing.as_ref(), &shape);
 }
 
 /// The chunks of a dataset laid out as `layout`: Ok(Err(why)) when they cannot be served.

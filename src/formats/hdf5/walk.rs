@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use hdf5_reader::error::Result as Hdf5Result;
 use hdf5_reader::group::Group;
 use hdf5_reader::messages::HdfMessage;
+use hdf5_reader::messages::layout::DataLayout;
 use hdf5_reader::{Attribute, Dataset, Hdf5File};
 use serde_json::json;
 
@@ -37,8 +38,20 @@ pub(super) fn walk(hdf5: &Hdf5File, limits: &Limits) -> Result<Parsed, FormatErr
     let mut listing = Vec::new();
     let mut tally = Tally::default();
     list(hdf5, &root, String::new(), &mut Vec::new(), limits, &mut listing, &mut tally)?;
-    let datasets: Vec<&ListedDataset> = listing.iter().flat_map(|g| g.datasets.iter()).collect();
-    chunks::prefetch(hdf5, &datasets, limits);
+    // Every chunk index read side by side first (their nodes lie far apart, between chunks).
+    let layouts: Vec<(&DataLayout, &ListedDataset)> = listing
+        .iter()
+        .flat_map(|g| g.datasets.iter())
+        .filter_map(|listed| {
+            listed.header.messages.iter().find_map(|m| match m {
+                HdfMessage::DataLayout(layout) => Some((&layout.layout, listed)),
+                _ => None,
+            })
+        })
+        .collect();
+    super::side_by_side(&layouts, limits, |(layout, listed)| {
+        chunks::read_index(hdf5, layout, listed.dataset.shape(), listed.dataset.max_dims());
+    });
     let mut parsed = Parsed { warnings: tally.warnings, ..Parsed::default() };
     let names: HashMap<u64, String> =
         listing.iter().flat_map(|g| g.datasets.iter()).map(|d| (d.dataset.address(), d.name.clone())).collect();
