@@ -144,7 +144,7 @@ metrics! {
     registrations_total: IntCounterVec = ["outcome"],
     /// Files whose structure was read (`?format=files`), by parser (hdf5, netcdf3, dmrpp) and
     /// outcome (ok, invalid: the file is malformed or past a `files.*` bound, upstream: reading
-    /// it failed).
+    /// it failed, cached: the same content's parse was found in the catalog and not made again).
     parse_files_total: IntCounterVec = ["parser", "outcome"],
     /// Bytes read from object stores to parse files (metadata only), by parser.
     parse_bytes_total: IntCounterVec = ["parser"],

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::{Backend, PgTestDb};
 use serde_json::{Value, json};
 use zarrgate::catalog::{
-    Catalog, CatalogError, DerivedVersion, Expected, ListedVersion, ObjectStoreRecord, Retention, StoreHead,
+    Catalog, CatalogError, DerivedVersion, Expected, ListedVersion, ObjectStoreRecord, ParsedKey, Retention, StoreHead,
     VersionOptions,
 };
 use zarrgate::zarr::document::SourceFacts;
@@ -120,6 +120,27 @@ fn now_ms() -> i64 {
 }
 
 both_catalogs! {
+    async fn a_parsed_file_is_remembered_until_its_file_is_rewritten(catalog) {
+        let key = |url, validator, parse_key| ParsedKey { url, validator, parse_key };
+        let (a, b) = ("s3://b/a.nc", "s3://b/b.nc");
+        assert_eq!(catalog.parsed_file(key(a, "etag:1", "auto")).await.unwrap(), None);
+        catalog.put_parsed_file(key(a, "etag:1", "auto"), b"first").await.unwrap();
+        catalog.put_parsed_file(key(a, "etag:1", "hdf5"), b"as hdf5").await.unwrap();
+        catalog.put_parsed_file(key(b, "etag:1", "auto"), b"other file").await.unwrap();
+        assert_eq!(catalog.parsed_file(key(a, "etag:1", "auto")).await.unwrap().as_deref(), Some(&b"first"[..]));
+        // written again under the same key: replaced
+        catalog.put_parsed_file(key(a, "etag:1", "auto"), b"again").await.unwrap();
+        assert_eq!(catalog.parsed_file(key(a, "etag:1", "auto")).await.unwrap().as_deref(), Some(&b"again"[..]));
+        assert_eq!(catalog.parsed_file(key(a, "etag:1", "hdf5")).await.unwrap().as_deref(), Some(&b"as hdf5"[..]));
+        // the file rewritten: its old parses (under any parse key) are forgotten, others' kept
+        catalog.put_parsed_file(key(a, "etag:2", "auto"), b"second").await.unwrap();
+        assert_eq!(catalog.parsed_file(key(a, "etag:1", "auto")).await.unwrap(), None);
+        assert_eq!(catalog.parsed_file(key(a, "etag:1", "hdf5")).await.unwrap(), None);
+        assert_eq!(catalog.parsed_file(key(a, "etag:2", "auto")).await.unwrap().as_deref(), Some(&b"second"[..]));
+        assert_eq!(catalog.parsed_file(key(a, "etag:2", "hdf5")).await.unwrap(), None);
+        assert_eq!(catalog.parsed_file(key(b, "etag:1", "auto")).await.unwrap().as_deref(), Some(&b"other file"[..]));
+    }
+
     async fn a_version_reads_back_as_written(catalog) {
         let store = demo();
         let written = catalog.write_version("demo", &store, VersionOptions { fill_missing: true, ..VersionOptions::default() }).await.unwrap();

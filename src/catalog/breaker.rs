@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use super::{
-    Catalog, CatalogError, Change, ListedVersion, NewVersion, ObjectStoreRecord, Origins, Retention, StoreHead,
-    StoreRecord, StoredNode, Stores, VersionOptions, Written,
+    Catalog, CatalogError, Change, ListedVersion, NewVersion, ObjectStoreRecord, Origins, ParsedKey, Retention,
+    StoreHead, StoreRecord, StoredNode, Stores, VersionOptions, Written,
 };
 use crate::metrics::Metrics;
 use crate::zarr::document::SourceFacts;
@@ -148,6 +148,12 @@ impl Catalog for Guarded {
     }
     async fn delete_object_store(&self, name: &str) -> Result<bool, CatalogError> {
         self.guard(self.inner.delete_object_store(name)).await
+    }
+    async fn parsed_file(&self, key: ParsedKey<'_>) -> Result<Option<Vec<u8>>, CatalogError> {
+        self.guard(self.inner.parsed_file(key)).await
+    }
+    async fn put_parsed_file(&self, key: ParsedKey<'_>, data: &[u8]) -> Result<(), CatalogError> {
+        self.guard(self.inner.put_parsed_file(key, data)).await
     }
     async fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<Change>> {
         self.inner.changes().await

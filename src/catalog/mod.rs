@@ -325,6 +325,17 @@ pub enum NewVersion<'a> {
     Derived(&'a DerivedVersion<'a>),
 }
 
+/// Which parse of which file [`Catalog::parsed_file`] and [`Catalog::put_parsed_file`] name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParsedKey<'a> {
+    /// The URL read (a file's, or its DMR++ sidecar's).
+    pub url: &'a str,
+    /// Which content of it: `etag:<ETag>`, else `size:<n>:<last_modified>`.
+    pub validator: &'a str,
+    /// The parser used or asked for, and the settings that change a parse's output.
+    pub parse_key: &'a str,
+}
+
 /// The catalog: the narrow interface the rest of the server needs, implemented by
 /// [`SqlCatalog`] for both databases and wrapped by the breaker ([`Guarded`]). The questions it
 /// answers already (`current_version`, `store`, `write_version`, ...) are methods of
@@ -368,6 +379,12 @@ pub trait Catalog: Send + Sync + 'static {
     async fn put_object_store(&self, record: &ObjectStoreRecord) -> Result<bool, CatalogError>;
     /// Removes an object store; false if there was none.
     async fn delete_object_store(&self, name: &str) -> Result<bool, CatalogError>;
+    /// The parse remembered under `key` (opaque bytes, as [`Catalog::put_parsed_file`] was given
+    /// them), if there is one.
+    async fn parsed_file(&self, key: ParsedKey<'_>) -> Result<Option<Vec<u8>>, CatalogError>;
+    /// Remembers a parse under `key`, forgetting the parses of the same URL under other
+    /// validators (a rewritten file's old parse is of no use).
+    async fn put_parsed_file(&self, key: ParsedKey<'_>, data: &[u8]) -> Result<(), CatalogError>;
     /// Changes made through other replicas, when the backend can tell (PostgreSQL
     /// `LISTEN/NOTIFY`); `None` when it cannot, and replicas rely on cache expiry.
     async fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<Change>> {

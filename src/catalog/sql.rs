@@ -11,10 +11,17 @@ use super::rows::{
     UNMARK_DELETED,
 };
 use super::{
-    Catalog, CatalogError, Change, Expected, ListedVersion, NewVersion, ObjectStoreRecord, Origins, Retention,
-    StoreHead, StoreRecord, StoredNode, Stores, VersionOptions, Written,
+    Catalog, CatalogError, Change, Expected, ListedVersion, NewVersion, ObjectStoreRecord, Origins, ParsedKey,
+    Retention, StoreHead, StoreRecord, StoredNode, Stores, VersionOptions, Written,
 };
 use crate::zarr::document::SourceFacts;
+
+/// A file's parse, remembered.
+const PARSED_FILE: &str = "select data from parsed_files where url = $1 and validator = $2 and parse_key = $3";
+/// A rewritten file's parses are of no use: writing one under a new validator forgets them.
+const FORGET_PARSED_FILE: &str = "delete from parsed_files where url = $1 and validator <> $2";
+const PUT_PARSED_FILE: &str = "insert into parsed_files (url, validator, parse_key, data) values ($1, $2, $3, $4) \
+     on conflict (url, validator, parse_key) do update set data = excluded.data, written_at = excluded.written_at";
 
 /// A catalog in a database `B` (PostgreSQL or SQLite): its connections and its statements.
 #[derive(Debug)]
@@ -58,6 +65,7 @@ where
     for<'q> i64: Encode<'q, B> + Type<B>,
     for<'q> Option<i64>: Encode<'q, B> + Type<B>,
     for<'q> &'q str: Encode<'q, B> + Type<B>,
+    for<'q> &'q [u8]: Encode<'q, B> + Type<B>,
 {
     fn backend(&self) -> &'static str {
         B::LABEL
@@ -140,6 +148,21 @@ where
 
     async fn delete_object_store(&self, name: &str) -> Result<bool, CatalogError> {
         B::delete_object_store(self, name).await
+    }
+
+    async fn parsed_file(&self, key: ParsedKey<'_>) -> Result<Option<Vec<u8>>, CatalogError> {
+        let query = sqlx::query(PARSED_FILE).bind(key.url).bind(key.validator).bind(key.parse_key);
+        let row = query.fetch_optional(&self.pool).await?;
+        Ok(row.map(|row| row.field("data")).transpose()?)
+    }
+
+    async fn put_parsed_file(&self, key: ParsedKey<'_>, data: &[u8]) -> Result<(), CatalogError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(FORGET_PARSED_FILE).bind(key.url).bind(key.validator).execute(&mut *tx).await?;
+        let query = sqlx::query(PUT_PARSED_FILE).bind(key.url).bind(key.validator).bind(key.parse_key).bind(data);
+        query.execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<Change>> {

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// Random access to the bytes of one file, as a parser sees it.
@@ -117,7 +118,7 @@ impl Limits {
 }
 
 /// One file's hierarchy, as a native manifest describes it.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Parsed {
     /// Every node by path: `""` the root group, `"a/b"` below it (no leading `/`).
     pub nodes: BTreeMap<String, Node>,
@@ -127,7 +128,7 @@ pub struct Parsed {
 }
 
 /// A group or an array.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Node {
     /// The node's `zarr.json` (Zarr v3): `zarr_format`, `node_type`, `attributes`, and for an
     /// array `shape`, `data_type`, `chunk_grid`, `chunk_key_encoding`, `fill_value`, `codecs`,
@@ -139,7 +140,7 @@ pub struct Node {
 }
 
 /// Where one chunk's (encoded) bytes are.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Chunk {
     /// `length` bytes at `offset` of the data file (for DMR++, the file beside the sidecar).
     Range { offset: u64, length: u64 },

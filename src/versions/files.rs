@@ -5,6 +5,7 @@
 
 mod combine;
 mod listing;
+mod parsed;
 mod read;
 mod remote;
 
@@ -214,6 +215,10 @@ pub struct FileRecord {
     pub bytes_read: u64,
     /// Ranged reads made to parse it (the sidecar's and the file's HEAD included).
     pub requests: u64,
+    /// True when its parse was not made again but found in the catalog (the same URL and
+    /// content parsed before, by any registration or replica): only its first bytes were read.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cached: bool,
 }
 
 /// Where a version made from files comes from, kept with the version.
@@ -249,10 +254,11 @@ impl Registrar {
         let urls = target.urls(&self.sources, config).await?;
         let reads = urls.into_iter().map(|url| {
             let (sources, metrics, config) = (Arc::clone(&self.sources), self.metrics.clone(), config.clone());
+            let catalog = Arc::clone(&self.catalog);
             let parses = Arc::clone(&self.parses);
             async move {
                 let _parse = parses.acquire_owned().await.map_err(|e| Error::Internal(e.to_string()))?;
-                read_file(&sources, &metrics, &config, &url, choice).await
+                read_file(&*catalog, &sources, &metrics, &config, &url, choice).await
             }
         });
         let results: Vec<Result<ReadFile>> =

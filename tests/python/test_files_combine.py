@@ -75,6 +75,36 @@ def test_combine_thirty_daily_files_along_time_by_references_only(server, source
     assert origin["combine"] == combine_existing(), origin
 
 
+def parses(server, outcome: str) -> float:
+    """``zarrgate_parse_files_total{parser="hdf5",outcome=...}`` as the server counts it now."""
+    metrics = requests.get(f"{server.url}/metrics", timeout=30).text
+    line = f'zarrgate_parse_files_total{{outcome="{outcome}",parser="hdf5"}} '
+    return sum(float(m[len(line):]) for m in metrics.splitlines() if m.startswith(line))
+
+
+def test_a_file_already_parsed_is_not_parsed_again_until_it_is_rewritten(server, source_dir, store_name):
+    paths = [write_daily(source_dir / f"day_{i:02d}.nc", i) for i in range(4)]
+    put_files(server, store_name, [p.as_uri() for p in paths[:3]], combine=combine_existing())
+    # the same three and a fourth, as another store: only the fourth is parsed
+    grown = f"{store_name}-grown"
+    ok, cached = parses(server, "ok"), parses(server, "cached")
+    put_files(server, grown, [p.as_uri() for p in paths], combine=combine_existing())
+    assert (parses(server, "ok") - ok, parses(server, "cached") - cached) == (1, 3)
+    origin = requests.get(f"{server.url}/api/v1/stores/{grown}", timeout=30).json()["files"]
+    assert [f.get("cached", False) for f in origin["files"]] == [True, True, True, False], origin
+    assert_same(open_plain(f"{server.url}/{grown}"), mfdataset(paths, "time"))
+
+    # a file rewritten (new values, same layout) is parsed again, not served from its old parse
+    time.sleep(0.01)
+    write_daily(paths[3], 7)
+    ok, cached = parses(server, "ok"), parses(server, "cached")
+    put_files(server, grown, [p.as_uri() for p in paths], status=200, combine=combine_existing())
+    assert (parses(server, "ok") - ok, parses(server, "cached") - cached) == (1, 3)
+    served = open_plain(f"{server.url}/{grown}")
+    assert served["time"].values[-1] == np.datetime64("2000-01-08")
+    assert_same(served, mfdataset(paths, "time"))
+
+
 def write_forecast(path: Path, base: float) -> Path:
     """``t2m(step, x)`` of one forecast run, with the coordinates ``step`` and ``x``."""
     with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:

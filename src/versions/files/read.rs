@@ -1,11 +1,14 @@
 //! One file read for a registration: its DMR++ sidecar looked for, its first bytes and facts
 //! fetched in one request, its structure parsed on a blocking thread by the parser its first
-//! bytes (or the request) call for, and what that cost counted.
+//! bytes (or the request) call for, unless the catalog remembers that very parse
+//! (`parsed.rs`), and what that cost counted.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::parsed::ParseKey;
 use super::{Choice, FileRecord, RemoteFile, invalid};
+use crate::catalog::Catalog;
 use crate::config::FilesConfig;
 use crate::formats::{self, ByteRanges, FormatError, Parsed, Parser};
 use crate::metrics::Metrics;
@@ -21,6 +24,7 @@ pub(super) struct ReadFile {
 
 /// Reads one file's structure with the parser `choice` calls for, counting what it cost.
 pub(super) async fn read_file(
+    catalog: &dyn Catalog,
     sources: &Arc<SourceRegistry>,
     metrics: &Metrics,
     config: &FilesConfig,
@@ -83,6 +87,35 @@ pub(super) async fn read_file(
             (facts.clone(), url.to_owned(), facts, head, parser)
         }
     };
+    // The parse is remembered under the URL read (the sidecar's, when one is) and its content.
+    let asked = match (&sidecar, choice) {
+        (Some(_), _) => Parser::Dmrpp.name(),
+        (None, Choice::Only(p)) => p.name(),
+        (None, Choice::Auto) => "auto",
+    };
+    let key = ParseKey::new(&read_url, &read_facts, asked, config.max_inline_bytes);
+    if let Some(key) = &key
+        && let Some((label, mut parsed)) = key.get(catalog).await
+    {
+        let bytes = head.len() as u64;
+        requests += 1;
+        let label = Parser::from_name(&label).map_or("unknown", Parser::name);
+        metrics.parse_files_total.with_label_values(&[label, "cached"]).inc();
+        metrics.parse_bytes_total.with_label_values(&[label]).inc_by(bytes);
+        metrics.parse_requests_total.with_label_values(&[label]).inc_by(requests);
+        parsed.warnings.splice(0..0, warnings);
+        let record = FileRecord {
+            url: url.to_owned(),
+            parser: label.to_owned(),
+            sidecar,
+            facts,
+            bytes_read: bytes,
+            requests,
+            cached: true,
+        };
+        tracing::info!(file = %url, parser = label, bytes, requests, "file already parsed: its parse reused");
+        return Ok(ReadFile { parsed, record });
+    }
     let check = SourceCheck::from_facts(read_facts.etag.as_deref(), read_facts.size).into_owned();
     let file = Arc::new(
         RemoteFile::new(
@@ -132,6 +165,9 @@ pub(super) async fn read_file(
         }
     };
     metrics.parse_files_total.with_label_values(&[label, "ok"]).inc();
+    if let Some(key) = &key {
+        key.put(catalog, label, &parsed).await;
+    }
     parsed.warnings.splice(0..0, warnings);
     let record = FileRecord {
         url: url.to_owned(),
@@ -140,6 +176,7 @@ pub(super) async fn read_file(
         facts,
         bytes_read: cost.bytes,
         requests: cost.requests + requests,
+        cached: false,
     };
     tracing::info!(file = %url, parser = label, bytes = cost.bytes, requests = record.requests,
         seconds = started.elapsed().as_secs_f64(), nodes = parsed.nodes.len(), "file parsed");

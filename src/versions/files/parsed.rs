@@ -1,0 +1,119 @@
+//! Files parsed once: a successful parse is remembered in the catalog under the URL read, the
+//! content's validator and what shapes a parse's output, so a rescan, a re-registration with one
+//! more file, or a second store over the same files (through any replica) parses only what is new.
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::{Catalog, ParsedKey};
+use crate::formats::Parsed;
+use crate::zarr::source::SourceFacts;
+
+/// A parse as the catalog keeps it (JSON, zstd-compressed).
+#[derive(Debug, Serialize, Deserialize)]
+struct Entry {
+    /// The parser that read it.
+    parser: String,
+    /// What it found, its warnings included.
+    parsed: Parsed,
+}
+
+/// Where one file's parse is remembered: the URL read, which content of it, and which parse.
+#[derive(Debug, Clone)]
+pub(super) struct ParseKey {
+    url: String,
+    validator: String,
+    parse_key: String,
+}
+
+impl ParseKey {
+    /// The key of `url`'s parse by `parser` (`auto` or a parser's name) with `max_inline_bytes`,
+    /// or `None` when its facts cannot tell one content from another (no ETag, and no size and
+    /// modification time): such a file is parsed every time.
+    pub fn new(url: &str, facts: &SourceFacts, parser: &str, max_inline_bytes: u64) -> Option<Self> {
+        let validator = match facts {
+            SourceFacts { etag: Some(etag), .. } => format!("etag:{etag}"),
+            SourceFacts { size: Some(size), last_modified: Some(modified), .. } => format!("size:{size}:{modified}"),
+            _ => return None,
+        };
+        let parse_key = format!("{parser};max_inline_bytes={max_inline_bytes}");
+        Some(Self { url: url.to_owned(), validator, parse_key })
+    }
+
+    fn key(&self) -> ParsedKey<'_> {
+        ParsedKey { url: &self.url, validator: &self.validator, parse_key: &self.parse_key }
+    }
+
+    /// The parse remembered under this key, with its parser's name; `None` when there is none,
+    /// or when it cannot be had (logged: the file is then parsed again).
+    pub async fn get(&self, catalog: &dyn Catalog) -> Option<(String, Parsed)> {
+        let data = match catalog.parsed_file(self.key()).await {
+            Ok(data) => data?,
+            Err(e) => {
+                tracing::warn!(file = %self.url, error = %e, "looking up a remembered parse failed: parsing the file");
+                return None;
+            }
+        };
+        match decode(&data) {
+            Ok(entry) => Some((entry.parser, entry.parsed)),
+            Err(e) => {
+                tracing::warn!(file = %self.url, error = %e, "a remembered parse cannot be read: parsing the file");
+                None
+            }
+        }
+    }
+
+    /// Remembers a successful parse; a failure is logged, never the registration's.
+    pub async fn put(&self, catalog: &dyn Catalog, parser: &str, parsed: &Parsed) {
+        let entry = Entry { parser: parser.to_owned(), parsed: parsed.clone() };
+        let stored = match encode(&entry) {
+            Ok(data) => catalog.put_parsed_file(self.key(), &data).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = stored {
+            tracing::warn!(file = %self.url, error = %e, "remembering a parse failed: the file will be parsed again");
+        }
+    }
+}
+
+fn encode(entry: &Entry) -> std::io::Result<Vec<u8>> {
+    let json = serde_json::to_vec(entry)?;
+    zstd::encode_all(&json[..], 3)
+}
+
+fn decode(data: &[u8]) -> std::io::Result<Entry> {
+    let json = zstd::decode_all(data)?;
+    Ok(serde_json::from_slice(&json)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::{Chunk, Node};
+
+    #[test]
+    fn a_parse_reads_back_as_remembered() {
+        let mut parsed = Parsed { warnings: vec!["v was left out".into()], ..Parsed::default() };
+        let metadata = serde_json::json!({"zarr_format": 3, "node_type": "array"});
+        let chunks = vec![
+            (vec![0], Chunk::Range { offset: 10, length: 20 }),
+            (vec![1], Chunk::Elsewhere { url: "s3://b/x".into(), offset: 0, length: 4 }),
+            (vec![2], Chunk::Inline(vec![1, 2, 3])),
+        ];
+        let metadata = metadata.as_object().cloned().unwrap_or_default();
+        parsed.nodes.insert("t".into(), Node { metadata, chunks });
+        let data = encode(&Entry { parser: "hdf5".into(), parsed: parsed.clone() }).unwrap();
+        let entry = decode(&data).unwrap();
+        assert_eq!((entry.parser.as_str(), entry.parsed), ("hdf5", parsed));
+    }
+
+    #[test]
+    fn a_file_is_told_by_its_etag_else_its_size_and_time() {
+        let etag = SourceFacts { etag: Some("\"e1\"".into()), size: Some(5), last_modified: Some("t".into()) };
+        let key = ParseKey::new("s3://b/f.nc", &etag, "auto", 16).unwrap();
+        assert_eq!((key.validator.as_str(), key.parse_key.as_str()), ("etag:\"e1\"", "auto;max_inline_bytes=16"));
+        let sized = SourceFacts { etag: None, size: Some(5), last_modified: Some("t".into()) };
+        assert_eq!(ParseKey::new("s3://b/f.nc", &sized, "hdf5", 16).unwrap().validator, "size:5:t");
+        let unknown = SourceFacts { etag: None, size: Some(5), last_modified: None };
+        assert!(ParseKey::new("s3://b/f.nc", &unknown, "hdf5", 16).is_none());
+    }
+}
