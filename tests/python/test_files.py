@@ -460,6 +460,11 @@ def test_a_dmrpp_sidecar_is_read_in_place_of_its_file(server, source_dir, store_
     # the same store as the HDF5 parser makes from the file itself
     put_files(server, f"{store_name}-h5", [path.as_uri()], parser="hdf5")
     assert_same(open_plain(f"{server.url}/{store_name}-h5"), served)
+    # registered again, the sidecar's parse is remembered (under the sidecar's URL and ETag)
+    (again,) = put_files(server, f"{store_name}-again", [path.as_uri()])["files"]["files"]
+    assert again["parser"] == "dmrpp" and again.get("cached") is True, again
+    assert again["sidecar"] == record["sidecar"] and again["etag"] == record["etag"], again
+    assert_same(open_plain(f"{server.url}/{store_name}-again"), served)
 
 
 def test_an_empty_sidecar_falls_back_to_the_file_with_a_warning(server, source_dir, store_name):
