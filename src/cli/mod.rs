@@ -4,6 +4,7 @@
 //! status is 0 on success, 1 on any failure (its problems on stderr, one per line).
 
 mod client;
+mod files;
 mod show;
 mod upload;
 
@@ -56,18 +57,33 @@ pub enum StoresCommand {
         name: String,
     },
     /// Register a store, or replace it, from a manifest file (native JSON, kerchunk JSON, or a
-    /// tar of kerchunk parquet references), sent with a progress bar; or from a data file the
-    /// server reads itself (HDF5/netCDF4, netCDF3, or its DMR++ sidecar), named by its URL.
+    /// tar of kerchunk parquet references), sent with a progress bar; or from data files the
+    /// server reads itself (HDF5/netCDF4, netCDF3, or their DMR++ sidecars), named by their URLs
+    /// and joined into one store with --join.
     Put {
         /// The store.
         name: String,
-        /// The manifest file; or the URL of a data file under a registered object store
-        /// (`s3://bucket/air.nc`, `file:///data/air.nc`, `https://...`), read by the server.
-        file: PathBuf,
-        /// For a data file's URL: which parser reads it (default auto: a DMR++ sidecar if one
-        /// exists, else the format its first bytes show).
+        /// The manifest file; or the URLs of data files under a registered object store
+        /// (`s3://bucket/air.nc`, `file:///data/air.nc`, `https://...`), read by the server; or
+        /// one URL with a glob (`*`, `?`, `[`), quoted: every object under the prefix before it
+        /// that matches, in key order (`'s3://bucket/era5/**/*.nc'`).
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// For data files' URLs: which parser reads them (default auto: a DMR++ sidecar if one
+        /// exists, else the format the first bytes show).
         #[arg(long, value_enum)]
         parser: Option<FileParser>,
+        /// For several data files: how they make one store. `existing:DIM` concatenates every
+        /// variable that has dimension DIM along it, in file order; `new:DIM:PATTERN:FORMAT`
+        /// stacks the files along a new dimension DIM dated by each file's name (the regex
+        /// PATTERN's groups read with the strftime FORMAT, e.g. `new:run:fc_(\d{8})_(\d{2}):%Y%m%d%H`;
+        /// PATTERN may hold `:`, FORMAT may not); `union` puts every file's variables side by side.
+        #[arg(long, value_name = "HOW", value_parser = clap::builder::ValueParser::new(str::parse::<files::Join>))]
+        join: Option<files::Join>,
+        /// For a URL with a glob: leave out objects modified less than this long ago (still
+        /// being written), in seconds (`120`) or as a duration (`2m`, `1h`).
+        #[arg(long, value_name = "AGE", value_parser = files::older_than_seconds)]
+        older_than: Option<u64>,
         /// The document's format (detected when not given).
         #[arg(long, value_enum)]
         format: Option<DocumentFormat>,
@@ -341,11 +357,27 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
             let s = api.json(api.request(Method::GET, &store_path(&name))).await?;
             print(json, &s, || show::summary(&format!("store {name}"), &s, api.server()));
         }
-        StoresCommand::Put { name, file, parser, format, missing_chunks, no_verify, record_sources, if_match } => {
-            let url = file.to_string_lossy();
-            if url.contains("://") {
-                let parser = parser.map_or_else(|| "auto".to_owned(), name_of);
-                let body = json!({ "files": [url], "parser": parser });
+        StoresCommand::Put {
+            name,
+            files,
+            parser,
+            join,
+            older_than,
+            format,
+            missing_chunks,
+            no_verify,
+            record_sources,
+            if_match,
+        } => {
+            let given: Vec<String> = files.iter().map(|f| f.to_string_lossy().into_owned()).collect();
+            if given.iter().any(|g| files::is_url(g)) {
+                if let Some(manifest) = given.iter().find(|g| !files::is_url(g)) {
+                    return Err(Failure::Usage(format!(
+                        "{manifest} is not a data file's URL (s3://..., file:///...): give data files' URLs, or one \
+                         manifest file alone, not both"
+                    )));
+                }
+                let body = files_body(&given, parser, join, older_than)?;
                 let mut query = vec![("format", "files".to_owned())];
                 if let Some(missing) = missing_chunks {
                     query.push(("missing_chunks", name_of(missing)));
@@ -359,8 +391,27 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
                     request = request.header(reqwest::header::IF_MATCH, tag);
                 }
                 let s = api.json(request).await?;
-                print(json, &s, || show::summary(&format!("registered {name} from {url}"), &s, api.server()));
+                let from = match given.as_slice() {
+                    [one] => one.clone(),
+                    several => format!("{} files", several.len()),
+                };
+                print(json, &s, || show::summary(&format!("registered {name} from {from}"), &s, api.server()));
                 return Ok(true);
+            }
+            let [file] = files.as_slice() else {
+                return Err(Failure::Usage(format!(
+                    "{} manifest files given: register one manifest file at a time (several files joined are data \
+                     files' URLs)",
+                    files.len()
+                )));
+            };
+            let url = file.to_string_lossy();
+            for (flag, given) in [("--join", join.is_some()), ("--older-than", older_than.is_some())] {
+                if given {
+                    return Err(Failure::Usage(format!(
+                        "{flag} applies to data files' URLs (s3://..., file:///...), not to the manifest file {url}"
+                    )));
+                }
             }
             if parser.is_some() {
                 return Err(Failure::Usage(format!(
@@ -383,7 +434,7 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
             let tar = matches!(format, Some(DocumentFormat::KerchunkParquet))
                 || file.extension().is_some_and(|e| e.eq_ignore_ascii_case("tar"));
             let if_match = if_match.as_deref().map(version_etag).transpose()?;
-            let (status, s) = send_file(api, Method::PUT, &name, &file, &query, tar, if_match.as_deref()).await?;
+            let (status, s) = send_file(api, Method::PUT, &name, file, &query, tar, if_match.as_deref()).await?;
             let what = if status == StatusCode::CREATED { "new store" } else { "replaced" };
             print(json, &s, || show::summary(&format!("registered {name} ({what})"), &s, api.server()));
         }
@@ -444,6 +495,24 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
         }
     }
     Ok(true)
+}
+
+/// The JSON body of a files registration: the files, their parser, how they are joined.
+fn files_body(
+    urls: &[String],
+    parser: Option<FileParser>,
+    join: Option<files::Join>,
+    older_than: Option<u64>,
+) -> Result<Value, Failure> {
+    let parser = parser.map_or_else(|| "auto".to_owned(), name_of);
+    let mut body = json!({ "files": files::files_value(urls).map_err(Failure::Usage)?, "parser": parser });
+    if let Some(join) = join {
+        body["combine"] = join.to_json();
+    }
+    if let Some(seconds) = older_than {
+        body["older_than_seconds"] = json!(seconds);
+    }
+    Ok(body)
 }
 
 /// The store ETag `--if-match` names: `12`, `v12` or `"v12"` are version 12's, `"v12"`.

@@ -8,6 +8,8 @@
   on stderr when it is a file; list, show, ``--json``, export (registered again, same bytes),
   verify (exit 1 once a source changed), patch, delete; a refused put's exit status and every
   problem on its own line; a server with admin tokens (``ZARRGATE_TOKEN``), and no server.
+* Several data files as one store: a glob put with ``--join existing:time`` reads back as the
+  joined files; a malformed ``--join`` exits non-zero naming it, and registers nothing.
 """
 
 from __future__ import annotations
@@ -331,3 +333,50 @@ def test_tokens_and_unreachable_servers_are_explained(tmp_path: Path):
     assert nobody.returncode == 1
     assert nobody.stderr.startswith("error: no answer from http://127.0.0.1:9: "), nobody.stderr
     assert "hint: is the server running there?" in nobody.stderr
+
+
+# --------------------------------------------------------------------------
+# several files as one: a glob and --join
+# --------------------------------------------------------------------------
+
+def test_a_glob_put_with_join_existing_reads_back_as_the_joined_files(server: Server, source_dir: Path,
+                                                                      store_name: str):
+    from test_files import assert_same, open_plain
+    from test_files_combine import mfdataset, write_daily
+
+    days = [write_daily(source_dir / f"day_{i:02d}.nc", i) for i in range(3)]
+    (source_dir / "notes.txt").write_text("not a data file\n")
+    glob = source_dir.as_uri() + "/day_*.nc"
+    out = ok(zarrgate("stores", "put", store_name, glob, "--join", "existing:time", "--older-than", "0",
+                      server=server.url))
+    assert out.startswith(f"registered {store_name} from {glob}"), out
+    origin = requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).json()["files"]
+    assert [f["url"] for f in origin["files"]] == [p.as_uri() for p in days], origin
+    assert origin["combine"] == {"join": "existing", "dim": "time"}, origin
+    assert_same(open_plain(f"{server.url}/{store_name}"), mfdataset(days, "time"))
+
+    # the same files listed one by one make the same store
+    listed = f"{store_name}-listed"
+    ok(zarrgate("stores", "put", listed, *[p.as_uri() for p in days], "--join", "existing:time",
+                server=server.url))
+    assert_same(open_plain(f"{server.url}/{listed}"), mfdataset(days, "time"))
+
+
+@pytest.mark.parametrize("join", ["existing", "concat:time", "new:run:fc_(\\d{8})"])
+def test_a_malformed_join_exits_non_zero_naming_it_and_registers_nothing(server: Server, source_dir: Path,
+                                                                         store_name: str, join: str):
+    from test_files_combine import write_daily
+
+    write_daily(source_dir / "day_00.nc", 0)
+    run = zarrgate("stores", "put", store_name, source_dir.as_uri() + "/*.nc", "--join", join, server=server.url)
+    assert run.returncode != 0 and run.stdout == "", run
+    assert "--join" in run.stderr and join in run.stderr, run.stderr
+    assert requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=10).status_code == 404
+
+
+def test_a_glob_among_urls_or_a_manifest_among_urls_is_refused_before_any_request(tmp_path: Path):
+    nobody = dict(server="http://127.0.0.1:9")  # nothing listens: a request would fail otherwise
+    run = zarrgate("stores", "put", "s", "s3://b/a.nc", "s3://b/*.nc", **nobody)
+    assert run.returncode == 1 and "s3://b/*.nc has a glob" in run.stderr, run.stderr
+    run = zarrgate("stores", "put", "s", "s3://b/a.nc", str(tmp_path / "m.json"), **nobody)
+    assert run.returncode == 1 and "give data files' URLs, or one manifest file alone" in run.stderr, run.stderr
