@@ -124,21 +124,28 @@ both_catalogs! {
         let key = |url, validator, parse_key| ParsedKey { url, validator, parse_key };
         let (a, b) = ("s3://b/a.nc", "s3://b/b.nc");
         assert_eq!(catalog.parsed_file(key(a, "etag:1", "auto")).await.unwrap(), None);
-        catalog.put_parsed_file(key(a, "etag:1", "auto"), b"first").await.unwrap();
-        catalog.put_parsed_file(key(a, "etag:1", "hdf5"), b"as hdf5").await.unwrap();
-        catalog.put_parsed_file(key(b, "etag:1", "auto"), b"other file").await.unwrap();
+        catalog.put_parsed_files(&[(key(a, "etag:1", "auto"), &b"first"[..])]).await.unwrap();
+        catalog.put_parsed_files(&[(key(a, "etag:1", "hdf5"), &b"as hdf5"[..])]).await.unwrap();
+        catalog.put_parsed_files(&[(key(b, "etag:1", "auto"), &b"other file"[..])]).await.unwrap();
         assert_eq!(catalog.parsed_file(key(a, "etag:1", "auto")).await.unwrap().as_deref(), Some(&b"first"[..]));
         // written again under the same key: replaced
-        catalog.put_parsed_file(key(a, "etag:1", "auto"), b"again").await.unwrap();
+        catalog.put_parsed_files(&[(key(a, "etag:1", "auto"), &b"again"[..])]).await.unwrap();
         assert_eq!(catalog.parsed_file(key(a, "etag:1", "auto")).await.unwrap().as_deref(), Some(&b"again"[..]));
         assert_eq!(catalog.parsed_file(key(a, "etag:1", "hdf5")).await.unwrap().as_deref(), Some(&b"as hdf5"[..]));
         // the file rewritten: its old parses (under any parse key) are forgotten, others' kept
-        catalog.put_parsed_file(key(a, "etag:2", "auto"), b"second").await.unwrap();
+        catalog.put_parsed_files(&[(key(a, "etag:2", "auto"), &b"second"[..])]).await.unwrap();
         assert_eq!(catalog.parsed_file(key(a, "etag:1", "auto")).await.unwrap(), None);
         assert_eq!(catalog.parsed_file(key(a, "etag:1", "hdf5")).await.unwrap(), None);
         assert_eq!(catalog.parsed_file(key(a, "etag:2", "auto")).await.unwrap().as_deref(), Some(&b"second"[..]));
         assert_eq!(catalog.parsed_file(key(a, "etag:2", "hdf5")).await.unwrap(), None);
         assert_eq!(catalog.parsed_file(key(b, "etag:1", "auto")).await.unwrap().as_deref(), Some(&b"other file"[..]));
+        // several at once (a registration's files), in one transaction
+        let (c, d) = ("s3://b/c.nc", "s3://b/d.nc");
+        let batch = [(key(c, "etag:7", "auto"), &b"c"[..]), (key(d, "etag:8", "auto"), &b"d"[..])];
+        catalog.put_parsed_files(&batch).await.unwrap();
+        assert_eq!(catalog.parsed_file(key(c, "etag:7", "auto")).await.unwrap().as_deref(), Some(&b"c"[..]));
+        assert_eq!(catalog.parsed_file(key(d, "etag:8", "auto")).await.unwrap().as_deref(), Some(&b"d"[..]));
+        catalog.put_parsed_files(&[]).await.unwrap();
     }
 
     async fn a_version_reads_back_as_written(catalog) {

@@ -152,8 +152,8 @@ impl Catalog for Guarded {
     async fn parsed_file(&self, key: ParsedKey<'_>) -> Result<Option<Vec<u8>>, CatalogError> {
         self.guard(self.inner.parsed_file(key)).await
     }
-    async fn put_parsed_file(&self, key: ParsedKey<'_>, data: &[u8]) -> Result<(), CatalogError> {
-        self.guard(self.inner.put_parsed_file(key, data)).await
+    async fn put_parsed_files(&self, entries: &[(ParsedKey<'_>, &[u8])]) -> Result<(), CatalogError> {
+        self.guard(self.inner.put_parsed_files(entries)).await
     }
     async fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<Change>> {
         self.inner.changes().await

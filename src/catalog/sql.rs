@@ -156,11 +156,16 @@ where
         Ok(row.map(|row| row.field("data")).transpose()?)
     }
 
-    async fn put_parsed_file(&self, key: ParsedKey<'_>, data: &[u8]) -> Result<(), CatalogError> {
+    async fn put_parsed_files(&self, entries: &[(ParsedKey<'_>, &[u8])]) -> Result<(), CatalogError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
         let mut tx = self.pool.begin().await?;
-        sqlx::query(FORGET_PARSED_FILE).bind(key.url).bind(key.validator).execute(&mut *tx).await?;
-        let query = sqlx::query(PUT_PARSED_FILE).bind(key.url).bind(key.validator).bind(key.parse_key).bind(data);
-        query.execute(&mut *tx).await?;
+        for (key, data) in entries {
+            sqlx::query(FORGET_PARSED_FILE).bind(key.url).bind(key.validator).execute(&mut *tx).await?;
+            let query = sqlx::query(PUT_PARSED_FILE).bind(key.url).bind(key.validator).bind(key.parse_key).bind(*data);
+            query.execute(&mut *tx).await?;
+        }
         tx.commit().await?;
         Ok(())
     }

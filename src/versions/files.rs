@@ -263,7 +263,9 @@ impl Registrar {
         });
         let results: Vec<Result<ReadFile>> =
             futures::stream::iter(reads).buffered(config.concurrency.max(1)).collect().await;
-        let files = results.into_iter().collect::<Result<Vec<_>>>()?;
+        let mut files = results.into_iter().collect::<Result<Vec<_>>>()?;
+        let new_parses: Vec<_> = files.iter_mut().filter_map(|f| f.remember.take()).collect();
+        parsed::remember(self.catalog.as_ref(), &new_parses).await;
         let _turn = self.turn().await?;
         let scratch = self.settings.scratch();
         let (doc, warnings, origin) = document(files, &scratch, target)?;
@@ -298,7 +300,7 @@ fn document(files: Vec<ReadFile>, scratch: &Scratch, target: &Target) -> Result<
     let mut warnings = Vec::new();
     let mut records = Vec::new();
     let mut hierarchies = Vec::new();
-    for ReadFile { parsed, record } in files {
+    for ReadFile { parsed, record, .. } in files {
         doc.sources.insert(record.url.clone(), record.facts.clone());
         warnings.extend(parsed.warnings.iter().map(|w| format!("{}: {w}", record.url)));
         hierarchies.push((record.url.clone(), parsed.nodes));

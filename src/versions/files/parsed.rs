@@ -62,16 +62,26 @@ impl ParseKey {
         }
     }
 
-    /// Remembers a successful parse; a failure is logged, never the registration's.
-    pub async fn put(&self, catalog: &dyn Catalog, parser: &str, parsed: &Parsed) {
+    /// A successful parse as the catalog keeps it, to be remembered with the registration's
+    /// others ([`remember`]); `None` (logged) when it cannot be encoded.
+    pub fn entry(self, parser: &str, parsed: &Parsed) -> Option<(Self, Vec<u8>)> {
         let entry = Entry { parser: parser.to_owned(), parsed: parsed.clone() };
-        let stored = match encode(&entry) {
-            Ok(data) => catalog.put_parsed_file(self.key(), &data).await.map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        if let Err(e) = stored {
-            tracing::warn!(file = %self.url, error = %e, "remembering a parse failed: the file will be parsed again");
+        match encode(&entry) {
+            Ok(data) => Some((self, data)),
+            Err(e) => {
+                tracing::warn!(file = %self.url, error = %e, "a parse cannot be remembered: the file will be parsed again");
+                None
+            }
         }
+    }
+}
+
+/// Remembers a registration's new parses in one transaction; a failure is logged, never the
+/// registration's (those files will be parsed again).
+pub(super) async fn remember(catalog: &dyn Catalog, entries: &[(ParseKey, Vec<u8>)]) {
+    let keyed: Vec<(ParsedKey<'_>, &[u8])> = entries.iter().map(|(key, data)| (key.key(), data.as_slice())).collect();
+    if let Err(e) = catalog.put_parsed_files(&keyed).await {
+        tracing::warn!(files = entries.len(), error = %e, "remembering parses failed: those files will be parsed again");
     }
 }
 

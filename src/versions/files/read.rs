@@ -20,6 +20,8 @@ use crate::zarr::source::SourceCheck;
 pub(super) struct ReadFile {
     pub parsed: Parsed,
     pub record: FileRecord,
+    /// A new parse to remember in the catalog, with the registration's others.
+    pub remember: Option<(ParseKey, Vec<u8>)>,
 }
 
 /// Reads one file's structure with the parser `choice` calls for, counting what it cost.
@@ -114,7 +116,7 @@ pub(super) async fn read_file(
             cached: true,
         };
         tracing::info!(file = %url, parser = label, bytes, requests, "file already parsed: its parse reused");
-        return Ok(ReadFile { parsed, record });
+        return Ok(ReadFile { parsed, record, remember: None });
     }
     let check = SourceCheck::from_facts(read_facts.etag.as_deref(), read_facts.size).into_owned();
     let file = Arc::new(
@@ -165,9 +167,7 @@ pub(super) async fn read_file(
         }
     };
     metrics.parse_files_total.with_label_values(&[label, "ok"]).inc();
-    if let Some(key) = &key {
-        key.put(catalog, label, &parsed).await;
-    }
+    let remember = key.and_then(|key| key.entry(label, &parsed));
     parsed.warnings.splice(0..0, warnings);
     let record = FileRecord {
         url: url.to_owned(),
@@ -180,7 +180,7 @@ pub(super) async fn read_file(
     };
     tracing::info!(file = %url, parser = label, bytes = cost.bytes, requests = record.requests,
         seconds = started.elapsed().as_secs_f64(), nodes = parsed.nodes.len(), "file parsed");
-    Ok(ReadFile { parsed, record })
+    Ok(ReadFile { parsed, record, remember })
 }
 
 /// Parses `file` (on a blocking thread) with `parser`, or the one its first bytes show.
