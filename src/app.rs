@@ -86,8 +86,10 @@ impl App {
         let sources = Arc::new(SourceRegistry::metered(settings, &metrics));
         tokio::spawn(SourceRegistry::close_expired_files(Arc::downgrade(&sources), Duration::from_secs(1)));
         let caches = Caches::new(&config.cache, &metrics);
-        let reader =
-            Arc::new(Reader::new(catalog.clone(), sources.clone(), caches, metrics.clone(), config.limits.clone()));
+        let reader = Arc::new(
+            Reader::new(catalog.clone(), sources.clone(), caches, metrics.clone(), config.limits.clone())
+                .assembling(&config.assemble),
+        );
         let registration = Settings {
             max_body_bytes: config.http.max_body_bytes,
             block_chunks: config.block_chunks,

@@ -4,10 +4,12 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
+mod assemble;
 mod files;
 mod limits;
 mod redacted;
 
+pub use assemble::AssembleConfig;
 pub use files::FilesConfig;
 pub use limits::LimitsConfig;
 
@@ -62,6 +64,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// How files are read when a store is registered from them (`?format=files`).
     pub files: FilesConfig,
+    /// How chunks at seams between joined files are assembled.
+    pub assemble: AssembleConfig,
     /// Object stores declared here (credentials from the environment or the options).
     pub object_stores: Vec<ObjectStoreConfig>,
     /// The file this configuration was read from, if any.
@@ -148,6 +152,8 @@ pub struct CacheConfig {
     pub fill_chunks_bytes: u64,
     /// Bytes of rendered quick looks (PNG and scale) kept in memory.
     pub quicklooks_bytes: u64,
+    /// Bytes of assembled chunks (encoded) kept in memory.
+    pub assembled_bytes: u64,
     /// How long a replica trusts its idea of a store's current version, in milliseconds.
     pub current_version_ttl_ms: u64,
     /// While the catalog is unreachable, how long after it was last read from the catalog a
@@ -220,6 +226,7 @@ impl Default for Config {
             ingest: IngestConfig::default(),
             limits: LimitsConfig::default(),
             files: FilesConfig::default(),
+            assemble: AssembleConfig::default(),
             object_stores: Vec::new(),
             file: None,
         }
@@ -251,6 +258,7 @@ impl Default for CacheConfig {
             metadata_bytes: 512 << 20,
             fill_chunks_bytes: 64 << 20,
             quicklooks_bytes: 32 << 20,
+            assembled_bytes: 256 << 20,
             current_version_ttl_ms: 1_000,
             unavailable_ttl_seconds: 300,
         }

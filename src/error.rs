@@ -66,6 +66,10 @@ pub enum ApiError {
     /// returned.
     #[error("the catalog database is unavailable; the server log has the cause")]
     Unavailable(String),
+    /// 503: a bounded pool of work (the builders of assembled chunks) has as much waiting as it
+    /// may; retry in a moment.
+    #[error("{0}")]
+    Overloaded(String),
     /// 507: the scratch space a registration spills to is full or unwritable; the cause is
     /// logged, not returned.
     #[error("the server ran out of scratch space while reading this document; nothing was changed")]
@@ -93,7 +97,7 @@ impl ApiError {
             Self::Source(SourceError::Timeout { .. }) => StatusCode::GATEWAY_TIMEOUT,
             Self::Source(SourceError::Busy { .. }) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Source(_) => StatusCode::BAD_GATEWAY,
-            Self::Unavailable(_) | Self::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable(_) | Self::Busy(_) | Self::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Scratch(_) => StatusCode::INSUFFICIENT_STORAGE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -127,6 +131,7 @@ impl ApiError {
             },
             Self::Unavailable(_) => "catalog-unavailable",
             Self::Busy(_) => "busy",
+            Self::Overloaded(_) => "overloaded",
             Self::Scratch(_) => "scratch-space",
             Self::Internal(_) => "internal",
         }
@@ -172,6 +177,7 @@ impl From<versions::Error> for ApiError {
             E::Conflict(m) => Self::Conflict(m),
             E::TooLarge(limit) => Self::TooLarge(limit, "http.max_body_bytes"),
             E::Busy(n) => Self::Busy(n),
+            E::Overloaded(m) => Self::Overloaded(m),
             E::Source(e) => Self::Source(e),
             E::Catalog(_, e) => Self::from_catalog(&e),
             E::Scratch(m) => Self::Scratch(m),
@@ -293,7 +299,7 @@ impl IntoResponse for ApiError {
             Self::Unavailable(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
-            Self::Source(SourceError::Busy { .. }) => {
+            Self::Source(SourceError::Busy { .. }) | Self::Overloaded(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             _ => {}

@@ -152,6 +152,15 @@ metrics! {
     parse_requests_total: IntCounterVec = ["parser"],
     /// Time to parse one file, reads included, by parser.
     parse_duration_seconds: HistogramVec = ["parser"],
+    /// Assembled chunks (made by zarrgate from pieces of joined files' chunks, at seams where the
+    /// files do not line up with the chunk grid) built, by outcome: ok, invalid (a piece or the
+    /// result the array's codecs refused: the read answers 500), upstream (a piece could not be
+    /// read), busy (`assemble.queue` chunks were already waiting: answered 503). A chunk served
+    /// from memory is a hit of cache `assembled` in zarrgate_cache_hits_total.
+    assembled_chunks_total: IntCounterVec = ["outcome"],
+    /// Time to build one assembled chunk, by phase: `read` (its pieces fetched), `wait` (for a
+    /// worker of the bounded pool), `cpu` (decoded, cut, joined and encoded again).
+    assembled_chunk_seconds: HistogramVec = ["phase"],
     /// Always 1; the labels say which build is running.
     build_info: IntGaugeVec = ["version"],
 }

@@ -126,6 +126,49 @@ both_backends! {
     }
 }
 
+both_backends! {
+    async fn zarrs_reads_chunks_assembled_at_the_seams_as_the_joined_array(server) {
+        server.local_store().await;
+        // Two copies of air(time 4, lat 5, lon 6) chunked (2, 3, 4), joined along lat: each file's
+        // lat chunk 1 holds 2 rows and a row of padding, so joined chunks 1 to 3 along lat span a
+        // seam or start inside a file's chunk, and are assembled.
+        let bytes = std::fs::read(format!("{FIXTURES}/server_air.nc")).unwrap();
+        let files: Vec<String> =
+            ["a.nc", "b.nc"].iter().map(|name| format!("file://{}", server.write(&format!("lat/{name}"), &bytes))).collect();
+        let body = json!({"files": files, "combine": {"join": "existing", "dim": "lat"}});
+        let (status, answer) = server.put("/api/v1/stores/seams?format=files", &body).await;
+        assert_eq!(status, StatusCode::CREATED, "{answer}");
+        // air: 2 x 4 x 2 chunks; along lat chunk 0 is the first file's, 1-3 assembled (2 x 3 x 2).
+        assert_eq!(answer["chunks"]["assembled"].as_u64(), Some(12), "{answer}");
+        assert_eq!(answer["chunks"]["virtual"].as_u64(), Some(4 + 2), "air's first lat chunks, and lat's two: {answer}");
+        let once: Vec<f32> = (0..120).map(|i| i as f32).collect();
+        let joined: Vec<f32> = (0..4 * 10 * 6)
+            .map(|i| {
+                let (t, y, x) = (i / 60, (i / 6) % 10, i % 6);
+                once[t * 30 + (y % 5) * 6 + x]
+            })
+            .collect();
+        let (shape, air) = read_all::<f32>(&server, "seams", "/air").await;
+        assert_eq!(shape, [4, 10, 6]);
+        assert_eq!(air, joined);
+        // One assembled chunk on its own: (time 2-3, lat 6-8, lon 4-5), the second file's lat 1-3.
+        let array = Array::async_open(http_store(&server, "seams"), "/air").await.unwrap();
+        let chunk: Vec<f32> = array.async_retrieve_chunk(&[1, 2, 1]).await.unwrap();
+        // Past the array's end along lon (4 and 5 of the chunk) is padding, whatever the files hold.
+        let inside = |i: usize| 4 + i % 4 < 6;
+        let expected: Vec<f32> = (0..2 * 3 * 4)
+            .filter(|i| inside(*i))
+            .map(|i| joined[(2 + i / 12) * 60 + (6 + (i / 4) % 3) * 6 + 4 + i % 4])
+            .collect();
+        let read: Vec<f32> = chunk.iter().enumerate().filter(|(i, _)| inside(*i)).map(|(_, v)| *v).collect();
+        assert_eq!(read, expected);
+        let built = server.metric_sum("zarrgate_assembled_chunks_total", &[("outcome", "ok")]).await;
+        assert_eq!(built, 12.0, "each assembled chunk built once, then served from memory");
+        let (_, lat) = read_all::<f64>(&server, "seams", "/lat").await;
+        assert_eq!(lat, [0.0, 1.0, 2.0, 3.0, 4.0, 0.0, 1.0, 2.0, 3.0, 4.0]);
+    }
+}
+
 /// A file whose metadata needs more than `files.max_read_bytes` is refused, naming the bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_past_its_read_budget_is_refused_naming_the_bound() {

@@ -148,6 +148,10 @@ pub enum Chunk {
     Elsewhere { url: String, offset: u64, length: u64 },
     /// The chunk's bytes, encoded with the array's codecs, held in the manifest.
     Inline(Vec<u8>),
+    /// A chunk of files joined into one array that no file holds whole (it spans a seam, or a
+    /// file's padded edge chunk lies inside the joined array): made when read, from pieces of the
+    /// files' chunks. Combining makes these; a parser never does.
+    Assembled(crate::zarr::assembled::Recipe),
 }
 
 /// A file format zarrgate reads.

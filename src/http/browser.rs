@@ -245,19 +245,25 @@ async fn chunk_counts(app: &AppState, view: &VersionView, node: &Node) -> String
     if tiles > COUNTED_TILES {
         return format!("not counted ({}; the store's counts are under Versions)", display::count(tiles, "block"));
     }
-    let (mut virtual_, mut inline) = (0, 0);
+    let (mut virtual_, mut inline, mut assembled) = (0, 0, 0);
     for tile in 0..tiles {
         match app.reader.block(&view.head, node, tile).await {
             Ok(block) => {
-                let (v, i, _, _) = block.counts();
-                virtual_ += v;
-                inline += i;
+                let counts = block.counts();
+                virtual_ += counts.virtual_;
+                inline += counts.inline;
+                assembled += counts.assembled;
             }
             Err(e) => return format!("not counted: {e}"),
         }
     }
-    let missing = grid.chunk_count().saturating_sub(virtual_ + inline);
-    format!("{virtual_} virtual, {inline} inline, {missing} missing")
+    let missing = grid.chunk_count().saturating_sub(virtual_ + inline + assembled);
+    match assembled {
+        0 => format!("{virtual_} virtual, {inline} inline, {missing} missing"),
+        _ => format!(
+            "{virtual_} virtual, {inline} inline, {assembled} assembled (at seams between files), {missing} missing"
+        ),
+    }
 }
 
 fn attributes(out: &mut String, metadata: &serde_json::Map<String, Value>) {

@@ -135,6 +135,10 @@ impl Writer<'_> {
                         ChunkRef::Inline(bytes) => {
                             json!({"data": base64::engine::general_purpose::STANDARD.encode(&bytes)})
                         }
+                        ChunkRef::Assembled(recipe) => {
+                            let bytes = assembled_bytes(reader, view, node, recipe).await?;
+                            json!({"data": base64::engine::general_purpose::STANDARD.encode(&bytes)})
+                        }
                         ChunkRef::Missing => continue,
                     };
                     self.member(&crate::zarr::key::manifest_key(&coords), &entry.to_string());
@@ -185,6 +189,10 @@ impl Writer<'_> {
                         ChunkRef::Inline(bytes) => {
                             json!(format!("base64:{}", base64::engine::general_purpose::STANDARD.encode(&bytes)))
                         }
+                        ChunkRef::Assembled(recipe) => {
+                            let bytes = assembled_bytes(reader, view, node, recipe).await?;
+                            json!(format!("base64:{}", base64::engine::general_purpose::STANDARD.encode(&bytes)))
+                        }
                         ChunkRef::Missing => continue,
                     };
                     stored += 1;
@@ -214,4 +222,13 @@ fn blocks<'a>(
         .iter()
         .filter(move |(n, _)| n == node.path.as_str())
         .map(move |(_, tile)| async move { Ok((*tile, reader.load_block(&view.head, node, *tile).await?)) })
+}
+
+/// An assembled chunk's bytes, built: a kerchunk or native manifest cannot say how to assemble
+/// one, so it is exported inline.
+async fn assembled_bytes(reader: &Reader, view: &VersionView, node: &Node, recipe: Bytes) -> Result<Bytes, ApiError> {
+    match reader.assembled(view, node, recipe).await? {
+        crate::versions::Chunk::Bytes { bytes, .. } => Ok(bytes),
+        _ => Err(ApiError::Internal(format!("array {}: an assembled chunk was not built", node.path))),
+    }
 }

@@ -60,6 +60,24 @@ impl SourceRegistry {
         self.fetch_exact(url, range, check).await
     }
 
+    /// [`Self::fetch`], collected: the whole range in memory (for a reader that decodes it, such
+    /// as an assembled chunk's pieces). A body that breaks off is the source's error.
+    pub async fn fetch_bytes(
+        &self,
+        url: &str,
+        range: Range<u64>,
+        check: &SourceCheck<'_>,
+    ) -> Result<Bytes, SourceError> {
+        let fetched = self.fetch(url, range, check).await?;
+        resume::collect(fetched.body, fetched.len).await.map_err(|e| {
+            resume::source_error(&e).unwrap_or_else(|| SourceError::Upstream {
+                url: url.to_owned(),
+                store: self.resolve(url).map_or_else(String::new, |entry| entry.name.clone()),
+                detail: e.to_string(),
+            })
+        })
+    }
+
     /// Reads exactly `range` of `url` in a request of its own, checked as [`Self::fetch`] does,
     /// without the shared read-ahead blocks: for a reader (a file's parser) that decides itself
     /// what to read around what it needs, and must count what it fetched.

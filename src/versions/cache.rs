@@ -174,6 +174,8 @@ pub struct Caches {
     pub fills: Memo<FillKey, Option<Bytes>>,
     /// Rendered quick looks (byte-weighted).
     pub quicklooks: Memo<QuicklookKey, QuicklookOutcome>,
+    /// Assembled chunks, encoded, by their strong ETag (byte-weighted).
+    pub assembled: Memo<String, Bytes>,
     /// What each store was when last read from the catalog, kept `cache.unavailable_ttl_seconds`
     /// for reads while the catalog is unreachable (`None`: no such grace).
     last_heads: Option<Cache<HeadKey, Arc<StoreHead>>>,
@@ -204,6 +206,10 @@ impl Caches {
                 Err(why) => u32::try_from(why.len() + 64).unwrap_or(u32::MAX),
             })
             .build();
+        let assembled = Cache::builder()
+            .max_capacity(config.assembled_bytes)
+            .weigher(|_, b: &Bytes| u32::try_from(b.len() + 96).unwrap_or(u32::MAX))
+            .build();
         let last_heads = (config.unavailable_ttl_seconds > 0).then(|| {
             Cache::builder()
                 .max_capacity(100_000)
@@ -219,6 +225,7 @@ impl Caches {
             blocks: Memo::new("blocks", blocks, Front::new(64), metrics),
             fills: Memo::new("fills", fills, NoFront, metrics),
             quicklooks: Memo::new("quicklooks", quicklooks, NoFront, metrics),
+            assembled: Memo::new("assembled", assembled, NoFront, metrics),
         }
     }
 
@@ -265,5 +272,6 @@ impl Caches {
         self.v2_views.report(metrics, true);
         self.fills.report(metrics, true);
         self.quicklooks.report(metrics, true);
+        self.assembled.report(metrics, true);
     }
 }

@@ -33,6 +33,9 @@ pub enum Error {
         "{0} registration(s) are already running (ingest.max_concurrent) and none finished in time; nothing was changed, retry later"
     )]
     Busy(u32),
+    /// A bounded pool of work is full (the builders of assembled chunks): 503, retry soon.
+    #[error("{0}")]
+    Overloaded(String),
     /// A source object could not be read as registered.
     #[error(transparent)]
     Source(#[from] SourceError),

@@ -25,6 +25,7 @@ use super::register::{Registered, Registrar, Registration, Storing};
 use crate::config::FilesConfig;
 use crate::formats::{self, Chunk, Parser};
 use crate::sources::SourceRegistry;
+use crate::zarr::assembled::PieceSource;
 use crate::zarr::document::{DocNode, Document};
 use crate::zarr::manifest::{RawRef, normalize_source_url};
 use crate::zarr::source::SourceFacts;
@@ -351,6 +352,18 @@ fn node_manifest(
                 manifest.push(index, RawRef::Virtual { url: number, offset: *offset, length: *length });
             }
             Chunk::Inline(bytes) => manifest.push_inline(index, bytes),
+            Chunk::Assembled(recipe) => {
+                // Each piece is read checked against what its file was when parsed.
+                let mut recipe = recipe.clone();
+                for piece in &mut recipe.pieces {
+                    if let PieceSource::Virtual { url, etag, size, .. } = &mut piece.source
+                        && let Some(facts) = doc.sources.get(url.as_str())
+                    {
+                        (*etag, *size) = (facts.etag.clone(), facts.size);
+                    }
+                }
+                manifest.push_assembled(index, &recipe.encode());
+            }
         }
     }
     Ok(Some(manifest))

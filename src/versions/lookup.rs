@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use super::error::{Error, Result};
-use super::read::{Chunk, Reader, chunk_in};
+use super::read::{Chunk, InBlock, Reader, chunk_in};
 use super::view::{V2Rendered, VersionView, etag};
 use crate::catalog::{StoreHead, VersionHead};
 use crate::zarr::hierarchy::Node;
@@ -113,6 +113,8 @@ enum Step {
     Chunk { view: Arc<VersionView>, node: u32, at: ChunkLocation, block: Arc<ManifestBlock> },
     /// The array's fill chunk, for a chunk missing from a store served with `missing_chunks = "fill"`.
     Fill { view: Arc<VersionView>, node: u32, at: ChunkLocation },
+    /// A chunk assembled from pieces (of joined files' chunks), from its encoded recipe.
+    Assemble { view: Arc<VersionView>, node: u32, at: ChunkLocation, recipe: bytes::Bytes },
     /// Found.
     Done(Named, Arc<VersionView>),
 }
@@ -197,13 +199,14 @@ impl Reader {
                     None => return wait(Step::Block { view, node, at }),
                 },
                 Step::Chunk { view, node, at, block } => match chunk_in(&view, at, &block) {
-                    Ok(Some(chunk)) => Step::Done(Named::Chunk { node, at, chunk }, view),
-                    Ok(None) => Step::Fill { view, node, at },
+                    Ok(InBlock::Chunk(chunk)) => Step::Done(Named::Chunk { node, at, chunk }, view),
+                    Ok(InBlock::Fill) => Step::Fill { view, node, at },
+                    Ok(InBlock::Assembled(recipe)) => Step::Assemble { view, node, at, recipe },
                     Err(e) => return Lookup::Failed(e),
                 },
                 Step::Done(named, view) => return Lookup::Found(Found { view, pinned, named }),
                 // Their caches have no front.
-                waiting @ (Step::V2(_) | Step::Fill { .. }) => return wait(waiting),
+                waiting @ (Step::V2(_) | Step::Fill { .. } | Step::Assemble { .. }) => return wait(waiting),
             };
         }
     }
@@ -231,6 +234,10 @@ impl Reader {
                     Some(bytes) => Chunk::Bytes { etag: etag('f', &bytes), bytes },
                     None => Chunk::Missing,
                 };
+                Step::Done(Named::Chunk { node, at, chunk }, view)
+            }
+            Step::Assemble { view, node, at, recipe } => {
+                let chunk = Box::pin(self.assembled(&view, node_of(&view, node)?, recipe)).await?;
                 Step::Done(Named::Chunk { node, at, chunk }, view)
             }
             other => other,

@@ -5,6 +5,7 @@
 //! load). Services take the parts they need and answer with their own [`Error`]; nothing here
 //! knows about HTTP requests or responses.
 
+mod assemble;
 pub mod cache;
 pub mod error;
 pub mod facts;

@@ -24,17 +24,19 @@ use crate::zarr::{ChunkLocation, ManifestBlock};
 struct Delta {
     virtual_: i64,
     inline: i64,
+    assembled: i64,
     virtual_bytes: i64,
     inline_bytes: i64,
 }
 
 impl Delta {
     fn add(&mut self, block: &ManifestBlock, sign: i64) {
-        let (v, i, vb, ib) = block.counts();
-        self.virtual_ += sign * v as i64;
-        self.inline += sign * i as i64;
-        self.virtual_bytes += sign * vb as i64;
-        self.inline_bytes += sign * ib as i64;
+        let counts = block.counts();
+        self.virtual_ += sign * counts.virtual_ as i64;
+        self.inline += sign * counts.inline as i64;
+        self.assembled += sign * counts.assembled as i64;
+        self.virtual_bytes += sign * counts.virtual_bytes as i64;
+        self.inline_bytes += sign * counts.inline_bytes as i64;
     }
 }
 
@@ -323,6 +325,7 @@ fn summarise(base: &Summary, plan: &PatchPlan, delta: &Delta, base_urls: &BTreeS
     };
     s.chunks.virtual_ = apply(base.chunks.virtual_, delta.virtual_);
     s.chunks.inline = apply(base.chunks.inline, delta.inline);
+    s.chunks.assembled = apply(base.chunks.assembled, delta.assembled);
     let mut grid_chunks = 0u64;
     for node in &plan.nodes {
         match &node.kind {
@@ -335,6 +338,6 @@ fn summarise(base: &Summary, plan: &PatchPlan, delta: &Delta, base_urls: &BTreeS
         }
     }
     crate::zarr::codecs::cap(&mut s.warnings);
-    s.chunks.missing = grid_chunks.saturating_sub(s.chunks.virtual_ + s.chunks.inline);
+    s.chunks.missing = grid_chunks.saturating_sub(s.chunks.virtual_ + s.chunks.inline + s.chunks.assembled);
     s
 }

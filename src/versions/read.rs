@@ -8,11 +8,12 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use super::assemble::Assembly;
 use super::cache::Caches;
 use super::error::{Error, Result};
 use super::view::{VersionView, etag};
 use crate::catalog::{Catalog, StoreHead, VersionHead};
-use crate::config::LimitsConfig;
+use crate::config::{AssembleConfig, LimitsConfig};
 use crate::metrics::Metrics;
 use crate::sources::{Fetched, SourceRegistry};
 use crate::zarr::block::BlockSource;
@@ -24,10 +25,12 @@ use crate::zarr::{ChunkLocation, ChunkRef, Hierarchy, ManifestBlock, NodePath};
 /// The read service.
 pub struct Reader {
     catalog: Arc<dyn Catalog>,
-    sources: Arc<SourceRegistry>,
+    pub(super) sources: Arc<SourceRegistry>,
     pub(super) caches: Caches,
-    metrics: Metrics,
+    pub(super) metrics: Metrics,
     pub(super) limits: LimitsConfig,
+    /// The pool assembled chunks are built on.
+    pub(super) assembly: Assembly,
 }
 
 /// A chunk as a version stores it.
@@ -86,7 +89,14 @@ impl Reader {
         metrics: Metrics,
         limits: LimitsConfig,
     ) -> Self {
-        Self { catalog, sources, caches, metrics, limits }
+        Self { catalog, sources, caches, metrics, limits, assembly: Assembly::default() }
+    }
+
+    /// This reader with assembled chunks built as `config` says.
+    #[must_use]
+    pub fn assembling(mut self, config: &AssembleConfig) -> Self {
+        self.assembly = Assembly::new(config);
+        self
     }
 
     /// The caches (for reports and invalidation).
@@ -229,8 +239,9 @@ impl Reader {
     pub async fn chunk(&self, view: &VersionView, node: &Node, at: ChunkLocation) -> Result<Chunk> {
         let block = self.block(&view.head, node, at.tile).await?;
         match chunk_in(view, at, &block)? {
-            Some(chunk) => Ok(chunk),
-            None => Ok(match Box::pin(self.fill_chunk(&view.head, node)).await? {
+            InBlock::Chunk(chunk) => Ok(chunk),
+            InBlock::Assembled(recipe) => Box::pin(self.assembled(view, node, recipe)).await,
+            InBlock::Fill => Ok(match Box::pin(self.fill_chunk(&view.head, node)).await? {
                 Some(bytes) => Chunk::Bytes { etag: etag('f', &bytes), bytes },
                 None => Chunk::Missing,
             }),
@@ -271,13 +282,24 @@ impl Reader {
     }
 }
 
-/// The chunk at `at` in `block`, of `view`'s version; `None` for a missing chunk that is to
-/// read as its array's fill chunk. A new kind of chunk is one more arm here.
-pub(super) fn chunk_in(view: &VersionView, at: ChunkLocation, block: &Arc<ManifestBlock>) -> Result<Option<Chunk>> {
-    Ok(Some(match block.get(at.slot) {
-        ChunkRef::Missing if view.head.fill_missing => return Ok(None),
+/// What a block holds at a slot, as the chunk step sees it.
+#[derive(Debug)]
+pub(super) enum InBlock {
+    /// The chunk, as it is served.
+    Chunk(Chunk),
+    /// A missing chunk that is to read as its array's fill chunk.
+    Fill,
+    /// A chunk to assemble from pieces: its encoded recipe.
+    Assembled(bytes::Bytes),
+}
+
+/// The chunk at `at` in `block`, of `view`'s version. A new kind of chunk is one more arm here.
+pub(super) fn chunk_in(view: &VersionView, at: ChunkLocation, block: &Arc<ManifestBlock>) -> Result<InBlock> {
+    Ok(InBlock::Chunk(match block.get(at.slot) {
+        ChunkRef::Missing if view.head.fill_missing => return Ok(InBlock::Fill),
         ChunkRef::Missing => Chunk::Missing,
         ChunkRef::Inline(bytes) => Chunk::Bytes { etag: etag('i', &bytes), bytes },
+        ChunkRef::Assembled(recipe) => return Ok(InBlock::Assembled(recipe)),
         ChunkRef::Virtual { .. } => VirtualChunk::new(block.clone(), at.slot)
             .map(Chunk::Virtual)
             .ok_or_else(|| Error::Internal("a virtual reference read back as another kind".into()))?,

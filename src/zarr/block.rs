@@ -19,8 +19,10 @@ const MAGIC_V1: &[u8; 4] = b"ZGB\x01";
 const MAGIC: &[u8; 4] = b"ZGB\x02";
 const MISSING: u32 = u32::MAX;
 const INLINE: u32 = u32::MAX - 1;
+/// An assembled chunk: its recipe is in the inline bytes.
+const ASSEMBLED: u32 = u32::MAX - 2;
 /// The largest number of distinct sources in one block.
-pub const MAX_SOURCES: usize = (u32::MAX - 2) as usize;
+pub const MAX_SOURCES: usize = (u32::MAX - 3) as usize;
 
 /// One chunk reference in its fixed-width form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +41,8 @@ pub enum ChunkRef<'a> {
     Virtual { source: BlockSource<'a>, offset: u64, length: u64 },
     /// The bytes themselves.
     Inline(Bytes),
+    /// Made from pieces of other chunks: its recipe ([`crate::zarr::assembled::Recipe`], encoded).
+    Assembled(Bytes),
     /// No chunk: readers use the fill value.
     Missing,
 }
@@ -52,6 +56,21 @@ pub struct ManifestBlock {
     slots: Option<Box<[u32]>>,
     records: Box<[Record]>,
     inline: Bytes,
+}
+
+/// Counts of a block's stored references by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Virtual references.
+    pub virtual_: u64,
+    /// Inline chunks.
+    pub inline: u64,
+    /// Assembled chunks.
+    pub assembled: u64,
+    /// The bytes the virtual references name.
+    pub virtual_bytes: u64,
+    /// The inline chunks' bytes.
+    pub inline_bytes: u64,
 }
 
 /// A stored block that cannot be decoded (corruption or a newer format).
@@ -96,13 +115,24 @@ impl ManifestBlock {
         self.records.iter().filter(|r| r.source != MISSING).count()
     }
 
-    /// Counts of the stored references: (virtual, inline, virtual bytes, inline bytes).
-    pub fn counts(&self) -> (u64, u64, u64, u64) {
-        self.records.iter().fold((0, 0, 0, 0), |(v, i, vb, ib), r| match r.source {
-            MISSING => (v, i, vb, ib),
-            INLINE => (v, i + 1, vb, ib + u64::from(r.length)),
-            _ => (v + 1, i, vb + u64::from(r.length), ib),
-        })
+    /// Counts of the stored references by kind.
+    pub fn counts(&self) -> Counts {
+        let mut c = Counts::default();
+        for r in self.records.iter() {
+            match r.source {
+                MISSING => {}
+                INLINE => {
+                    c.inline += 1;
+                    c.inline_bytes += u64::from(r.length);
+                }
+                ASSEMBLED => c.assembled += 1,
+                _ => {
+                    c.virtual_ += 1;
+                    c.virtual_bytes += u64::from(r.length);
+                }
+            }
+        }
+        c
     }
 
     /// True when the block holds no reference.
@@ -122,9 +152,10 @@ impl ManifestBlock {
     fn resolve(&self, r: &Record) -> ChunkRef<'_> {
         match r.source {
             MISSING => ChunkRef::Missing,
-            INLINE => {
+            INLINE | ASSEMBLED => {
                 let start = r.offset as usize;
-                ChunkRef::Inline(self.inline.slice(start..start + r.length as usize))
+                let bytes = self.inline.slice(start..start + r.length as usize);
+                if r.source == INLINE { ChunkRef::Inline(bytes) } else { ChunkRef::Assembled(bytes) }
             }
             // Every record's source was checked against the dictionary when the block was decoded.
             s => match self.sources.get(s) {
@@ -208,7 +239,9 @@ impl ManifestBlock {
         for rec in records.iter() {
             let ok = match rec.source {
                 MISSING => true,
-                INLINE => rec.offset.checked_add(u64::from(rec.length)).is_some_and(|end| end <= inline_len as u64),
+                INLINE | ASSEMBLED => {
+                    rec.offset.checked_add(u64::from(rec.length)).is_some_and(|end| end <= inline_len as u64)
+                }
                 s => (s as usize) < sources.len(),
             };
             if !ok {
@@ -292,7 +325,16 @@ impl BlockBuilder {
 
     /// Adds an inline chunk (at most 4 GiB).
     pub fn push_inline(&mut self, slot: u32, data: &[u8]) {
-        let record = Record { offset: self.inline.len() as u64, length: data.len() as u32, source: INLINE };
+        self.push_bytes(slot, data, INLINE);
+    }
+
+    /// Adds an assembled chunk, its recipe encoded.
+    pub fn push_assembled(&mut self, slot: u32, recipe: &[u8]) {
+        self.push_bytes(slot, recipe, ASSEMBLED);
+    }
+
+    fn push_bytes(&mut self, slot: u32, data: &[u8], source: u32) {
+        let record = Record { offset: self.inline.len() as u64, length: data.len() as u32, source };
         self.inline.extend_from_slice(data);
         self.entries.push((slot, record));
     }
@@ -318,7 +360,7 @@ impl BlockBuilder {
             position[*old as usize] = new as u32;
         }
         for (_, r) in &mut self.entries {
-            if r.source != INLINE {
+            if r.source != INLINE && r.source != ASSEMBLED {
                 r.source = position[r.source as usize];
             }
         }

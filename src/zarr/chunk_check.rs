@@ -90,6 +90,11 @@ impl ChunkCheck {
         Self { metadata, elements, chunk_shape: chunk_shape.to_vec(), fixed, decoder: OnceCell::new() }
     }
 
+    /// The chunk shape.
+    pub fn chunk_shape(&self) -> &[u64] {
+        &self.chunk_shape
+    }
+
     /// Checks the length of a chunk (virtual or inline) when the codecs fix it.
     pub fn length(&self, length: u64) -> Result<(), String> {
         match &self.fixed {

@@ -118,6 +118,8 @@ pub enum RawRef {
     Virtual { url: u32, offset: u64, length: u64 },
     /// `len` bytes at `start` of the manifest's inline buffer.
     Inline { start: u64, len: u64 },
+    /// An assembled chunk whose encoded recipe is `len` bytes at `start` of the inline buffer.
+    Assembled { start: u64, len: u64 },
     /// `{"path": ""}`: no chunk. Nothing to store when registering; clears a reference in a PATCH.
     Clear,
 }
@@ -137,6 +139,7 @@ pub struct RawManifest {
 const CLEAR: u8 = 0;
 const VIRTUAL: u8 = 1;
 const INLINE: u8 = 2;
+const ASSEMBLED: u8 = 3;
 
 impl RawManifest {
     /// An empty manifest drawing on `scratch`.
@@ -160,6 +163,10 @@ impl RawManifest {
                 e.push(INLINE);
                 [start, len].into_iter().for_each(|v| put_varint(e, v));
             }
+            RawRef::Assembled { start, len } => {
+                e.push(ASSEMBLED);
+                [start, len].into_iter().for_each(|v| put_varint(e, v));
+            }
         }
         self.entries.append(&self.encoded);
         self.len += 1;
@@ -169,6 +176,12 @@ impl RawManifest {
     pub fn push_inline(&mut self, indices: &[u64], data: &[u8]) {
         let start = self.inline.append(data);
         self.push(indices, RawRef::Inline { start, len: data.len() as u64 });
+    }
+
+    /// Adds an assembled chunk, copying its encoded recipe.
+    pub fn push_assembled(&mut self, indices: &[u64], recipe: &[u8]) {
+        let start = self.inline.append(recipe);
+        self.push(indices, RawRef::Assembled { start, len: recipe.len() as u64 });
     }
 
     /// Number of entries.
@@ -244,6 +257,7 @@ impl EntryCursor<'_> {
                 RawRef::Virtual { url, offset: get_varint(r)?, length: get_varint(r)? }
             }
             INLINE => RawRef::Inline { start: get_varint(r)?, len: get_varint(r)? },
+            ASSEMBLED => RawRef::Assembled { start: get_varint(r)?, len: get_varint(r)? },
             _ => return Err(io::Error::new(io::ErrorKind::InvalidData, "unknown entry in a scratch log")),
         };
         Ok(Some((&self.indices, entry)))

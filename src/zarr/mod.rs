@@ -1,6 +1,7 @@
 //! Pure Zarr domain: node paths, chunk keys and grids, the manifest model and its block
 //! encoding, document parsing and validation. Nothing here knows about HTTP, SQL or I/O.
 
+pub mod assembled;
 pub mod block;
 pub mod chunk_check;
 pub mod codecs;

@@ -345,6 +345,8 @@ pub enum OwnedRef {
     Virtual { url: String, check: SourceCheck<'static>, offset: u64, length: u32 },
     /// The bytes themselves.
     Inline(bytes::Bytes),
+    /// An assembled chunk's encoded recipe.
+    Assembled(bytes::Bytes),
 }
 
 impl OwnedRef {
@@ -358,6 +360,7 @@ impl OwnedRef {
                 length: length as u32,
             }),
             ChunkRef::Inline(bytes) => Some(Self::Inline(bytes)),
+            ChunkRef::Assembled(recipe) => Some(Self::Assembled(recipe)),
             ChunkRef::Missing => None,
         }
     }
@@ -368,6 +371,7 @@ impl OwnedRef {
                 builder.push_virtual(slot, url, check.as_borrowed(), *offset, *length)
             }
             Self::Inline(bytes) => builder.push_inline(slot, bytes),
+            Self::Assembled(recipe) => builder.push_assembled(slot, recipe),
         }
     }
 }
@@ -386,6 +390,9 @@ impl PatchPlan {
             }
             RawRef::Inline { start, len } => {
                 builder.push_inline(slot, &array.inline[start as usize..(start + len) as usize])
+            }
+            RawRef::Assembled { start, len } => {
+                builder.push_assembled(slot, &array.inline[start as usize..(start + len) as usize])
             }
             RawRef::Clear => {}
         }

@@ -54,6 +54,9 @@ pub struct ChunkCounts {
     pub virtual_: u64,
     /// Chunks stored in the manifest.
     pub inline: u64,
+    /// Chunks made by zarrgate from pieces of the files' chunks (at seams between joined files).
+    #[serde(default)]
+    pub assembled: u64,
     /// Chunks of the grid with no reference (read as the fill value).
     pub missing: u64,
 }
@@ -221,7 +224,7 @@ pub fn validate_tiled(
     warnings.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     summary.warnings.extend(warnings.into_iter().flat_map(|(_, w)| w));
     super::codecs::cap(&mut summary.warnings);
-    let stored = summary.chunks.virtual_ + summary.chunks.inline;
+    let stored = summary.chunks.virtual_ + summary.chunks.inline + summary.chunks.assembled;
     summary.chunks.missing = summary.chunks.missing.saturating_sub(stored);
     let BlockOutput { blocks, index, .. } = out;
     Ok(ValidatedStore { nodes, urls: urls_list, sources, summary, blocks, index })
@@ -269,6 +272,10 @@ impl Sortable for Located {
                 [start, len].into_iter().for_each(|v| put_varint(&mut e, v));
             }
             RawRef::Clear => e.push(2),
+            RawRef::Assembled { start, len } => {
+                e.push(3);
+                [start, len].into_iter().for_each(|v| put_varint(&mut e, v));
+            }
         }
         w.write_all(&e)
     }
@@ -283,6 +290,7 @@ impl Sortable for Located {
                 length: get_varint(r)?,
             },
             1 => RawRef::Inline { start: get_varint(r)?, len: get_varint(r)? },
+            3 => RawRef::Assembled { start: get_varint(r)?, len: get_varint(r)? },
             _ => RawRef::Clear,
         };
         Ok(Self(u64::from_be_bytes(packed), reference))
@@ -355,6 +363,7 @@ fn add_array(
                 summary.chunks.inline += 1;
                 summary.inline_bytes += len;
             }
+            RawRef::Assembled { .. } => summary.chunks.assembled += 1,
             RawRef::Clear => {}
         }
         sorter.push(Located(packed, r))?;
@@ -388,6 +397,10 @@ fn add_array(
             RawRef::Inline { start, len } => {
                 a.manifest.inline_bytes(start, len, &mut inline)?;
                 block.push_inline(at.slot, &inline);
+            }
+            RawRef::Assembled { start, len } => {
+                a.manifest.inline_bytes(start, len, &mut inline)?;
+                block.push_assembled(at.slot, &inline);
             }
             RawRef::Clear => {}
         }
@@ -423,6 +436,13 @@ pub(super) fn check_chunk(
             chunks.decode(buffer, budget)
         }
         RawRef::Inline { len, .. } => chunks.length(len).map_err(|why| format!("inline: {why}")),
+        RawRef::Assembled { start, len } => {
+            manifest.inline_bytes(start, len, buffer)?;
+            match super::assembled::Recipe::decode(buffer) {
+                Ok(recipe) => recipe.check(chunks.chunk_shape()).map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        }
         RawRef::Clear => Ok(()),
     })
 }

@@ -328,7 +328,7 @@ fn write_stores() {
                 let data = match chunk {
                     Chunk::Range { offset, length } => bytes.read(*offset, *length).unwrap().to_vec(),
                     Chunk::Inline(data) => data.clone(),
-                    Chunk::Elsewhere { .. } => unreachable!(),
+                    Chunk::Elsewhere { .. } | Chunk::Assembled(_) => unreachable!(),
                 };
                 std::fs::write(at, data).unwrap();
             }

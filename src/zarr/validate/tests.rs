@@ -24,7 +24,7 @@ fn builds_blocks_and_implicit_groups() {
         .unwrap();
     let paths: Vec<&str> = store.nodes.iter().map(|n| n.path.as_str()).collect();
     assert_eq!(paths, ["", "g", "g/air"]);
-    assert_eq!(store.summary.chunks, ChunkCounts { virtual_: 1, inline: 1, missing: 2 });
+    assert_eq!(store.summary.chunks, ChunkCounts { virtual_: 1, inline: 1, assembled: 0, missing: 2 });
     assert_eq!((store.summary.arrays, store.summary.groups, store.summary.referenced_bytes), (1, 2, 40));
     let blocks: Vec<_> = store.blocks().collect::<io::Result<_>>().unwrap();
     assert_eq!(blocks.len(), 1);

@@ -11,6 +11,7 @@ use super::{
     shape,
 };
 use crate::formats::{Chunk, Node};
+use crate::zarr::assembled::{MAX_PIECES, Piece, PieceSource, Recipe, can_assemble};
 
 /// A refusal (422).
 fn refused(problem: String) -> CombineError {
@@ -45,17 +46,16 @@ fn no_extra_arrays(first_url: &str, first: &Nodes, rest: &[File]) -> Result<(), 
 }
 
 /// What makes two parts of a variable the same kind of array: its dimension names, data type,
-/// codecs, fill value and chunk shape.
-const KINDS: [(&str, &str); 5] = [
+/// codecs and fill value (and its chunk shape: [`agree`] compares it but along a joined axis).
+const KINDS: [(&str, &str); 4] = [
     ("dimension names", "/dimension_names"),
     ("data type", "/data_type"),
     ("codecs", "/codecs"),
     ("fill value", "/fill_value"),
-    ("chunk shape", "/chunk_grid/configuration/chunk_shape"),
 ];
 
 /// Refuses `b` unless it is the same kind of array as `a` (and, when `axis` is None, the same
-/// shape; else the same lengths but along `axis`).
+/// shape and chunk shape; else the same but along `axis`).
 fn agree(
     path: &str,
     (a_url, a): (&str, &Node),
@@ -75,20 +75,17 @@ fn agree(
             return Err(differ(what, show(x), show(y)));
         }
     }
-    let (mut x, mut y) = (shape(a), shape(b));
-    if let Some(axis) = axis {
-        if x.len() == y.len() && axis < x.len() {
-            (x[axis], y[axis]) = (0, 0);
+    let but_along = |mut v: Vec<u64>| {
+        if let Some(axis) = axis.filter(|a| *a < v.len()) {
+            v[axis] = 0;
         }
-        if x != y {
-            return Err(differ(
-                "shape but along the joined dimension",
-                format!("{:?}", shape(a)),
-                format!("{:?}", shape(b)),
-            ));
+        v
+    };
+    let along = if axis.is_some() { " but along the joined dimension" } else { "" };
+    for (what, of) in [("shape", shape as fn(&Node) -> Vec<u64>), ("chunk shape", chunk_shape)] {
+        if but_along(of(a)) != but_along(of(b)) {
+            return Err(differ(&format!("{what}{along}"), format!("{:?}", of(a)), format!("{:?}", of(b))));
         }
-    } else if x != y {
-        return Err(differ("shape", format!("{x:?}"), format!("{y:?}")));
     }
     Ok(())
 }
@@ -122,46 +119,115 @@ pub(super) fn existing(dim: &str, files: Vec<File>) -> Result<Nodes, CombineErro
     Ok(out)
 }
 
-/// The parts of variable `path` (file URL, array) concatenated along `axis` by references.
+/// The parts of variable `path` (file URL, array) concatenated along `axis`: by references where
+/// a part's chunks line up with the joined array's grid (the first part's chunk shape), and by
+/// chunks assembled from pieces where they do not (a chunk spanning a seam, a padded edge chunk
+/// inside the joined array, a part chunked otherwise along `axis`).
 fn concat(path: &str, dim: &str, axis: usize, parts: Vec<(String, Node)>) -> Result<Node, CombineError> {
     let (first_url, first) = (&parts[0].0, &parts[0].1);
     let step = chunk_shape(first).get(axis).copied().unwrap_or(0);
     if step == 0 {
         return Err(refused(format!("variable {path} of {first_url} has no chunk length along {dim}")));
     }
-    for (k, (url, node)) in parts.iter().enumerate() {
-        if k > 0 {
-            agree(path, (first_url, first), (url, node), Some(axis))?;
-            if name_of(path) == dim {
-                same_time_encoding(path, (first_url, first), (url, node))?;
-            }
-        }
-        let length = shape(node).get(axis).copied().unwrap_or(0);
-        if k + 1 < parts.len() && length % step != 0 {
-            return Err(refused(format!(
-                "variable {path} of {url} is {length} long along {dim}, not a whole number of its chunks ({step} \
-                 long): joining files whose chunks do not line up (chunks spanning a seam) is not supported yet"
-            )));
+    for (url, node) in parts.iter().skip(1) {
+        agree(path, (first_url, first), (url, node), Some(axis))?;
+        if name_of(path) == dim {
+            same_time_encoding(path, (first_url, first), (url, node))?;
         }
     }
+    let first_chunks = chunk_shape(first);
+    // Checked at the first chunk to assemble: whether zarrgate can decode and encode the array.
+    let mut assemblable: Option<Result<(), String>> = None;
     let mut metadata = parts[0].1.metadata.clone();
-    let mut chunks = Vec::new();
-    let mut before = 0;
+    // Served chunk index -> its pieces, in file order.
+    let mut served: BTreeMap<Vec<u64>, Vec<Cut>> = BTreeMap::new();
+    let mut before = 0u64;
     for (url, node) in parts {
         let length = shape(&node).get(axis).copied().unwrap_or(0);
-        let shift = before / step;
-        for (mut index, chunk) in located(node, &url).chunks {
-            if let Some(i) = index.get_mut(axis) {
-                *i += shift;
+        let own_step = chunk_shape(&node).get(axis).copied().unwrap_or(0).max(1);
+        for (index, chunk) in located(node, &url).chunks {
+            let Some(j) = index.get(axis).copied() else { continue };
+            // The part of the source chunk inside the file (an edge chunk is padded past it).
+            let (first_step, end) =
+                (j.saturating_mul(own_step), j.saturating_add(1).saturating_mul(own_step).min(length));
+            let mut lo = before + first_step;
+            let hi = before + end;
+            while lo < hi {
+                let m = lo / step;
+                let upto = hi.min((m + 1) * step);
+                let mut at = index.clone();
+                at[axis] = m;
+                let cut = Cut {
+                    chunk: chunk.clone(),
+                    source_len: own_step,
+                    start: lo - before - first_step,
+                    count: upto - lo,
+                    at: lo - m * step,
+                };
+                served.entry(at).or_default().push(cut);
+                lo = upto;
             }
-            chunks.push((index, chunk));
         }
         before += length;
+    }
+    let mut chunks = Vec::with_capacity(served.len());
+    for (index, mut pieces) in served {
+        let m = index[axis];
+        let valid = step.min(before - m * step);
+        let whole =
+            matches!(pieces.as_slice(), [c] if c.source_len == step && c.count == valid && c.start == 0 && c.at == 0);
+        if whole && let Some(cut) = pieces.pop() {
+            chunks.push((index, cut.chunk));
+            continue;
+        }
+        if pieces.len() > MAX_PIECES {
+            return Err(refused(format!(
+                "variable {path}: chunk {index:?} would be assembled from {} pieces of files, more than the {MAX_PIECES} \
+                 allowed; join files holding more steps each, or chunked like the first file",
+                pieces.len()
+            )));
+        }
+        let can = assemblable.get_or_insert_with(|| can_assemble(&metadata, &first_chunks).map_err(|e| e.to_string()));
+        if let Err(why) = can {
+            return Err(refused(format!(
+                "variable {path}: its files do not line up with its chunks along {dim} (chunk {index:?} spans a seam \
+                 between files, or a file's padded edge chunk), and such a chunk cannot be assembled: {why}"
+            )));
+        }
+        let recipe = Recipe {
+            axis: axis as u32,
+            pieces: pieces
+                .into_iter()
+                .map(|Cut { chunk, source_len, start, count, at }| {
+                    let source = match chunk {
+                        Chunk::Elsewhere { url, offset, length } => {
+                            PieceSource::Virtual { url, etag: None, size: None, offset, length }
+                        }
+                        Chunk::Inline(bytes) => PieceSource::Inline(bytes),
+                        Chunk::Range { .. } | Chunk::Assembled(_) => {
+                            return Err(refused(format!("variable {path}: a chunk of a file cannot be a piece")));
+                        }
+                    };
+                    Ok(Piece { source, source_len, start, count, at })
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        chunks.push((index, Chunk::Assembled(recipe)));
     }
     if let Some(length) = metadata.get_mut("shape").and_then(Value::as_array_mut).and_then(|s| s.get_mut(axis)) {
         *length = json!(before);
     }
     Ok(Node { metadata, chunks })
+}
+
+/// A run of one source chunk along the joined axis that goes into a chunk of the joined array:
+/// `count` steps from `start` of the source chunk (`source_len` long) put at `at`.
+struct Cut {
+    chunk: Chunk,
+    source_len: u64,
+    start: u64,
+    count: u64,
+    at: u64,
 }
 
 /// Refuses a joined coordinate whose `units` or `calendar` differ between two files.

@@ -4,6 +4,7 @@ use serde_json::{Value, json};
 
 use super::{Combine, CombineError, Nodes};
 use crate::formats::{Chunk, Node};
+use crate::zarr::assembled::PieceSource;
 
 /// An array `dims` long with chunks `chunk` long, every chunk at a byte range.
 fn array(dims: &[(&str, u64)], chunk: &[u64], codecs: Value) -> Node {
@@ -82,12 +83,60 @@ fn aligned_files_join_by_references_with_shifted_indices() {
     assert!(matches!(&out["x"].chunks[0].1, Chunk::Elsewhere { url, .. } if url == "s3://b/a.nc"));
 }
 
+/// The pieces of an assembled chunk as (url, offset, source_len, start, count, at).
+fn pieces(chunk: &Chunk) -> Vec<(String, u64, u64, u64, u64, u64)> {
+    let Chunk::Assembled(recipe) = chunk else { panic!("expected an assembled chunk, got {chunk:?}") };
+    recipe
+        .pieces
+        .iter()
+        .map(|p| match &p.source {
+            PieceSource::Virtual { url, offset, .. } => (url.clone(), *offset, p.source_len, p.start, p.count, p.at),
+            PieceSource::Inline(_) => panic!("inline piece"),
+        })
+        .collect()
+}
+
 #[test]
-fn files_whose_chunks_do_not_line_up_are_refused_naming_the_file() {
+fn chunks_spanning_a_seam_are_assembled_and_the_rest_are_references() {
+    // 10 steps chunked 7: chunk 1 of each file holds 3 steps and 4 of padding.
     let files = vec![("s3://b/a.nc".to_owned(), daily(10, 7)), ("s3://b/b.nc".to_owned(), daily(10, 7))];
+    let out = spec(json!({"join": "existing", "dim": "time"})).unwrap().apply(files).unwrap();
+    let air = &out["air"];
+    assert_eq!(air.metadata["shape"], json!([20, 4]));
+    let indices: Vec<_> = air.chunks.iter().map(|(i, _)| i.clone()).collect();
+    assert_eq!(indices, [vec![0, 0], vec![1, 0], vec![2, 0]]);
+    // Steps 0-6: a's chunk 0 as it is.
+    assert!(matches!(&air.chunks[0].1, Chunk::Elsewhere { url, offset: 0, .. } if url == "s3://b/a.nc"));
+    // Steps 7-13: a's 7-9 (its chunk 1, at offset 100), then b's 0-3 (its chunk 0, at 0).
+    let a = "s3://b/a.nc".to_owned();
+    let b = "s3://b/b.nc".to_owned();
+    assert_eq!(pieces(&air.chunks[1].1), [(a, 100, 7, 0, 3, 0), (b.clone(), 0, 7, 0, 4, 3)]);
+    // Steps 14-19 (the edge chunk): b's 4-6, then b's 7-9.
+    assert_eq!(pieces(&air.chunks[2].1), [(b.clone(), 0, 7, 4, 3, 0), (b, 100, 7, 0, 3, 3)]);
+}
+
+#[test]
+fn a_file_chunked_otherwise_along_the_axis_is_cut_from_its_own_chunks() {
+    // The second file's variable is contiguous (one chunk of its 3 steps).
+    let files = vec![("s3://b/a.nc".to_owned(), daily(4, 2)), ("s3://b/b.nc".to_owned(), daily(3, 3))];
+    let out = spec(json!({"join": "existing", "dim": "time"})).unwrap().apply(files).unwrap();
+    let t = &out["time"];
+    assert_eq!(t.metadata["shape"], json!([7]));
+    assert_eq!(t.metadata["chunk_grid"]["configuration"]["chunk_shape"], json!([2]), "the first file's grid");
+    let b = "s3://b/b.nc".to_owned();
+    assert_eq!(pieces(&t.chunks[2].1), [(b.clone(), 0, 3, 0, 2, 0)]);
+    assert_eq!(pieces(&t.chunks[3].1), [(b, 0, 3, 2, 1, 0)], "the edge chunk, from the contiguous file");
+}
+
+#[test]
+fn strings_of_variable_length_spanning_a_seam_are_refused() {
+    let mut a = daily(3, 2);
+    a.get_mut("air").unwrap().metadata.insert("data_type".into(), json!("string"));
+    let mut b = daily(3, 2);
+    b.get_mut("air").unwrap().metadata.insert("data_type".into(), json!("string"));
+    let files = vec![("s3://b/a.nc".to_owned(), a), ("s3://b/b.nc".to_owned(), b)];
     let why = refusal(spec(json!({"join": "existing", "dim": "time"})).unwrap().apply(files));
-    assert!(why.contains("s3://b/a.nc") && why.contains("10 long") && why.contains("(7 long)"), "{why}");
-    assert!(why.contains("not supported yet"), "{why}");
+    assert!(why.contains("variable air") && why.contains("cannot be assembled"), "{why}");
 }
 
 #[test]
