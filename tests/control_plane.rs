@@ -27,7 +27,7 @@ both_backends! {
         server.local_store().await;
         let (status, body) = server.put("/api/v1/stores/alpha", &demo(&server, "alpha", 0.0).await).await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
-        assert_eq!(body["chunks"], json!({"virtual": 2, "inline": 1, "missing": 1}));
+        assert_eq!(body["chunks"], json!({"virtual": 2, "inline": 1, "assembled": 0, "missing": 1}));
         assert_eq!((body["arrays"].as_u64(), body["groups"].as_u64(), body["referenced_bytes"].as_u64()), (Some(1), Some(1), Some(16)));
         let first = body["version"].as_i64().unwrap();
         assert_eq!(server.bytes("/alpha/x/c/1").await, f32_bytes([2.0, 3.0]));

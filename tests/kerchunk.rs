@@ -39,7 +39,7 @@ both_backends! {
         server.local_store().await;
         let (status, body) = server.put("/api/v1/stores/k", &refs(&server)).await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
-        assert_eq!(body["chunks"], json!({"virtual": 2, "inline": 1, "missing": 0}));
+        assert_eq!(body["chunks"], json!({"virtual": 2, "inline": 1, "assembled": 0, "missing": 0}));
         let t: Value = server.get("/k/t/zarr.json", &[]).await.json().await.unwrap();
         assert_eq!(t["dimension_names"], json!(["time"]));
         assert_eq!(t["chunk_key_encoding"], json!({"name": "v2", "configuration": {"separator": "."}}));

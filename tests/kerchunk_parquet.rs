@@ -178,7 +178,7 @@ both_backends! {
         let (files, _) = references(&server);
         let (status, body) = put_tar(&server, "/api/v1/stores/pq", archive(&files, "air.kerchunk.parq/", true)).await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
-        assert_eq!(body["chunks"], json!({"virtual": 4, "inline": 2, "missing": 1}));
+        assert_eq!(body["chunks"], json!({"virtual": 4, "inline": 2, "assembled": 0, "missing": 1}));
         assert_eq!(body["arrays"], 2);
 
         let air: Value = server.get("/pq/air/zarr.json", &[]).await.json().await.unwrap();

@@ -56,7 +56,7 @@ both_backends! {
         let appended: serde_json::Map<String, Value> = (14..20).map(|t| (format!("{t}.0"), row_ref(&path, t))).collect();
         let (status, body) = patch(&server, "s", &json!({"nodes": {"t": {"shape": [20, 2], "manifest": appended}}})).await;
         assert_eq!(status, StatusCode::OK, "{body}");
-        assert_eq!(body["chunks"], json!({"virtual": 20, "inline": 0, "missing": 0}));
+        assert_eq!(body["chunks"], json!({"virtual": 20, "inline": 0, "assembled": 0, "missing": 0}));
         assert_eq!(block_rows(&server).await, 6, "three blocks shared, one rewritten, one new");
         for t in [0u64, 13, 14, 19] {
             assert_eq!(server.bytes(&format!("/s/t/c/{t}/0")).await, f32_bytes([t as f32, t as f32 + 0.5]), "row {t}");

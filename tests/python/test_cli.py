@@ -231,7 +231,7 @@ def test_the_operator_commands_end_to_end(server: Server, tmp_path: Path):
     assert row[2:6] == ["1", str(CHUNKS), "1.00", "MiB"], row
     summary = json.loads(ok(zarrgate("stores", "show", store, "--json", **at)))
     assert summary == requests.get(f"{server.url}/api/v1/stores/{store}", timeout=10).json()
-    assert summary["chunks"] == {"virtual": CHUNKS, "inline": 0, "missing": 0}
+    assert summary["chunks"] == {"virtual": CHUNKS, "inline": 0, "assembled": 0, "missing": 0}
     text = ok(zarrgate("stores", "show", store, **at))
     assert text.startswith(f"store {store}, version {summary['version']}: {server.url}/{store}\n"), text
 

@@ -546,7 +546,7 @@ def test_hand_made_version_0(server, source_dir, store_name, fmt):
 
     summary = register_bytes(server, store_name, json.dumps(doc).encode(),
                              params={"format": fmt} if fmt else None)
-    assert summary["chunks"] == {"virtual": 4, "inline": 2, "missing": 1}
+    assert summary["chunks"] == {"virtual": 4, "inline": 2, "assembled": 0, "missing": 1}
     assert summary["referenced_bytes"] == 3 * 24 + 12   # the [url] got whole.bin's length
     url = f"{server.url}/{store_name}"
     group = zarr.open_group(url, mode="r")
@@ -574,7 +574,7 @@ def test_hand_made_version_1_with_templates_and_gen(server, source_dir, store_na
     _check_with_fsspec(doc, want)
 
     summary = register_bytes(server, store_name, json.dumps(doc).encode())
-    assert summary["chunks"] == {"virtual": 5, "inline": 1, "missing": 0}
+    assert summary["chunks"] == {"virtual": 5, "inline": 1, "assembled": 0, "missing": 0}
     assert summary["sources"] == 2
     url = f"{server.url}/{store_name}"
     group = zarr.open_group(url, mode="r")

@@ -40,7 +40,7 @@ def test_xarray_over_http_equals_the_netcdf_file(server, source_dir, store_name)
     summary = register(server, store_name, doc, status=201)
     # air's 8 chunks and crs's one are byte ranges of the file; the loaded
     # coordinates time, lat, lon are carried inline
-    assert summary["chunks"] == {"virtual": AIR_CHUNKS + 1, "inline": 3, "missing": 0}
+    assert summary["chunks"] == {"virtual": AIR_CHUNKS + 1, "inline": 3, "assembled": 0, "missing": 0}
 
     served = open_served(f"{server.url}/{store_name}")
     expected = open_file(path)

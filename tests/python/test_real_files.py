@@ -127,7 +127,7 @@ def test_loaded_variables_are_served_inline(server, source_dir, store_name):
     doc = zarrgate_client.manifeststore_to_native(vds)
     assert all("data" in entry for entry in doc["nodes"]["air"]["manifest"].values())
     summary, served = _serve(server, store_name, doc)
-    assert summary["chunks"] == {"virtual": 0, "inline": 5, "missing": 0}
+    assert summary["chunks"] == {"virtual": 0, "inline": 5, "assembled": 0, "missing": 0}
     assert summary["sources"] == 0
     expected = open_file(path)
     assert_same_dataset(served, expected)
