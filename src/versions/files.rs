@@ -4,6 +4,7 @@
 //! found is written as a new version exactly as a native manifest would be.
 
 mod combine;
+mod coordinate;
 mod listing;
 mod parsed;
 mod read;
@@ -267,9 +268,13 @@ impl Registrar {
         let mut files = results.into_iter().collect::<Result<Vec<_>>>()?;
         let new_parses: Vec<_> = files.iter_mut().filter_map(|f| f.remember.take()).collect();
         parsed::remember(self.catalog.as_ref(), &new_parses).await;
+        let values = match &target.combine {
+            Some((combine, _)) => coordinate::prepare(&self.sources, &mut files, combine).await?,
+            None => None,
+        };
         let _turn = self.turn().await?;
         let scratch = self.settings.scratch();
-        let (doc, warnings, origin) = document(files, &scratch, target)?;
+        let (doc, warnings, origin) = document(files, values, &scratch, target)?;
         let origin = serde_json::to_string(&origin).map_err(|e| Error::Internal(e.to_string()))?;
         let storing = Storing {
             format: "files",
@@ -296,7 +301,12 @@ impl Registrar {
 
 /// The document the files make (one file: its hierarchy as it is; several: as `combine` says),
 /// the warnings for the summary, and the origin to keep.
-fn document(files: Vec<ReadFile>, scratch: &Scratch, target: &Target) -> Result<(Document, Vec<String>, Origin)> {
+fn document(
+    files: Vec<ReadFile>,
+    values: Option<Vec<Vec<f64>>>,
+    scratch: &Scratch,
+    target: &Target,
+) -> Result<(Document, Vec<String>, Origin)> {
     let mut doc = Document::new(scratch);
     let mut warnings = Vec::new();
     let mut records = Vec::new();
@@ -309,7 +319,7 @@ fn document(files: Vec<ReadFile>, scratch: &Scratch, target: &Target) -> Result<
     }
     if let Some((combine, _)) = &target.combine {
         let first = hierarchies.first().map(|(url, _)| url.clone()).unwrap_or_default();
-        let nodes = combine.apply(hierarchies).map_err(|e| match e {
+        let nodes = combine.apply_with(hierarchies, values).map_err(|e| match e {
             CombineError::Spec(why) => Error::BadRequest(format!("{why}; nothing was changed")),
             CombineError::Refused(why) => invalid(why),
         })?;

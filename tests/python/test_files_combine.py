@@ -169,13 +169,39 @@ def test_combine_refuses_files_whose_codecs_differ_naming_both(server, source_di
     assert requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).status_code == 404
 
 
-def test_combine_refuses_a_coordinate_in_other_units_naming_both(server, source_dir, store_name):
-    days = write_daily(source_dir / "days.nc", 0)
-    hours = write_daily(source_dir / "hours.nc", 1, units="hours since 2000-01-01")
-    refused = put_files(server, store_name, [days.as_uri(), hours.as_uri()], combine=combine_existing(), status=422)
-    detail = refused["detail"]
-    assert days.as_uri() in detail and hours.as_uri() in detail and "re-encoding" in detail, refused
-    assert "not supported yet" in detail, refused
+def test_combine_converts_a_coordinate_written_in_other_units(server, source_dir, store_name):
+    # The second file counts hours, the first days: the joined time is read, written in the
+    # first file's units and stored inline, so the datetimes are the files' own.
+    days = write_daily(source_dir / "days.nc", 0, steps=2)
+    hours = write_daily(source_dir / "hours.nc", 2, steps=2, units="hours since 2000-01-01")
+    answer = put_files(server, store_name, [days.as_uri(), hours.as_uri()], combine=combine_existing())
+    assert answer["chunks"]["inline"] == 1, answer["chunks"]
+    served = open_plain(f"{server.url}/{store_name}")
+    np.testing.assert_array_equal(served["time"].values, np.array(
+        ["2000-01-01", "2000-01-02", "2000-01-03", "2000-01-04"], dtype="datetime64[ns]"))
+    assert served["time"].encoding["units"] == "days since 2000-01-01"
+    expected = mfdataset([days, hours], "time")
+    assert_same(served.drop_vars("time"), expected.drop_vars("time"))
+    np.testing.assert_array_equal(served["time"].values, expected["time"].values)
+
+    noleap = write_daily(source_dir / "noleap.nc", 0, units="days since 1999-01-01")
+    with netCDF4.Dataset(noleap, "a") as nc:
+        nc["time"].calendar = "noleap"
+    refused = put_files(server, f"{store_name}-x", [days.as_uri(), noleap.as_uri()], combine=combine_existing(),
+                        status=422)
+    assert "noleap" in refused["detail"] and noleap.as_uri() in refused["detail"], refused
+
+
+def test_combine_orders_files_by_their_coordinate(server, source_dir, store_name):
+    # Named against time order: "b" holds the first days, "a" the last.
+    late = write_daily(source_dir / "a.nc", 5, steps=3)
+    early = write_daily(source_dir / "b.nc", 0, steps=5)
+    spec = {"join": "existing", "dim": "time", "order": "coordinate"}
+    put_files(server, store_name, [late.as_uri(), early.as_uri()], combine=spec)
+    served = open_plain(f"{server.url}/{store_name}")
+    assert_same(served, mfdataset([early, late], "time"))
+    origin = requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).json()["files"]
+    assert [f["url"] for f in origin["files"]] == [early.as_uri(), late.as_uri()], origin
 
 
 def metric(server, name: str, **labels) -> float:
@@ -271,7 +297,7 @@ def test_combine_bad_specs_are_refused_with_a_400(server, source_dir, store_name
         ({"combine": {"join": "stack", "dim": "time"}}, "stack"),
         ({"combine": {"join": "existing"}}, "dim"),
         ({"combine": {"join": "existing", "dim": "time", "sort": "name"}}, "sort"),
-        ({"combine": {"join": "existing", "dim": "time", "order": "coordinate"}}, "not supported yet"),
+        ({"combine": {"join": "existing", "dim": "time", "order": "size"}}, "order"),
         ({"combine": {"join": "new", "dim": "run", "pattern": "(", "format": "%Y"}}, "regex"),
         ({"combine": {"join": "new", "dim": "run", "pattern": "x"}}, "format"),
         ({"combine": {"join": "existing", "dim": "time"}, "older_than_seconds": 60}, "older_than_seconds"),

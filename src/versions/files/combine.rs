@@ -8,6 +8,7 @@ mod join;
 mod spec;
 #[cfg(test)]
 mod tests;
+pub mod time;
 
 use std::collections::BTreeMap;
 
@@ -37,11 +38,18 @@ pub enum CombineError {
 impl Combine {
     /// One hierarchy made of `files` (each file's URL and hierarchy, in order), or why not.
     pub fn apply(&self, files: Vec<File>) -> Result<Nodes, CombineError> {
+        self.apply_with(files, None)
+    }
+
+    /// [`Combine::apply`], with the values of each file's joined coordinate when they were read
+    /// (the files write it in different units): the joined coordinate is then those values in
+    /// the first file's units, stored inline.
+    pub fn apply_with(&self, files: Vec<File>, values: Option<Vec<Vec<f64>>>) -> Result<Nodes, CombineError> {
         if files.is_empty() {
             return Err(CombineError::Refused("there is no file to combine".into()));
         }
         match self {
-            Combine::Existing { dim } => join::existing(dim, files),
+            Combine::Existing { dim, .. } => join::existing(dim, files, values),
             Combine::New { dim, pattern, format } => join::new(dim, pattern, format, files),
             Combine::Union => join::union(files),
         }

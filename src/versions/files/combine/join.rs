@@ -91,10 +91,11 @@ fn agree(
 }
 
 /// `{"join": "existing", "dim": dim}`.
-pub(super) fn existing(dim: &str, files: Vec<File>) -> Result<Nodes, CombineError> {
+pub(super) fn existing(dim: &str, files: Vec<File>, values: Option<Vec<Vec<f64>>>) -> Result<Nodes, CombineError> {
     let ((first_url, first), mut rest) = split(files)?;
     no_extra_arrays(&first_url, &first, &rest)?;
     let mut out = Nodes::new();
+    let mut values = values;
     for (path, node) in first {
         if !is_array(&node) {
             out.insert(path, node);
@@ -102,6 +103,14 @@ pub(super) fn existing(dim: &str, files: Vec<File>) -> Result<Nodes, CombineErro
         }
         let others = take_array(&path, &first_url, &mut rest)?;
         let joined = match dimension_names(&node).iter().position(|d| d == dim) {
+            // The joined coordinate, read: its values in the first file's units, inline.
+            Some(_) if path == dim && values.is_some() => {
+                let mut parts = vec![(first_url.clone(), node)];
+                parts.extend(others);
+                let read = values.take().unwrap_or_default();
+                let parts: Vec<_> = parts.into_iter().zip(read).map(|((url, node), v)| (url, node, v)).collect();
+                super::time::joined(dim, &parts)?
+            }
             Some(axis) => {
                 let mut parts = vec![(first_url.clone(), node)];
                 parts.extend(others);

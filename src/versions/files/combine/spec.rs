@@ -15,6 +15,9 @@ pub enum Combine {
     Existing {
         /// The dimension joined.
         dim: String,
+        /// `"order": "coordinate"`: the files sorted by their coordinate's first value (else
+        /// as listed, or in key order under a prefix).
+        by_coordinate: bool,
     },
     /// `{"join": "new", "dim": N, "pattern": REGEX, "format": STRFTIME}`: a new leading
     /// dimension `N`, one index per file, its coordinate parsed from the file names.
@@ -61,19 +64,13 @@ impl Combine {
         }
         match join {
             "existing" => {
-                match spec.get("order") {
-                    None => {}
-                    Some(Value::String(order)) if order == "name" => {}
-                    Some(Value::String(order)) if order == "coordinate" => {
-                        return Err(bad(
-                            "\"order\": \"coordinate\" (files sorted by their first coordinate value) is not supported \
-                             yet: list the files in order, or name them so that key order is time order"
-                                .into(),
-                        ));
-                    }
-                    Some(other) => return Err(bad(format!("\"order\": {other} is not \"name\""))),
-                }
-                Ok(Combine::Existing { dim: dim(spec)? })
+                let by_coordinate = match spec.get("order") {
+                    None => false,
+                    Some(Value::String(order)) if order == "name" => false,
+                    Some(Value::String(order)) if order == "coordinate" => true,
+                    Some(other) => return Err(bad(format!("\"order\": {other} is not \"name\" or \"coordinate\""))),
+                };
+                Ok(Combine::Existing { dim: dim(spec)?, by_coordinate })
             }
             "new" => {
                 let pattern = text(spec, "pattern")?;

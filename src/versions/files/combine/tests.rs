@@ -228,7 +228,6 @@ fn bad_specs_are_named() {
         (json!({"join": "stack"}), "not one of existing, new, union"),
         (json!({"join": "existing"}), "\"dim\" is missing"),
         (json!({"join": "existing", "dim": "time", "dims": 1}), "\"dims\" is not a key"),
-        (json!({"join": "existing", "dim": "time", "order": "coordinate"}), "not supported yet"),
         (json!({"join": "existing", "dim": "time", "order": "size"}), "\"order\""),
         (json!({"join": "new", "dim": "run", "pattern": "(", "format": "%Y"}), "not a regex"),
         (json!({"join": "new", "dim": "run", "pattern": "x", "format": "%Q"}), "not a strftime format"),
