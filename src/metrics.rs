@@ -159,7 +159,8 @@ metrics! {
     /// from memory is a hit of cache `assembled` in zarrgate_cache_hits_total.
     assembled_chunks_total: IntCounterVec = ["outcome"],
     /// Time to build one assembled chunk, by phase: `read` (its pieces fetched), `wait` (for a
-    /// worker of the bounded pool), `cpu` (decoded, cut, joined and encoded again).
+    /// worker of the bounded pool), `cpu` (decoded, cut, joined and encoded again), and `decode`
+    /// (the part of `cpu` that decoded the pieces).
     assembled_chunk_seconds: HistogramVec = ["phase"],
     /// Always 1; the labels say which build is running.
     build_info: IntGaugeVec = ["version"],

@@ -138,7 +138,9 @@ impl Reader {
         })
         .await?;
         self.observe("cpu", working);
-        built.map(Bytes::from).map_err(internal)
+        let built = built.map_err(internal)?;
+        self.metrics.assembled_chunk_seconds.with_label_values(&["decode"]).observe(built.decoding.as_secs_f64());
+        Ok(Bytes::from(built.bytes))
     }
 
     fn observe(&self, phase: &str, started: Instant) {

@@ -7,6 +7,7 @@
 use std::io::{self, Read};
 use std::num::NonZeroU64;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -205,7 +206,7 @@ pub fn assemble(
     recipe: &Recipe,
     pieces: &[&[u8]],
     max_bytes: u64,
-) -> Result<Vec<u8>, AssembleError> {
+) -> Result<Assembled, AssembleError> {
     let codec = |e: &dyn std::fmt::Display| AssembleError::Codec(e.to_string());
     recipe.check(chunk_shape)?;
     if pieces.len() != recipe.pieces.len() {
@@ -239,11 +240,14 @@ pub fn assemble(
     })?;
     let fill = own.fill_value().as_ne_bytes().to_vec();
     let mut out: Vec<u8> = fill.iter().copied().cycle().take(total as usize).collect();
+    let mut decoding = Duration::ZERO;
     for (piece, encoded) in recipe.pieces.iter().zip(pieces) {
         let expected = bytes_of(piece.source_len)
             .ok_or_else(|| codec(&format!("a piece would take more than the {max_bytes} bytes allowed decoded")))?;
         let decoder = decoder_for(piece.source_len).ok_or(AssembleError::Corrupt("no decoder"))?;
+        let started = Instant::now();
         let decoded = decoder.decode(encoded).map_err(|e| codec(&e))?.into_fixed().map_err(|e| codec(&e))?;
+        decoding += started.elapsed();
         if decoded.len() as u64 != expected {
             return Err(codec(&format!("a piece decodes to {} bytes, not the {expected} of its chunk", decoded.len())));
         }
@@ -253,13 +257,43 @@ pub fn assemble(
             out[o * slab + to..][..len].copy_from_slice(&decoded[o * source_slab + from..][..len]);
         }
     }
-    encode(metadata, chunk_shape, out)
+    Ok(Assembled { bytes: encode(metadata, chunk_shape, out)?, decoding })
+}
+
+/// An assembled chunk, encoded, and the time its pieces took to decode.
+#[derive(Debug)]
+pub struct Assembled {
+    /// The chunk's bytes.
+    pub bytes: Vec<u8>,
+    /// The time spent decoding the pieces.
+    pub decoding: Duration,
+}
+
+/// Compressors whose level is the encoder's choice alone (any level decodes the same), and the
+/// level assembled chunks are encoded at: the fastest that still compresses, since a chunk is
+/// encoded while a reader waits (zlib at level 9 is some 20 times slower than at 1).
+const FAST_LEVELS: &[(&str, i64)] =
+    &[("gzip", 1), ("numcodecs.gzip", 1), ("numcodecs.zlib", 1), ("zlib", 1), ("zstd", 1), ("numcodecs.zstd", 1)];
+
+/// `seen`'s codecs with every compressor of [`FAST_LEVELS`] at its fast level.
+fn at_fast_levels(seen: &mut Map<String, Value>) {
+    let Some(Value::Array(codecs)) = seen.get_mut("codecs") else { return };
+    for c in codecs {
+        let name = c.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+        if let Some((_, level)) = FAST_LEVELS.iter().find(|(n, _)| *n == name)
+            && let Some(config) = c.get_mut("configuration").and_then(Value::as_object_mut)
+            && config.contains_key("level")
+        {
+            config.insert("level".into(), Value::from(*level));
+        }
+    }
 }
 
 /// `raw` (one chunk's elements in C order, native byte order) encoded with the array's codecs.
 fn encode(metadata: &Map<String, Value>, chunk_shape: &[u64], raw: Vec<u8>) -> Result<Vec<u8>, AssembleError> {
     let codec = |e: &dyn std::fmt::Display| AssembleError::Codec(e.to_string());
-    let seen = super::metadata::as_zarrs_sees_it(metadata).map_err(|e| codec(&e))?;
+    let mut seen = super::metadata::as_zarrs_sees_it(metadata).map_err(|e| codec(&e))?;
+    at_fast_levels(&mut seen);
     let v3: ArrayMetadataV3 = serde_json::from_value(Value::Object(seen)).map_err(|e| codec(&e))?;
     let array =
         Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", ArrayMetadata::V3(v3)).map_err(|e| codec(&e))?;

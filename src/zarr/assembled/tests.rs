@@ -78,7 +78,7 @@ fn a_chunk_spanning_a_seam_is_the_tail_of_one_and_the_head_of_the_next() {
     // File A is 6 rows long: its chunk 1 holds rows 4, 5 and padding. File B follows it.
     let (a1, b0) = (chunk(4), chunk(6));
     let recipe = Recipe { axis: 0, pieces: vec![virtual_piece(0, 2, 0), virtual_piece(0, 2, 2)] };
-    let out = assemble(&metadata(), &[4, 3], &recipe, &[&a1, &b0], 1 << 20).unwrap();
+    let out = assemble(&metadata(), &[4, 3], &recipe, &[&a1, &b0], 1 << 20).unwrap().bytes;
     let values = decoded(&out);
     assert_eq!(values, vec![400, 401, 402, 500, 501, 502, 600, 601, 602, 700, 701, 702]);
 }
@@ -88,7 +88,7 @@ fn what_no_piece_covers_is_the_fill_value() {
     let mut piece = virtual_piece(1, 1, 0);
     piece.source_len = 3;
     let recipe = Recipe { axis: 1, pieces: vec![piece] };
-    let out = assemble(&metadata(), &[4, 3], &recipe, &[&chunk(0)], 1 << 20).unwrap();
+    let out = assemble(&metadata(), &[4, 3], &recipe, &[&chunk(0)], 1 << 20).unwrap().bytes;
     assert_eq!(decoded(&out), vec![1, -1, -1, 101, -1, -1, 201, -1, -1, 301, -1, -1]);
 }
 
@@ -109,6 +109,6 @@ fn pieces_of_a_contiguous_file_are_cut_from_chunks_of_their_own_length() {
     let mut piece = virtual_piece(0, 2, 0);
     piece.source_len = 2;
     let recipe = Recipe { axis: 0, pieces: vec![piece, virtual_piece(0, 2, 2)] };
-    let out = assemble(&metadata(), &[4, 3], &recipe, &[&short, &chunk(10)], 1 << 20).unwrap();
+    let out = assemble(&metadata(), &[4, 3], &recipe, &[&short, &chunk(10)], 1 << 20).unwrap().bytes;
     assert_eq!(decoded(&out), vec![800, 801, 802, 900, 901, 902, 1000, 1001, 1002, 1100, 1101, 1102]);
 }
