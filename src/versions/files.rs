@@ -254,6 +254,8 @@ impl Registrar {
         // document is built, checked and stored): they wait on the object store, and are
         // bounded by themselves.
         let urls = target.urls(&self.sources, config).await?;
+        // What the registrations before this one parsed is in the catalog by now.
+        drop(self.remembering.read().await);
         let reads = urls.into_iter().map(|url| {
             let (sources, metrics, config) = (Arc::clone(&self.sources), self.metrics.clone(), config.clone());
             let catalog = Arc::clone(&self.catalog);
@@ -266,8 +268,15 @@ impl Registrar {
         let results: Vec<Result<ReadFile>> =
             futures::stream::iter(reads).buffered(config.concurrency.max(1)).collect().await;
         let mut files = results.into_iter().collect::<Result<Vec<_>>>()?;
+        // The new parses are remembered beside the registration, not before its answer.
         let new_parses: Vec<_> = files.iter_mut().filter_map(|f| f.remember.take()).collect();
-        parsed::remember(self.catalog.as_ref(), &new_parses).await;
+        if !new_parses.is_empty() {
+            let (catalog, writing) = (Arc::clone(&self.catalog), Arc::clone(&self.remembering).write_owned().await);
+            tokio::spawn(async move {
+                parsed::remember(catalog.as_ref(), &new_parses).await;
+                drop(writing);
+            });
+        }
         let values = match &target.combine {
             Some((combine, _)) => coordinate::prepare(&self.sources, &mut files, combine).await?,
             None => None,

@@ -70,6 +70,10 @@ pub struct Registrar {
     registrations: tokio::sync::Semaphore,
     /// Files being parsed, `files.max_parses` of them (before their registration's turn).
     pub(super) parses: Arc<tokio::sync::Semaphore>,
+    /// Held (written) while a registration's new parses are being remembered, after its answer:
+    /// a registration through this replica waits for them (reading) before it looks its files
+    /// up, so that it finds what the one before parsed.
+    pub(super) remembering: Arc<tokio::sync::RwLock<()>>,
     /// Held shared by registrations from validation to commit, exclusively by a change to the
     /// object stores: a store is never written against object stores removed meanwhile.
     object_store_changes: tokio::sync::RwLock<()>,
@@ -152,6 +156,7 @@ impl Registrar {
         Self {
             registrations: tokio::sync::Semaphore::new(settings.ingest.max_concurrent.max(1) as usize),
             parses: Arc::new(tokio::sync::Semaphore::new(settings.files.max_parses.max(1))),
+            remembering: Arc::new(tokio::sync::RwLock::new(())),
             object_store_changes: tokio::sync::RwLock::new(()),
             catalog,
             sources,
