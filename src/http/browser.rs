@@ -7,6 +7,7 @@
 //! data: a node may be named `javascript:...`), and every page carries the policy of `html.rs`.
 
 mod display;
+mod files;
 mod gdal;
 mod history;
 mod quicklook;
@@ -49,6 +50,7 @@ pub(super) async fn page(
     view: &VersionView,
     segment: &str,
     key: &str,
+    query: Option<&str>,
     headers: &HeaderMap,
     served: &Served,
 ) -> Result<Response, ApiError> {
@@ -79,6 +81,9 @@ pub(super) async fn page(
     match &node.kind {
         NodeKind::Group => group(&mut out, view, node),
         NodeKind::Array(_) => array(&mut out, app, view, node).await,
+    }
+    if path.is_empty() {
+        files::section(&mut out, app, view, files::page_of(query)).await;
     }
     history::section(&mut out, app, view, &up).await;
     out.push_str("<h3>Read it</h3>\n");

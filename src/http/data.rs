@@ -388,7 +388,7 @@ async fn browse(
                 last_modified: served.last_modified.clone(),
                 head_only: served.head_only,
             };
-            Some(browser::page(app, view, segment, key, headers, &page).await)
+            Some(browser::page(app, view, segment, key, query, headers, &page).await)
         }
         Ok(None) => None,
     }
