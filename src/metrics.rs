@@ -152,6 +152,9 @@ metrics! {
     parse_requests_total: IntCounterVec = ["parser"],
     /// Time to parse one file, reads included, by parser.
     parse_duration_seconds: HistogramVec = ["parser"],
+    /// Rescans of stores made from files under a prefix (`follow_seconds`, `POST .../sync`), by
+    /// outcome (unchanged: no file added, changed or removed; new_version; failed).
+    files_rescans_total: IntCounterVec = ["outcome"],
     /// Always 1; the labels say which build is running.
     build_info: IntGaugeVec = ["version"],
 }

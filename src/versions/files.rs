@@ -8,6 +8,7 @@ mod listing;
 mod parsed;
 mod read;
 mod remote;
+mod rescan;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,21 +18,21 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use self::combine::{Combine, CombineError};
-pub use self::listing::Prefix;
+pub use self::listing::{Prefix, Scan};
 use self::read::{ReadFile, read_file};
 pub use self::remote::{ReadCost, RemoteFile};
+pub use self::rescan::{Changes, Rescanned};
 use super::error::{Error, Result};
 use super::register::{Registered, Registrar, Registration, Storing};
-use crate::config::FilesConfig;
 use crate::formats::{self, Chunk, Parser};
-use crate::sources::SourceRegistry;
 use crate::zarr::document::{DocNode, Document};
 use crate::zarr::manifest::{RawRef, normalize_source_url};
 use crate::zarr::source::SourceFacts;
 use crate::zarr::spill::Scratch;
 
 /// What a registration asks for: `{"files": [URL, ...] | {"prefix": URL, "glob": GLOB},
-/// "parser": "auto"|"hdf5"|"netcdf3"|"dmrpp", "combine": {...}, "older_than_seconds": N}`.
+/// "parser": "auto"|"hdf5"|"netcdf3"|"dmrpp", "combine": {...}, "follow_seconds": N,
+/// "older_than_seconds": N}`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Request {
@@ -42,7 +43,7 @@ pub struct Request {
     pub parser: Option<String>,
     /// How several files make one hierarchy.
     pub combine: Option<Value>,
-    /// Rescan a prefix every this many seconds.
+    /// Rescan a prefix every this many seconds (not a list: it names its files once for all).
     pub follow_seconds: Option<u64>,
     /// Skip objects modified more recently than this.
     pub older_than_seconds: Option<u64>,
@@ -59,12 +60,13 @@ pub enum Files {
 }
 
 /// `"files": {"prefix": URL, "glob": GLOB}` as sent (a key misspelt is refused, not ignored).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PrefixRequest {
     /// Objects whose URL starts with this.
     pub prefix: String,
     /// Only those whose key after the prefix matches this glob (default: every object).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub glob: Option<String>,
 }
 
@@ -105,6 +107,10 @@ pub struct Target {
     pub combine: Option<(Combine, Value)>,
     /// The parser asked for.
     pub choice: Choice,
+    /// Rescan the prefix every this many seconds.
+    pub follow_seconds: Option<u64>,
+    /// Files modified less than this many seconds ago are left out of every scan.
+    pub older_than_seconds: Option<u64>,
 }
 
 /// A refusal naming what is wrong, nothing stored.
@@ -124,10 +130,10 @@ impl Request {
                 ))
             })?),
         };
-        if self.follow_seconds.is_some() {
+        if self.follow_seconds == Some(0) {
             return Err(Error::BadRequest(
-                "\"follow_seconds\" (following a growing prefix) is not supported yet: register the prefix again to \
-                 pick up new files; nothing was changed"
+                "\"follow_seconds\" is 0: give the seconds between two rescans of the prefix (at least 1), or leave \
+                 it out; nothing was changed"
                     .into(),
             ));
         }
@@ -144,10 +150,11 @@ impl Request {
         };
         let (files, prefix) = match self.files {
             Files::List(files) => {
-                if self.older_than_seconds.is_some() {
+                if self.follow_seconds.is_some() {
                     return Err(Error::BadRequest(
-                        "\"older_than_seconds\" applies to the objects under a prefix (\"files\": {\"prefix\": URL, \
-                         \"glob\": GLOB}), not to files listed by name; nothing was changed"
+                        "\"follow_seconds\" rescans a prefix (\"files\": {\"prefix\": URL, \"glob\": GLOB}) for new \
+                         or changed objects; a list names its files once for all (POST /api/v1/stores/{store}/sync \
+                         checks them again); nothing was changed"
                             .into(),
                     ));
                 }
@@ -159,15 +166,16 @@ impl Request {
                 (files, None)
             }
             Files::Prefix(PrefixRequest { prefix, glob }) => {
-                (Vec::new(), Some(Prefix::new(normalized(prefix.as_str(), "prefix")?, glob, self.older_than_seconds)?))
+                (Vec::new(), Some(Prefix::new(normalized(prefix.as_str(), "prefix")?, glob)?))
             }
         };
-        Ok(Target { files, prefix, combine, choice })
+        let (follow_seconds, older_than_seconds) = (self.follow_seconds, self.older_than_seconds);
+        Ok(Target { files, prefix, combine, choice, follow_seconds, older_than_seconds })
     }
 }
 
 /// Refuses several files without `combine`.
-fn several_need_combine(count: usize, combine: bool) -> Result<()> {
+pub(super) fn several_need_combine(count: usize, combine: bool) -> Result<()> {
     if count > 1 && !combine {
         return Err(invalid(format!(
             "{count} files were given without \"combine\": several files make one store only when \"combine\" says \
@@ -176,26 +184,6 @@ fn several_need_combine(count: usize, combine: bool) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-impl Target {
-    /// The files' URLs: the list, or the objects under the prefix now, at most
-    /// `files.max_files`.
-    async fn urls(&self, sources: &SourceRegistry, config: &FilesConfig) -> Result<Vec<String>> {
-        let files = match &self.prefix {
-            Some(prefix) => prefix.files(sources, config).await?,
-            None => self.files.clone(),
-        };
-        if files.len() > config.max_files {
-            return Err(invalid(format!(
-                "{} files were named, more than files.max_files ({}) allows",
-                files.len(),
-                config.max_files
-            )));
-        }
-        several_need_combine(files.len(), self.combine.is_some())?;
-        Ok(files)
-    }
 }
 
 /// One file of a version, as kept with it and shown by `GET /api/v1/stores/{store}`.
@@ -231,12 +219,42 @@ pub struct Origin {
     /// How the files were combined, as the registration said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub combine: Option<Value>,
+    /// The prefix and glob the files were found under (none: they were listed by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<PrefixRequest>,
+    /// The files listed by name, when some of them were left out (`older_than_seconds`): a
+    /// rescan looks at them all again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listed: Option<Vec<String>>,
+    /// The prefix is rescanned every this many seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_seconds: Option<u64>,
+    /// Files modified less than this many seconds ago are left out of every scan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub older_than_seconds: Option<u64>,
 }
 
 impl Origin {
     /// As `GET /api/v1/stores/{store}` shows it.
     pub fn to_json(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// The registration that made this version, to scan again.
+    pub fn target(&self) -> Result<Target> {
+        let files = match (&self.prefix, &self.listed) {
+            (Some(prefix), _) => Files::Prefix(prefix.clone()),
+            (None, Some(listed)) => Files::List(listed.clone()),
+            (None, None) => Files::List(self.files.iter().map(|f| f.url.clone()).collect()),
+        };
+        Request {
+            files,
+            parser: Some(self.parser.clone()),
+            combine: self.combine.clone(),
+            follow_seconds: self.follow_seconds,
+            older_than_seconds: self.older_than_seconds,
+        }
+        .target()
     }
 }
 
@@ -246,12 +264,20 @@ impl Registrar {
     pub async fn register_files(&self, name: &str, target: &Target, how: Registration) -> Result<Registered> {
         let fill_missing = self.fill_missing(name, how.fill_missing).await?;
         let reading = Instant::now();
+        let scan = target.scan(&self.sources, &self.settings.files, false).await?;
+        let files = self.read_files(target, &scan).await?;
+        let _turn = self.turn().await?;
+        let built = build(files, &self.settings.scratch(), target, &scan)?;
+        self.store_files(name, built, fill_missing, reading, how.expected).await
+    }
+
+    /// Reads the files a scan found (their parses remembered in the catalog), in order. They
+    /// are read before the registration's turn (held while the document is built, checked and
+    /// stored): they wait on the object store, and are bounded by themselves.
+    async fn read_files(&self, target: &Target, scan: &Scan) -> Result<Vec<ReadFile>> {
         let config = &self.settings.files;
         let choice = target.choice;
-        // The files are listed and read before the registration's turn (held while the
-        // document is built, checked and stored): they wait on the object store, and are
-        // bounded by themselves.
-        let urls = target.urls(&self.sources, config).await?;
+        let urls: Vec<String> = scan.files.iter().map(|(url, _)| url.clone()).collect();
         let reads = urls.into_iter().map(|url| {
             let (sources, metrics, config) = (Arc::clone(&self.sources), self.metrics.clone(), config.clone());
             let catalog = Arc::clone(&self.catalog);
@@ -266,9 +292,20 @@ impl Registrar {
         let mut files = results.into_iter().collect::<Result<Vec<_>>>()?;
         let new_parses: Vec<_> = files.iter_mut().filter_map(|f| f.remember.take()).collect();
         parsed::remember(self.catalog.as_ref(), &new_parses).await;
-        let _turn = self.turn().await?;
-        let scratch = self.settings.scratch();
-        let (doc, warnings, origin) = document(files, &scratch, target)?;
+        Ok(files)
+    }
+
+    /// Stores a document built from files as the new current version of `name` (the
+    /// registration's turn held).
+    async fn store_files(
+        &self,
+        name: &str,
+        built: Built,
+        fill_missing: bool,
+        reading: Instant,
+        expected: Option<crate::catalog::Expected>,
+    ) -> Result<Registered> {
+        let Built { doc, warnings, origin } = built;
         let origin = serde_json::to_string(&origin).map_err(|e| Error::Internal(e.to_string()))?;
         let storing = Storing {
             format: "files",
@@ -279,7 +316,7 @@ impl Registrar {
             read_seconds: reading.elapsed().as_secs_f64(),
             origin: Some(origin),
             unless_same_origin: false,
-            expected: how.expected,
+            expected,
             warnings,
         };
         self.store_document(name, doc, storing).await
@@ -293,11 +330,18 @@ impl Registrar {
     }
 }
 
-/// The document the files make (one file: its hierarchy as it is; several: as `combine` says),
-/// the warnings for the summary, and the origin to keep.
-fn document(files: Vec<ReadFile>, scratch: &Scratch, target: &Target) -> Result<(Document, Vec<String>, Origin)> {
+/// What files make: the document, the warnings for the summary, and the origin to keep.
+struct Built {
+    doc: Document,
+    warnings: Vec<String>,
+    origin: Origin,
+}
+
+/// The document the files a scan found make (one file: its hierarchy as it is; several: as
+/// `combine` says), the files it left out named among the warnings.
+fn build(files: Vec<ReadFile>, scratch: &Scratch, target: &Target, scan: &Scan) -> Result<Built> {
     let mut doc = Document::new(scratch);
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = scan.skipped.iter().map(|(_, warning)| warning.clone()).collect();
     let mut records = Vec::new();
     let mut hierarchies = Vec::new();
     for ReadFile { parsed, record, .. } in files {
@@ -327,7 +371,21 @@ fn document(files: Vec<ReadFile>, scratch: &Scratch, target: &Target) -> Result<
         Choice::Only(p) => p.name().to_owned(),
     };
     let combine = target.combine.as_ref().map(|(_, spec)| spec.clone());
-    Ok((doc, warnings, Origin { files: records, parser, combine }))
+    let prefix = target
+        .prefix
+        .as_ref()
+        .map(|p| PrefixRequest { prefix: p.url.clone(), glob: p.glob.as_ref().map(|(text, _)| text.clone()) });
+    let listed = (prefix.is_none() && !scan.skipped.is_empty()).then(|| target.files.clone());
+    let origin = Origin {
+        files: records,
+        parser,
+        combine,
+        prefix,
+        listed,
+        follow_seconds: target.follow_seconds,
+        older_than_seconds: target.older_than_seconds,
+    };
+    Ok(Built { doc, warnings, origin })
 }
 
 /// An array's chunk references in the document's form (None for a group).
