@@ -5,11 +5,13 @@
 
 mod combine;
 mod listing;
+mod origin;
 mod parsed;
 mod read;
 mod remote;
 mod rescan;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,6 +21,7 @@ use serde_json::Value;
 
 pub use self::combine::{Combine, CombineError};
 pub use self::listing::{Prefix, Scan};
+pub use self::origin::{FileRecord, Origin};
 use self::read::{ReadFile, read_file};
 pub use self::remote::{ReadCost, RemoteFile};
 pub use self::rescan::{Changes, Rescanned};
@@ -27,7 +30,6 @@ use super::register::{Registered, Registrar, Registration, Storing};
 use crate::formats::{self, Chunk, Parser};
 use crate::zarr::document::{DocNode, Document};
 use crate::zarr::manifest::{RawRef, normalize_source_url};
-use crate::zarr::source::SourceFacts;
 use crate::zarr::spill::Scratch;
 
 /// What a registration asks for: `{"files": [URL, ...] | {"prefix": URL, "glob": GLOB},
@@ -186,78 +188,6 @@ pub(super) fn several_need_combine(count: usize, combine: bool) -> Result<()> {
     Ok(())
 }
 
-/// One file of a version, as kept with it and shown by `GET /api/v1/stores/{store}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileRecord {
-    /// The file's URL.
-    pub url: String,
-    /// The parser that read it.
-    pub parser: String,
-    /// The DMR++ sidecar read in its place, if one was.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sidecar: Option<String>,
-    /// The file's facts when it was read.
-    #[serde(flatten)]
-    pub facts: SourceFacts,
-    /// Bytes read to parse it.
-    pub bytes_read: u64,
-    /// Ranged reads made to parse it (the sidecar's and the file's HEAD included).
-    pub requests: u64,
-    /// True when its parse was not made again but found in the catalog (the same URL and
-    /// content parsed before, by any registration or replica): only its first bytes were read.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub cached: bool,
-}
-
-/// Where a version made from files comes from, kept with the version.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Origin {
-    /// The files, in order.
-    pub files: Vec<FileRecord>,
-    /// The parser asked for (`auto` or a parser's name).
-    pub parser: String,
-    /// How the files were combined, as the registration said.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub combine: Option<Value>,
-    /// The prefix and glob the files were found under (none: they were listed by name).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prefix: Option<PrefixRequest>,
-    /// The files listed by name, when some of them were left out (`older_than_seconds`): a
-    /// rescan looks at them all again.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub listed: Option<Vec<String>>,
-    /// The prefix is rescanned every this many seconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub follow_seconds: Option<u64>,
-    /// Files modified less than this many seconds ago are left out of every scan.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub older_than_seconds: Option<u64>,
-}
-
-impl Origin {
-    /// As `GET /api/v1/stores/{store}` shows it.
-    pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
-    }
-
-    /// The registration that made this version, to scan again.
-    pub fn target(&self) -> Result<Target> {
-        let files = match (&self.prefix, &self.listed) {
-            (Some(prefix), _) => Files::Prefix(prefix.clone()),
-            (None, Some(listed)) => Files::List(listed.clone()),
-            (None, None) => Files::List(self.files.iter().map(|f| f.url.clone()).collect()),
-        };
-        Request {
-            files,
-            parser: Some(self.parser.clone()),
-            combine: self.combine.clone(),
-            follow_seconds: self.follow_seconds,
-            older_than_seconds: self.older_than_seconds,
-        }
-        .target()
-    }
-}
-
 impl Registrar {
     /// Reads the files `target` names and writes their hierarchy as the new current version
     /// of store `name`.
@@ -265,24 +195,37 @@ impl Registrar {
         let fill_missing = self.fill_missing(name, how.fill_missing).await?;
         let reading = Instant::now();
         let scan = target.scan(&self.sources, &self.settings.files, false).await?;
-        let files = self.read_files(target, &scan).await?;
+        let files = self.read_files(target, &scan, &HashMap::new()).await?;
         let _turn = self.turn().await?;
         let built = build(files, &self.settings.scratch(), target, &scan)?;
         self.store_files(name, built, fill_missing, reading, how.expected).await
     }
 
-    /// Reads the files a scan found (their parses remembered in the catalog), in order. They
+    /// Reads the files a scan found (their parses remembered in the catalog), in order; those
+    /// `unchanged` since they were read for the version rescanned are served from their parse
+    /// remembered, with no request, when it can be. They
     /// are read before the registration's turn (held while the document is built, checked and
     /// stored): they wait on the object store, and are bounded by themselves.
-    async fn read_files(&self, target: &Target, scan: &Scan) -> Result<Vec<ReadFile>> {
+    async fn read_files(
+        &self,
+        target: &Target,
+        scan: &Scan,
+        unchanged: &HashMap<String, FileRecord>,
+    ) -> Result<Vec<ReadFile>> {
         let config = &self.settings.files;
         let choice = target.choice;
-        let urls: Vec<String> = scan.files.iter().map(|(url, _)| url.clone()).collect();
-        let reads = urls.into_iter().map(|url| {
+        let urls: Vec<(String, Option<FileRecord>)> =
+            scan.files.iter().map(|(url, _)| (url.clone(), unchanged.get(url).cloned())).collect();
+        let reads = urls.into_iter().map(|(url, unchanged)| {
             let (sources, metrics, config) = (Arc::clone(&self.sources), self.metrics.clone(), config.clone());
             let catalog = Arc::clone(&self.catalog);
             let parses = Arc::clone(&self.parses);
             async move {
+                if let Some(record) = unchanged
+                    && let Some(file) = read::reused(&*catalog, &metrics, &config, &record, choice).await
+                {
+                    return Ok(file);
+                }
                 let _parse = parses.acquire_owned().await.map_err(|e| Error::Internal(e.to_string()))?;
                 read_file(&*catalog, &sources, &metrics, &config, &url, choice).await
             }

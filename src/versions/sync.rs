@@ -173,7 +173,11 @@ pub async fn follow(registrar: std::sync::Weak<Registrar>, tick: Duration) {
                 if !due(&mut last, &store, every) {
                     continue;
                 }
-                registrar.follow_files(&store).await;
+                // In a task of its own: a long rescan holds up neither the other stores nor the
+                // branches followed; one still under way at its next interval holds the store's
+                // lock, and that round is skipped.
+                let registrar = std::sync::Arc::clone(&registrar);
+                tokio::spawn(async move { registrar.follow_files(&store).await });
                 continue;
             };
             let Some(every) = origin.follow_seconds.map(Duration::from_secs) else { continue };

@@ -314,6 +314,10 @@ def test_a_prefix_on_s3_rescanned_by_sync_grows_by_new_versions(server, store_na
         assert grown["version"] > first and grown["versioned_url"] == f"/{store_name}@{grown['version']}", grown
         assert (parses(server, "ok") - ok, parses(server, "cached") - cached) == (1, 2)
         assert rescans(server, "new_version") == new_versions + 1
+        # the files the listing shows unchanged cost no request: their parses are the catalog's
+        records = requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).json()["files"]["files"]
+        assert [(f["url"], f.get("cached", False), f["requests"] == 0) for f in records] == \
+            [(urls[0], True, True), (urls[1], True, True), (urls[2], False, False)], records
         assert_same(open_plain(f"{server.url}/{store_name}"), mfdataset(paths, "time"))
         assert_same(open_plain(f"{server.url}/{store_name}@{first}"), mfdataset(paths[:2], "time"))
 

@@ -1,12 +1,14 @@
 //! Rescanning a store made from files (`follow_seconds`, `POST /api/v1/stores/{store}/sync`):
 //! its prefix listed again (or its list's files asked for their facts), compared with the files
 //! of its current version; nothing added, changed or removed writes nothing, else the files
-//! found are registered as a new version (unchanged files' parses come from the catalog). One
+//! found are registered as a new version (unchanged files' parses come from the catalog, with
+//! no request to their object store). One
 //! task of one replica rescans a store at a time (`Catalog::try_lock`).
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::{Origin, build};
+use super::{FileRecord, Origin, build};
 use crate::catalog::{Expected, LockGuard};
 use crate::versions::error::{Error, Result};
 use crate::versions::register::{Registered, Registrar};
@@ -52,7 +54,7 @@ pub struct Rescanned {
 /// The files of `now` added, changed or removed since `before`. A file whose facts are not
 /// known now counts as changed (it is read again, and what its read finds settles it).
 pub fn diff(before: &[(String, SourceFacts)], now: &[(String, Option<SourceFacts>)]) -> Changes {
-    let was: std::collections::HashMap<&str, &SourceFacts> = before.iter().map(|(u, f)| (u.as_str(), f)).collect();
+    let was: HashMap<&str, &SourceFacts> = before.iter().map(|(u, f)| (u.as_str(), f)).collect();
     let is: std::collections::HashSet<&str> = now.iter().map(|(u, _)| u.as_str()).collect();
     let mut changes = Changes::default();
     for (url, facts) in now {
@@ -64,6 +66,14 @@ pub fn diff(before: &[(String, SourceFacts)], now: &[(String, Option<SourceFacts
     }
     changes.removed = before.iter().filter(|(u, _)| !is.contains(u.as_str())).map(|(u, _)| u.clone()).collect();
     changes
+}
+
+/// The records of `origin`'s files that the scan `now` shows unchanged, by URL.
+fn unchanged_records(origin: &Origin, now: &[(String, Option<SourceFacts>)]) -> HashMap<String, FileRecord> {
+    let now: HashMap<&str, &SourceFacts> =
+        now.iter().filter_map(|(url, facts)| Some((url.as_str(), facts.as_ref()?))).collect();
+    let same = |f: &&FileRecord| now.get(f.url.as_str()).is_some_and(|facts| same_content(&f.facts, facts));
+    origin.files.iter().filter(same).map(|f| (f.url.clone(), f.clone())).collect()
 }
 
 /// True when two facts of one file show the same content: the same ETag where both have one,
@@ -189,7 +199,8 @@ impl Registrar {
         }
         // The files are read (their first bytes; the parses of those unchanged come from the
         // catalog) and their facts as read are what the version keeps: they settle it.
-        let files = self.read_files(&target, &scan).await?;
+        let same = unchanged_records(&origin, &scan.files);
+        let files = self.read_files(&target, &scan, &same).await?;
         let now: Vec<(String, Option<SourceFacts>)> =
             files.iter().map(|f| (f.record.url.clone(), Some(f.record.facts.clone()))).collect();
         let changes = diff(&before, &now);
