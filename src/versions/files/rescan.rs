@@ -197,8 +197,9 @@ impl Registrar {
         if diff(&before, &scan.files).is_empty() {
             return Ok(unchanged(Changes::default()));
         }
-        // The files are read (their first bytes; the parses of those unchanged come from the
-        // catalog) and their facts as read are what the version keeps: they settle it.
+        // The files new or changed are read (those unchanged are served from their parse
+        // remembered, with no request), and their facts as read, which the version keeps,
+        // settle it: a listing that tells facts otherwise than a read does writes nothing.
         let same = unchanged_records(&origin, &scan.files);
         let files = self.read_files(&target, &scan, &same).await?;
         let now: Vec<(String, Option<SourceFacts>)> =
