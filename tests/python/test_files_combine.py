@@ -405,3 +405,5 @@ def test_a_followed_prefix_picks_up_a_new_file_by_itself(server, source_dir, sto
         time.sleep(0.5)
     assert described["files"]["follow_seconds"] == 1, described
     assert_same(open_plain(f"{server.url}/{store_name}"), mfdataset(paths, "time"))
+    # deleted, it is followed no more (the shared server would rescan it every second)
+    assert requests.delete(f"{server.url}/api/v1/stores/{store_name}", timeout=30).status_code == 204
