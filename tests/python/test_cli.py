@@ -401,6 +401,7 @@ def test_a_glob_put_with_follow_is_rescanned_and_sync_says_what_was_added(server
     out = ok(zarrgate("stores", "sync", store_name, server=server.url))
     assert out.startswith(f"{store_name}: new version") and f"added: 1\n    {days[2].as_uri()}\n" in out, out
     assert_same(open_plain(f"{server.url}/{store_name}"), mfdataset(days, "time"))
+    ok(zarrgate("stores", "delete", store_name, server=server.url))  # followed no more
 
     nobody = dict(server="http://127.0.0.1:9")  # nothing listens: a request would fail otherwise
     run = zarrgate("stores", "put", "s", "s3://b/a.nc", "s3://b/c.nc", "--join", "existing:time", "--follow", "1m",
