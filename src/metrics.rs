@@ -162,6 +162,9 @@ metrics! {
     /// worker of the bounded pool), `cpu` (decoded, cut, joined and encoded again), and `decode`
     /// (the part of `cpu` that decoded the pieces).
     assembled_chunk_seconds: HistogramVec = ["phase"],
+    /// Rescans of stores made from files under a prefix (`follow_seconds`, `POST .../sync`), by
+    /// outcome (unchanged: no file added, changed or removed; new_version; failed).
+    files_rescans_total: IntCounterVec = ["outcome"],
     /// Always 1; the labels say which build is running.
     build_info: IntGaugeVec = ["version"],
 }

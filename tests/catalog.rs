@@ -119,7 +119,42 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
 }
 
+/// `catalog.try_lock(name)`, asked again until it is had (a closed session's locks are
+/// released by the server once it sees the connection gone).
+async fn eventually_locked(catalog: &dyn Catalog, name: &str) -> zarrgate::catalog::LockGuard {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(held) = catalog.try_lock(name).await.unwrap() {
+            return held;
+        }
+        assert!(Instant::now() < until, "lock {name} was never released");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 both_catalogs! {
+    async fn a_lock_is_held_by_one_task_of_one_replica_at_a_time(catalog) {
+        let held = catalog.try_lock("rescan a").await.unwrap().expect("a free lock is had");
+        assert!(catalog.try_lock("rescan a").await.unwrap().is_none(), "held twice in one process");
+        let other = catalog.try_lock("rescan b").await.unwrap();
+        assert!(other.is_some(), "another name is another lock");
+        if let Some(db) = &catalog._db {
+            // another replica, on the same database
+            let replica = zarrgate::catalog::connect(&db.url, 2).await.unwrap();
+            assert!(replica.try_lock("rescan a").await.unwrap().is_none(), "held by two replicas");
+            held.release().await;
+            let theirs = replica.try_lock("rescan a").await.unwrap().expect("released: the other replica has it");
+            assert!(catalog.try_lock("rescan a").await.unwrap().is_none());
+            drop(theirs); // dropped without release: its session is closed, which releases it
+            drop(eventually_locked(&*catalog, "rescan a").await);
+        } else {
+            held.release().await;
+            assert!(catalog.try_lock("rescan a").await.unwrap().is_some(), "released, it is free again");
+        }
+        drop(other);
+        drop(eventually_locked(&*catalog, "rescan b").await);
+    }
+
     async fn a_parsed_file_is_remembered_until_its_file_is_rewritten(catalog) {
         let key = |url, validator, parse_key| ParsedKey { url, validator, parse_key };
         let (a, b) = ("s3://b/a.nc", "s3://b/b.nc");

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use super::{
-    Catalog, CatalogError, Change, ListedVersion, NewVersion, ObjectStoreRecord, Origins, ParsedKey, Retention,
-    StoreHead, StoreRecord, StoredNode, Stores, VersionOptions, Written,
+    Catalog, CatalogError, Change, ListedVersion, LockGuard, NewVersion, ObjectStoreRecord, Origins, ParsedKey,
+    Retention, StoreHead, StoreRecord, StoredNode, Stores, VersionOptions, Written,
 };
 use crate::metrics::Metrics;
 use crate::zarr::document::SourceFacts;
@@ -157,5 +157,8 @@ impl Catalog for Guarded {
     }
     async fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<Change>> {
         self.inner.changes().await
+    }
+    async fn try_lock(&self, name: &str) -> Result<Option<LockGuard>, CatalogError> {
+        self.guard(self.inner.try_lock(name)).await
     }
 }

@@ -9,6 +9,7 @@
 
 mod breaker;
 mod convenience;
+mod lock;
 mod postgres;
 mod rows;
 mod sql;
@@ -23,6 +24,7 @@ use crate::zarr::document::SourceFacts;
 use crate::zarr::validate::{Summary, ValidNode, ValidatedStore};
 
 pub use breaker::{Guarded, PROBE_INTERVAL};
+pub use lock::LockGuard;
 pub use postgres::PostgresCatalog;
 pub use sql::SqlCatalog;
 pub use sqlite::SqliteCatalog;
@@ -392,6 +394,10 @@ pub trait Catalog: Send + Sync + 'static {
     async fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<Change>> {
         None
     }
+    /// Takes the lock `name`, held by one task of one replica at a time (PostgreSQL: a session
+    /// advisory lock on a hash of the name; SQLite, one replica's: within the process), until
+    /// the guard is released or dropped; `None` when another holds it.
+    async fn try_lock(&self, name: &str) -> Result<Option<LockGuard>, CatalogError>;
 }
 
 /// Opens the catalog named by `url` (`postgres://...` or `sqlite://...`) and migrates it.

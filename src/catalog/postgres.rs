@@ -5,9 +5,11 @@ mod listen;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{Postgres, SqlSafeStr, Transaction};
 
+use super::lock::{Across, LockSession};
 use super::rows::{
     self, COPY_SOURCES, DELETE_OBJECT_STORE, DELETE_STORE, Dialect, EncodedBlock, NodeColumns, Opened,
     SOURCES_CONFLICT, SourceColumns, Statements,
@@ -44,12 +46,36 @@ impl PostgresCatalog {
             .connect(url)
             .await?;
         sqlx::migrate!("migrations/postgres").run(&pool).await?;
-        Ok(Self { pool, sql: Statements::new(&DIALECT) })
+        Ok(Self { pool, sql: Statements::new(&DIALECT), held: Default::default() })
     }
 
     /// The pool, for `LISTEN` connections.
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+}
+
+/// A session advisory lock on a hash of a name: held until unlocked or the session ends.
+const TRY_LOCK: &str = "select pg_try_advisory_lock(hashtextextended($1, 0))";
+const UNLOCK: &str = "select pg_advisory_unlock(hashtextextended($1, 0))";
+
+/// The connection that holds an advisory lock, kept out of the pool's hands until it is
+/// unlocked: a connection given back still holding it would hold it for whoever takes it next.
+struct Session(PoolConnection<Postgres>);
+
+#[async_trait]
+impl LockSession for Session {
+    async fn unlock(self: Box<Self>, name: &str) {
+        let mut session = self.0;
+        if let Err(e) = sqlx::query(UNLOCK).bind(name).execute(&mut *session).await {
+            tracing::warn!(lock = name, error = %e, "releasing an advisory lock failed: closing its connection");
+            drop(session.detach());
+        }
+    }
+
+    fn abandon(self: Box<Self>) {
+        // Closing the session releases its advisory locks; the pool opens another in its place.
+        drop(self.0.detach());
     }
 }
 
@@ -286,6 +312,16 @@ impl Backend for Postgres {
         }
         tx.commit().await?;
         Ok(pruned)
+    }
+
+    async fn lock_across(catalog: &PostgresCatalog, name: &str) -> Result<Across, CatalogError> {
+        let mut session = catalog.pool.acquire().await?;
+        let query = sqlx::query_scalar::<_, bool>(TRY_LOCK).bind(name);
+        if query.fetch_one(&mut *session).await? {
+            Ok(Across::Taken(Some(Box::new(Session(session)))))
+        } else {
+            Ok(Across::Busy)
+        }
     }
 
     async fn changes(catalog: &PostgresCatalog) -> Option<tokio::sync::mpsc::Receiver<Change>> {

@@ -6,6 +6,7 @@
 use async_trait::async_trait;
 use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
 
+use super::lock::{self, Across, LockGuard};
 use super::rows::{
     self, BLOCK, CURRENT_VERSION, CatalogRow, NODES, ORIGIN, ORIGINS, Opened, SOURCES, Statements, TILES,
     UNMARK_DELETED,
@@ -28,6 +29,8 @@ const PUT_PARSED_FILE: &str = "insert into parsed_files (url, validator, parse_k
 pub struct SqlCatalog<B: Database> {
     pub(super) pool: Pool<B>,
     pub(super) sql: Statements,
+    /// The lock names held in this process ([`Catalog::try_lock`]).
+    pub(super) held: lock::Held,
 }
 
 /// What one database does its own way: the writes, with the statements, the transactions and
@@ -54,6 +57,11 @@ pub(super) trait Backend: Database<Row: CatalogRow, Arguments: IntoArguments<Sel
     /// [`Catalog::changes`].
     async fn changes(_catalog: &SqlCatalog<Self>) -> Option<tokio::sync::mpsc::Receiver<Change>> {
         None
+    }
+    /// Takes lock `name` across replicas, once this process holds it: a database that only one
+    /// replica opens (SQLite) has nothing more to do.
+    async fn lock_across(_catalog: &SqlCatalog<Self>, _name: &str) -> Result<Across, CatalogError> {
+        Ok(Across::Taken(None))
     }
 }
 
@@ -172,6 +180,14 @@ where
 
     async fn changes(&self) -> Option<tokio::sync::mpsc::Receiver<Change>> {
         B::changes(self).await
+    }
+
+    async fn try_lock(&self, name: &str) -> Result<Option<LockGuard>, CatalogError> {
+        let Some(guard) = lock::take_local(&self.held, name) else { return Ok(None) };
+        match B::lock_across(self, name).await? {
+            Across::Taken(session) => Ok(Some(lock::with_session(guard, session))),
+            Across::Busy => Ok(None),
+        }
     }
 }
 

@@ -51,7 +51,7 @@ impl SqliteCatalog {
         }
         let pool = SqlitePoolOptions::new().max_connections(max_connections.max(1)).connect_with(options).await?;
         sqlx::migrate!("migrations/sqlite").run(&pool).await?;
-        Ok(Self { pool, sql: Statements::new(&DIALECT) })
+        Ok(Self { pool, sql: Statements::new(&DIALECT), held: Default::default() })
     }
 }
 

@@ -1,6 +1,7 @@
 //! The body of a files registration as `zarrgate stores put NAME URL...` sends it: the data
-//! files' URLs, or a prefix and a glob split from one URL, and how several files are joined
-//! (`--join`) into one store.
+//! files' URLs, or a prefix and a glob split from one URL, how several files are joined
+//! (`--join`) into one store, which files are too recent (`--older-than`) and how often a
+//! prefix is rescanned (`--follow`); and what `stores sync` says of a sync.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -60,6 +61,103 @@ impl Join {
             }
             Join::Union => json!({ "join": "union" }),
         }
+    }
+}
+
+/// The options of `stores put` that only data files' URLs take.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct Options {
+    /// For several data files: how they make one store. `existing:DIM` concatenates every
+    /// variable that has dimension DIM along it, in file order; `new:DIM:PATTERN:FORMAT`
+    /// stacks the files along a new dimension DIM dated by each file's name (the regex
+    /// PATTERN's groups read with the strftime FORMAT, e.g. `new:run:fc_(\d{8})_(\d{2}):%Y%m%d%H`;
+    /// PATTERN may hold `:`, FORMAT may not); `union` puts every file's variables side by side.
+    #[arg(long, value_name = "HOW", value_parser = clap::builder::ValueParser::new(str::parse::<Join>))]
+    pub join: Option<Join>,
+    /// Leave out data files modified less than this long ago (still being written), at
+    /// registration and every rescan, in seconds (`120`) or as a duration (`2m`, `1h`).
+    #[arg(long, value_name = "AGE", value_parser = older_than_seconds)]
+    pub older_than: Option<u64>,
+    /// For a URL with a glob: rescan the prefix this often (`10m`, `1h`, or seconds): files
+    /// added, changed or removed make a new version (`stores sync` rescans at once).
+    #[arg(long, value_name = "EVERY", value_parser = follow_seconds)]
+    pub follow: Option<u64>,
+}
+
+impl Options {
+    /// The flag of these given, if one is (a manifest file takes none).
+    pub fn given(&self) -> Option<&'static str> {
+        [
+            ("--join", self.join.is_some()),
+            ("--older-than", self.older_than.is_some()),
+            ("--follow", self.follow.is_some()),
+        ]
+        .into_iter()
+        .find_map(|(flag, given)| given.then_some(flag))
+    }
+}
+
+/// The JSON body of a files registration: the files, their parser, how they are joined, which
+/// are too recent, how often they are rescanned.
+pub fn body(urls: &[String], parser: &str, options: &Options) -> Result<Value, String> {
+    let files = files_value(urls)?;
+    if options.follow.is_some() && files.is_array() {
+        return Err("--follow rescans a prefix for new or changed files: give one URL with a glob, quoted \
+             ('s3://bucket/era5/*.nc'); a list of files is checked again with `stores sync`"
+            .into());
+    }
+    let mut body = json!({ "files": files, "parser": parser });
+    if let Some(join) = &options.join {
+        body["combine"] = join.to_json();
+    }
+    if let Some(seconds) = options.older_than {
+        body["older_than_seconds"] = json!(seconds);
+    }
+    if let Some(seconds) = options.follow {
+        body["follow_seconds"] = json!(seconds);
+    }
+    Ok(body)
+}
+
+/// What `stores sync` prints: an Icechunk store's snapshot, or the files a rescan found
+/// added, changed, removed and left out.
+pub fn sync_summary(name: &str, v: &Value) -> String {
+    let version = &v["version"];
+    let moved = v["moved"].as_bool() == Some(true);
+    let Some(added) = v["added"].as_array() else {
+        let snapshot = v["snapshot_id"].as_str().unwrap_or_default();
+        return if moved {
+            format!("{name}: moved to snapshot {snapshot}, version {version}\n")
+        } else {
+            format!("{name}: unchanged (snapshot {snapshot}, version {version})\n")
+        };
+    };
+    let mut text = if moved {
+        format!("{name}: new version {version}\n")
+    } else {
+        format!("{name}: unchanged (version {version})\n")
+    };
+    let listed = [("added", added.as_slice()), ("changed", list(&v["changed"])), ("removed", list(&v["removed"]))];
+    for (what, urls) in listed.into_iter().chain([("left out (too recent)", list(&v["skipped"]))]) {
+        if !urls.is_empty() {
+            text.push_str(&format!("  {what}: {}\n", urls.len()));
+            for url in urls.iter().filter_map(Value::as_str) {
+                text.push_str(&format!("    {url}\n"));
+            }
+        }
+    }
+    text
+}
+
+fn list(v: &Value) -> &[Value] {
+    v.as_array().map_or(&[], Vec::as_slice)
+}
+
+/// `--follow`: whole seconds (`600`) or a duration (`10m`, `1h`), at least a second.
+pub fn follow_seconds(given: &str) -> Result<u64, String> {
+    match older_than_seconds(given)? {
+        0 => Err(format!("{given:?} is no time: rescan at least every second (1, 10m, 1h)")),
+        seconds => Ok(seconds),
     }
 }
 
@@ -157,6 +255,33 @@ mod tests {
             let error = bad.parse::<Join>().unwrap_err();
             assert!(error.contains(&format!("{bad:?}")) && error.contains(why), "{bad}: {error}");
         }
+    }
+
+    #[test]
+    fn follow_is_for_a_glob_and_goes_in_the_body() {
+        let options = Options { follow: Some(600), older_than: Some(60), join: "existing:time".parse().ok() };
+        let body = body(&["s3://b/era5/*.nc".to_owned()], "auto", &options).unwrap();
+        assert_eq!(body["follow_seconds"], json!(600));
+        assert_eq!(body["older_than_seconds"], json!(60));
+        assert_eq!(body["files"], json!({ "prefix": "s3://b/era5/", "glob": "*.nc" }));
+        let listed = super::body(&["s3://b/a.nc".to_owned()], "auto", &options).unwrap_err();
+        assert!(listed.contains("--follow rescans a prefix"), "{listed}");
+        assert_eq!(follow_seconds("10m"), Ok(600));
+        assert!(follow_seconds("0").is_err());
+        assert_eq!(Options::default().given(), None);
+        assert_eq!(options.given(), Some("--join"));
+    }
+
+    #[test]
+    fn a_files_sync_says_what_changed() {
+        let v = json!({ "store": "s", "moved": true, "version": 3, "added": ["s3://b/d.nc"], "changed": [],
+            "removed": ["s3://b/a.nc"], "skipped": [] });
+        let text = sync_summary("s", &v);
+        assert!(text.starts_with("s: new version 3\n"), "{text}");
+        assert!(text.contains("added: 1\n    s3://b/d.nc\n") && text.contains("removed: 1"), "{text}");
+        assert!(!text.contains("changed"), "{text}");
+        let icechunk = json!({ "moved": false, "version": 2, "snapshot_id": "AB" });
+        assert_eq!(sync_summary("s", &icechunk), "s: unchanged (snapshot AB, version 2)\n");
     }
 
     #[test]

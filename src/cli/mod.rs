@@ -73,17 +73,8 @@ pub enum StoresCommand {
         /// exists, else the format the first bytes show).
         #[arg(long, value_enum)]
         parser: Option<FileParser>,
-        /// For several data files: how they make one store. `existing:DIM` concatenates every
-        /// variable that has dimension DIM along it, in file order; `new:DIM:PATTERN:FORMAT`
-        /// stacks the files along a new dimension DIM dated by each file's name (the regex
-        /// PATTERN's groups read with the strftime FORMAT, e.g. `new:run:fc_(\d{8})_(\d{2}):%Y%m%d%H`;
-        /// PATTERN may hold `:`, FORMAT may not); `union` puts every file's variables side by side.
-        #[arg(long, value_name = "HOW", value_parser = clap::builder::ValueParser::new(str::parse::<files::Join>))]
-        join: Option<files::Join>,
-        /// For a URL with a glob: leave out objects modified less than this long ago (still
-        /// being written), in seconds (`120`) or as a duration (`2m`, `1h`).
-        #[arg(long, value_name = "AGE", value_parser = files::older_than_seconds)]
-        older_than: Option<u64>,
+        #[command(flatten)]
+        options: files::Options,
         /// The document's format (detected when not given).
         #[arg(long, value_enum)]
         format: Option<DocumentFormat>,
@@ -128,7 +119,8 @@ pub enum StoresCommand {
         #[arg(long, value_enum)]
         missing_chunks: Option<MissingChunks>,
     },
-    /// Re-read an Icechunk branch store's branch: a new version only when it moved.
+    /// Re-read an Icechunk branch store's branch, or rescan the files a store is made from: a
+    /// new version only when the branch moved, or files were added, changed or removed.
     Sync {
         /// The store.
         name: String,
@@ -361,8 +353,7 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
             name,
             files,
             parser,
-            join,
-            older_than,
+            options,
             format,
             missing_chunks,
             no_verify,
@@ -377,7 +368,8 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
                          manifest file alone, not both"
                     )));
                 }
-                let body = files_body(&given, parser, join, older_than)?;
+                let parser = parser.map_or_else(|| "auto".to_owned(), name_of);
+                let body = files::body(&given, &parser, &options).map_err(Failure::Usage)?;
                 let mut query = vec![("format", "files".to_owned())];
                 if let Some(missing) = missing_chunks {
                     query.push(("missing_chunks", name_of(missing)));
@@ -406,12 +398,10 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
                 )));
             };
             let url = file.to_string_lossy();
-            for (flag, given) in [("--join", join.is_some()), ("--older-than", older_than.is_some())] {
-                if given {
-                    return Err(Failure::Usage(format!(
-                        "{flag} applies to data files' URLs (s3://..., file:///...), not to the manifest file {url}"
-                    )));
-                }
+            if let Some(flag) = options.given() {
+                return Err(Failure::Usage(format!(
+                    "{flag} applies to data files' URLs (s3://..., file:///...), not to the manifest file {url}"
+                )));
             }
             if parser.is_some() {
                 return Err(Failure::Usage(format!(
@@ -463,13 +453,7 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
         StoresCommand::Sync { name } => {
             let path = format!("{}/sync", store_path(&name));
             let v = api.json(api.request(Method::POST, &path)).await?;
-            print(json, &v, || {
-                let snapshot = v["snapshot_id"].as_str().unwrap_or_default();
-                match v["moved"].as_bool() {
-                    Some(true) => format!("{name}: moved to snapshot {snapshot}, version {}\n", v["version"]),
-                    _ => format!("{name}: unchanged (snapshot {snapshot}, version {})\n", v["version"]),
-                }
-            });
+            print(json, &v, || files::sync_summary(&name, &v));
         }
         StoresCommand::Patch { name, file, no_verify, if_match } => {
             let query = if no_verify { vec![("verify", "false".to_owned())] } else { Vec::new() };
@@ -495,24 +479,6 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
         }
     }
     Ok(true)
-}
-
-/// The JSON body of a files registration: the files, their parser, how they are joined.
-fn files_body(
-    urls: &[String],
-    parser: Option<FileParser>,
-    join: Option<files::Join>,
-    older_than: Option<u64>,
-) -> Result<Value, Failure> {
-    let parser = parser.map_or_else(|| "auto".to_owned(), name_of);
-    let mut body = json!({ "files": files::files_value(urls).map_err(Failure::Usage)?, "parser": parser });
-    if let Some(join) = join {
-        body["combine"] = join.to_json();
-    }
-    if let Some(seconds) = older_than {
-        body["older_than_seconds"] = json!(seconds);
-    }
-    Ok(body)
 }
 
 /// The store ETag `--if-match` names: `12`, `v12` or `"v12"` are version 12's, `"v12"`.

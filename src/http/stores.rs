@@ -1,6 +1,8 @@
 //! `/api/v1/stores`: register (PUT), update (PATCH), list, describe, verify, export and delete
 //! stores; each handler parses the request, calls the read or write service, renders the answer.
 
+use std::time::Duration;
+
 use axum::Json;
 use axum::Router;
 use axum::body::Body;
@@ -167,10 +169,28 @@ async fn register_files(app: &AppState, name: &str, body: Body, how: Registratio
     Ok((status, [(header::LOCATION, location)], [(header::ETAG, tag)], Json(answer)).into_response())
 }
 
-/// `POST /api/v1/stores/{store}/sync`: an Icechunk branch store re-reads its branch; a new
-/// version only when the branch moved to another snapshot.
+/// How long `POST .../sync` of a store made from files waits for a rescan of it under way
+/// (the follow loop's, another replica's) to end.
+const RESCAN_WAIT: Duration = Duration::from_secs(30);
+
+/// `POST /api/v1/stores/{store}/sync`: an Icechunk branch store re-reads its branch (a new
+/// version only when the branch moved to another snapshot); a store made from files is
+/// rescanned (a new version only when files were added, changed or removed).
 async fn sync(State(app): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
     names::check("store", &name)?;
+    if let Some(rescanned) = app.registrar.rescan_files(&name, RESCAN_WAIT).await? {
+        let files::Rescanned { version, moved, changes, skipped, .. } = rescanned;
+        return Ok(Json(json!({
+            "store": name,
+            "moved": moved,
+            "version": version,
+            "versioned_url": format!("/{name}@{version}"),
+            "added": changes.added,
+            "changed": changes.changed,
+            "removed": changes.removed,
+            "skipped": skipped,
+        })));
+    }
     let synced = app.registrar.sync(&name).await?;
     Ok(Json(json!({
         "store": name,

@@ -23,6 +23,11 @@ pub struct Listed {
     pub key: String,
     /// When it was last modified.
     pub modified: DateTime<Utc>,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its ETag, when the object store gives one (as a read of it would: a `file://` store's
+    /// is object_store's, of inode, modification time and size).
+    pub etag: Option<String>,
 }
 
 impl SourceRegistry {
@@ -66,7 +71,10 @@ impl SourceRegistry {
                         classify(&entry.name, prefix, &(0..0), &SourceCheck::Unchecked, timeout.as_secs(), e)
                     })?;
                     if meta.location.as_ref().strip_prefix(within.as_str()).is_some_and(|k| keep(k)) {
-                        found.push((meta.location.to_string(), meta.last_modified));
+                        found.push((
+                            meta.location.to_string(),
+                            Meta { modified: meta.last_modified, size: meta.size, etag: meta.e_tag },
+                        ));
                     }
                 }
                 found
@@ -74,13 +82,13 @@ impl SourceRegistry {
             (_, None) => return Err(failed("object store has no client".into())),
         };
         found.retain(|(key, _)| key.starts_with(within.as_str()));
-        found.sort();
+        found.sort_by(|a, b| a.0.cmp(&b.0));
         found.truncate(most.saturating_add(1));
         found
             .into_iter()
-            .map(|(key, modified)| {
+            .map(|(key, Meta { modified, size, etag })| {
                 let url = url_of(&entry, &key).ok_or_else(|| failed(format!("{key} makes no URL")))?;
-                Ok(Listed { url, key: key[within.len()..].to_owned(), modified })
+                Ok(Listed { url, key: key[within.len()..].to_owned(), modified, size, etag })
             })
             .collect()
     }
@@ -100,18 +108,21 @@ fn url_of(entry: &ObjectStoreEntry, key: &str) -> Option<String> {
     Some(url.to_string())
 }
 
+/// What a listing tells of one object.
+#[derive(Debug)]
+struct Meta {
+    modified: DateTime<Utc>,
+    size: u64,
+    etag: Option<String>,
+}
+
 /// Which keys (after the prefix) a listing keeps.
 pub type Keep = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// The regular files under `root/dir` (blocking) that `keep` keeps, as keys relative to `root`
-/// with their modification times; at most `most + 1`. Links are followed only to a file inside
+/// with their modification times, sizes and ETags; at most `most + 1`. Links are followed only to a file inside
 /// `root`.
-fn walk(
-    root: &Path,
-    dir: &str,
-    keep: &dyn Fn(&str) -> bool,
-    most: usize,
-) -> std::io::Result<Vec<(String, DateTime<Utc>)>> {
+fn walk(root: &Path, dir: &str, keep: &dyn Fn(&str) -> bool, most: usize) -> std::io::Result<Vec<(String, Meta)>> {
     let mut found = Vec::new();
     let start = root.join(dir);
     match std::fs::canonicalize(&start) {
@@ -140,7 +151,9 @@ fn walk(
             } else {
                 continue;
             };
-            found.push((child, DateTime::<Utc>::from(meta.modified()?)));
+            let modified = meta.modified()?;
+            let etag = Some(super::local::etag(&meta, modified));
+            found.push((child, Meta { modified: DateTime::<Utc>::from(modified), size: meta.len(), etag }));
             if found.len() > most {
                 return Ok(found);
             }

@@ -176,11 +176,14 @@ fn facts(file: &File) -> Result<LocalFacts, LocalError> {
         return Err(LocalError::NotFound);
     }
     let modified = meta.modified().map_err(LocalError::Io)?;
+    Ok(LocalFacts { size: meta.len(), etag: etag(&meta, modified), modified, linked: meta.nlink() > 0 })
+}
+
+/// A file's ETag: exactly object_store's LocalFileSystem one (inode, mtime in microseconds,
+/// size), so that facts recorded with obstore's LocalStore match the ones this server reads.
+pub(super) fn etag(meta: &std::fs::Metadata, modified: std::time::SystemTime) -> String {
     let micros = modified.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros());
-    // Exactly object_store's LocalFileSystem ETag (inode, mtime in microseconds, size), so that
-    // facts recorded with obstore's LocalStore match the ones this server reads.
-    let etag = format!("\"{:x}-{:x}-{:x}\"", meta.ino(), micros, meta.len());
-    Ok(LocalFacts { size: meta.len(), etag, modified, linked: meta.nlink() > 0 })
+    format!("\"{:x}-{:x}-{:x}\"", meta.ino(), micros, meta.len())
 }
 
 /// The facts of `relative` under `root` (blocking).

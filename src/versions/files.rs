@@ -6,10 +6,13 @@
 mod combine;
 mod coordinate;
 mod listing;
+mod origin;
 mod parsed;
 mod read;
 mod remote;
+mod rescan;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,22 +21,22 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use self::combine::{Combine, CombineError};
-pub use self::listing::Prefix;
+pub use self::listing::{Prefix, Scan};
+pub use self::origin::{FileRecord, Origin};
 use self::read::{ReadFile, read_file};
 pub use self::remote::{ReadCost, RemoteFile};
+pub use self::rescan::{Changes, Rescanned};
 use super::error::{Error, Result};
 use super::register::{Registered, Registrar, Registration, Storing};
-use crate::config::FilesConfig;
 use crate::formats::{self, Chunk, Parser};
-use crate::sources::SourceRegistry;
 use crate::zarr::assembled::PieceSource;
 use crate::zarr::document::{DocNode, Document};
 use crate::zarr::manifest::{RawRef, normalize_source_url};
-use crate::zarr::source::SourceFacts;
 use crate::zarr::spill::Scratch;
 
 /// What a registration asks for: `{"files": [URL, ...] | {"prefix": URL, "glob": GLOB},
-/// "parser": "auto"|"hdf5"|"netcdf3"|"dmrpp", "combine": {...}, "older_than_seconds": N}`.
+/// "parser": "auto"|"hdf5"|"netcdf3"|"dmrpp", "combine": {...}, "follow_seconds": N,
+/// "older_than_seconds": N}`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Request {
@@ -44,7 +47,7 @@ pub struct Request {
     pub parser: Option<String>,
     /// How several files make one hierarchy.
     pub combine: Option<Value>,
-    /// Rescan a prefix every this many seconds.
+    /// Rescan a prefix every this many seconds (not a list: it names its files once for all).
     pub follow_seconds: Option<u64>,
     /// Skip objects modified more recently than this.
     pub older_than_seconds: Option<u64>,
@@ -61,12 +64,13 @@ pub enum Files {
 }
 
 /// `"files": {"prefix": URL, "glob": GLOB}` as sent (a key misspelt is refused, not ignored).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PrefixRequest {
     /// Objects whose URL starts with this.
     pub prefix: String,
     /// Only those whose key after the prefix matches this glob (default: every object).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub glob: Option<String>,
 }
 
@@ -107,6 +111,10 @@ pub struct Target {
     pub combine: Option<(Combine, Value)>,
     /// The parser asked for.
     pub choice: Choice,
+    /// Rescan the prefix every this many seconds.
+    pub follow_seconds: Option<u64>,
+    /// Files modified less than this many seconds ago are left out of every scan.
+    pub older_than_seconds: Option<u64>,
 }
 
 /// A refusal naming what is wrong, nothing stored.
@@ -126,10 +134,10 @@ impl Request {
                 ))
             })?),
         };
-        if self.follow_seconds.is_some() {
+        if self.follow_seconds == Some(0) {
             return Err(Error::BadRequest(
-                "\"follow_seconds\" (following a growing prefix) is not supported yet: register the prefix again to \
-                 pick up new files; nothing was changed"
+                "\"follow_seconds\" is 0: give the seconds between two rescans of the prefix (at least 1), or leave \
+                 it out; nothing was changed"
                     .into(),
             ));
         }
@@ -146,10 +154,11 @@ impl Request {
         };
         let (files, prefix) = match self.files {
             Files::List(files) => {
-                if self.older_than_seconds.is_some() {
+                if self.follow_seconds.is_some() {
                     return Err(Error::BadRequest(
-                        "\"older_than_seconds\" applies to the objects under a prefix (\"files\": {\"prefix\": URL, \
-                         \"glob\": GLOB}), not to files listed by name; nothing was changed"
+                        "\"follow_seconds\" rescans a prefix (\"files\": {\"prefix\": URL, \"glob\": GLOB}) for new \
+                         or changed objects; a list names its files once for all (POST /api/v1/stores/{store}/sync \
+                         checks them again); nothing was changed"
                             .into(),
                     ));
                 }
@@ -161,15 +170,16 @@ impl Request {
                 (files, None)
             }
             Files::Prefix(PrefixRequest { prefix, glob }) => {
-                (Vec::new(), Some(Prefix::new(normalized(prefix.as_str(), "prefix")?, glob, self.older_than_seconds)?))
+                (Vec::new(), Some(Prefix::new(normalized(prefix.as_str(), "prefix")?, glob)?))
             }
         };
-        Ok(Target { files, prefix, combine, choice })
+        let (follow_seconds, older_than_seconds) = (self.follow_seconds, self.older_than_seconds);
+        Ok(Target { files, prefix, combine, choice, follow_seconds, older_than_seconds })
     }
 }
 
 /// Refuses several files without `combine`.
-fn several_need_combine(count: usize, combine: bool) -> Result<()> {
+pub(super) fn several_need_combine(count: usize, combine: bool) -> Result<()> {
     if count > 1 && !combine {
         return Err(invalid(format!(
             "{count} files were given without \"combine\": several files make one store only when \"combine\" says \
@@ -180,87 +190,47 @@ fn several_need_combine(count: usize, combine: bool) -> Result<()> {
     Ok(())
 }
 
-impl Target {
-    /// The files' URLs: the list, or the objects under the prefix now, at most
-    /// `files.max_files`.
-    async fn urls(&self, sources: &SourceRegistry, config: &FilesConfig) -> Result<Vec<String>> {
-        let files = match &self.prefix {
-            Some(prefix) => prefix.files(sources, config).await?,
-            None => self.files.clone(),
-        };
-        if files.len() > config.max_files {
-            return Err(invalid(format!(
-                "{} files were named, more than files.max_files ({}) allows",
-                files.len(),
-                config.max_files
-            )));
-        }
-        several_need_combine(files.len(), self.combine.is_some())?;
-        Ok(files)
-    }
-}
-
-/// One file of a version, as kept with it and shown by `GET /api/v1/stores/{store}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileRecord {
-    /// The file's URL.
-    pub url: String,
-    /// The parser that read it.
-    pub parser: String,
-    /// The DMR++ sidecar read in its place, if one was.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sidecar: Option<String>,
-    /// The file's facts when it was read.
-    #[serde(flatten)]
-    pub facts: SourceFacts,
-    /// Bytes read to parse it.
-    pub bytes_read: u64,
-    /// Ranged reads made to parse it (the sidecar's and the file's HEAD included).
-    pub requests: u64,
-    /// True when its parse was not made again but found in the catalog (the same URL and
-    /// content parsed before, by any registration or replica): only its first bytes were read.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub cached: bool,
-}
-
-/// Where a version made from files comes from, kept with the version.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Origin {
-    /// The files, in order.
-    pub files: Vec<FileRecord>,
-    /// The parser asked for (`auto` or a parser's name).
-    pub parser: String,
-    /// How the files were combined, as the registration said.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub combine: Option<Value>,
-}
-
-impl Origin {
-    /// As `GET /api/v1/stores/{store}` shows it.
-    pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
-    }
-}
-
 impl Registrar {
     /// Reads the files `target` names and writes their hierarchy as the new current version
     /// of store `name`.
     pub async fn register_files(&self, name: &str, target: &Target, how: Registration) -> Result<Registered> {
         let fill_missing = self.fill_missing(name, how.fill_missing).await?;
         let reading = Instant::now();
+        let scan = target.scan(&self.sources, &self.settings.files, false).await?;
+        let mut files = self.read_files(target, &scan, &HashMap::new()).await?;
+        let values = self.joined_values(&mut files, target).await?;
+        let _turn = self.turn().await?;
+        let built = build(files, values, &self.settings.scratch(), target, &scan)?;
+        self.store_files(name, built, fill_missing, reading, how.expected).await
+    }
+
+    /// Reads the files a scan found (their parses remembered in the catalog), in order; those
+    /// `unchanged` since they were read for the version rescanned are served from their parse
+    /// remembered, with no request, when it can be. They
+    /// are read before the registration's turn (held while the document is built, checked and
+    /// stored): they wait on the object store, and are bounded by themselves.
+    async fn read_files(
+        &self,
+        target: &Target,
+        scan: &Scan,
+        unchanged: &HashMap<String, FileRecord>,
+    ) -> Result<Vec<ReadFile>> {
         let config = &self.settings.files;
         let choice = target.choice;
-        // The files are listed and read before the registration's turn (held while the
-        // document is built, checked and stored): they wait on the object store, and are
-        // bounded by themselves.
-        let urls = target.urls(&self.sources, config).await?;
         // What the registrations before this one parsed is in the catalog by now.
         drop(self.remembering.read().await);
-        let reads = urls.into_iter().map(|url| {
+        let urls: Vec<(String, Option<FileRecord>)> =
+            scan.files.iter().map(|(url, _)| (url.clone(), unchanged.get(url).cloned())).collect();
+        let reads = urls.into_iter().map(|(url, unchanged)| {
             let (sources, metrics, config) = (Arc::clone(&self.sources), self.metrics.clone(), config.clone());
             let catalog = Arc::clone(&self.catalog);
             let parses = Arc::clone(&self.parses);
             async move {
+                if let Some(record) = unchanged
+                    && let Some(file) = read::reused(&*catalog, &metrics, &config, &record, choice).await
+                {
+                    return Ok(file);
+                }
                 let _parse = parses.acquire_owned().await.map_err(|e| Error::Internal(e.to_string()))?;
                 read_file(&*catalog, &sources, &metrics, &config, &url, choice).await
             }
@@ -277,13 +247,29 @@ impl Registrar {
                 drop(writing);
             });
         }
-        let values = match &target.combine {
-            Some((combine, _)) => coordinate::prepare(&self.sources, &mut files, combine).await?,
-            None => None,
-        };
-        let _turn = self.turn().await?;
-        let scratch = self.settings.scratch();
-        let (doc, warnings, origin) = document(files, values, &scratch, target)?;
+        Ok(files)
+    }
+
+    /// The values of the files' joined coordinate when `combine` needs them (`"order":
+    /// "coordinate"` sorts `files` by them; files that write it in other units have it converted).
+    async fn joined_values(&self, files: &mut Vec<ReadFile>, target: &Target) -> Result<Option<Vec<Vec<f64>>>> {
+        match &target.combine {
+            Some((combine, _)) => coordinate::prepare(&self.sources, files, combine).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Stores a document built from files as the new current version of `name` (the
+    /// registration's turn held).
+    async fn store_files(
+        &self,
+        name: &str,
+        built: Built,
+        fill_missing: bool,
+        reading: Instant,
+        expected: Option<crate::catalog::Expected>,
+    ) -> Result<Registered> {
+        let Built { doc, warnings, origin } = built;
         let origin = serde_json::to_string(&origin).map_err(|e| Error::Internal(e.to_string()))?;
         let storing = Storing {
             format: "files",
@@ -294,7 +280,7 @@ impl Registrar {
             read_seconds: reading.elapsed().as_secs_f64(),
             origin: Some(origin),
             unless_same_origin: false,
-            expected: how.expected,
+            expected,
             warnings,
         };
         self.store_document(name, doc, storing).await
@@ -308,16 +294,24 @@ impl Registrar {
     }
 }
 
-/// The document the files make (one file: its hierarchy as it is; several: as `combine` says),
-/// the warnings for the summary, and the origin to keep.
-fn document(
+/// What files make: the document, the warnings for the summary, and the origin to keep.
+struct Built {
+    doc: Document,
+    warnings: Vec<String>,
+    origin: Origin,
+}
+
+/// The document the files a scan found make (one file: its hierarchy as it is; several: as
+/// `combine` says), the files it left out named among the warnings.
+fn build(
     files: Vec<ReadFile>,
     values: Option<Vec<Vec<f64>>>,
     scratch: &Scratch,
     target: &Target,
-) -> Result<(Document, Vec<String>, Origin)> {
+    scan: &Scan,
+) -> Result<Built> {
     let mut doc = Document::new(scratch);
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = scan.skipped.iter().map(|(_, warning)| warning.clone()).collect();
     let mut records = Vec::new();
     let mut hierarchies = Vec::new();
     for ReadFile { parsed, record, .. } in files {
@@ -347,7 +341,21 @@ fn document(
         Choice::Only(p) => p.name().to_owned(),
     };
     let combine = target.combine.as_ref().map(|(_, spec)| spec.clone());
-    Ok((doc, warnings, Origin { files: records, parser, combine }))
+    let prefix = target
+        .prefix
+        .as_ref()
+        .map(|p| PrefixRequest { prefix: p.url.clone(), glob: p.glob.as_ref().map(|(text, _)| text.clone()) });
+    let listed = (prefix.is_none() && !scan.skipped.is_empty()).then(|| target.files.clone());
+    let origin = Origin {
+        files: records,
+        parser,
+        combine,
+        prefix,
+        listed,
+        follow_seconds: target.follow_seconds,
+        older_than_seconds: target.older_than_seconds,
+    };
+    Ok(Built { doc, warnings, origin })
 }
 
 /// An array's chunk references in the document's form (None for a group).

@@ -141,9 +141,11 @@ impl Registrar {
     }
 }
 
-/// Syncs every branch store that follows its branch (`follow_seconds`) when its interval has
-/// passed, checking every `tick`, until the registrar is dropped. With several replicas each
-/// follows: the catalog writes one version per snapshot, so a duplicate sync writes nothing.
+/// Syncs every branch store that follows its branch, and rescans every store made from files
+/// that follows its prefix (`follow_seconds`), when its interval has passed, checking every
+/// `tick`, until the registrar is dropped. With several replicas each follows: the catalog
+/// writes one version per snapshot, so a duplicate sync writes nothing; a files rescan is made
+/// by the replica that holds the store's rescan lock, the others skip it.
 pub async fn follow(registrar: std::sync::Weak<Registrar>, tick: Duration) {
     let mut last: BTreeMap<String, Instant> = BTreeMap::new();
     loop {
@@ -157,12 +159,31 @@ pub async fn follow(registrar: std::sync::Weak<Registrar>, tick: Duration) {
             }
         };
         for (store, text) in followed {
-            let Ok(origin) = serde_json::from_str::<Origin>(&text) else { continue };
+            let Ok(origin) = serde_json::from_str::<Origin>(&text) else {
+                // Only a files origin that follows is read whole (one can list 100,000 files).
+                let follows = text.contains("\"follow_seconds\"");
+                let files = follows.then(|| serde_json::from_str::<super::files::Origin>(&text).ok()).flatten();
+                let Some(every) = files.and_then(|f| f.follow_seconds).map(Duration::from_secs) else { continue };
+                // A store first seen (just registered, or when this replica starts) is first
+                // rescanned an interval later.
+                if let std::collections::btree_map::Entry::Vacant(first) = last.entry(store.clone()) {
+                    first.insert(Instant::now());
+                    continue;
+                }
+                if !due(&mut last, &store, every) {
+                    continue;
+                }
+                // In a task of its own: a long rescan holds up neither the other stores nor the
+                // branches followed; one still under way at its next interval holds the store's
+                // lock, and that round is skipped.
+                let registrar = std::sync::Arc::clone(&registrar);
+                tokio::spawn(async move { registrar.follow_files(&store).await });
+                continue;
+            };
             let Some(every) = origin.follow_seconds.map(Duration::from_secs) else { continue };
-            if last.get(&store).is_some_and(|at| at.elapsed() < every) {
+            if !due(&mut last, &store, every) {
                 continue;
             }
-            last.insert(store.clone(), Instant::now());
             match registrar.sync(&store).await {
                 Ok(synced) if synced.moved => tracing::info!(store = %store, from = %synced.previous_snapshot_id,
                     to = %synced.snapshot_id, version = synced.version, "Icechunk branch followed: new version"),
@@ -173,4 +194,14 @@ pub async fn follow(registrar: std::sync::Weak<Registrar>, tick: Duration) {
         }
         drop(registrar);
     }
+}
+
+/// True when `store`'s interval `every` has passed since it was last followed (then noted as
+/// followed now), or it never was.
+fn due(last: &mut BTreeMap<String, Instant>, store: &str, every: Duration) -> bool {
+    if last.get(store).is_some_and(|at| at.elapsed() < every) {
+        return false;
+    }
+    last.insert(store.to_owned(), Instant::now());
+    true
 }

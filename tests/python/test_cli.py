@@ -10,6 +10,8 @@
   problem on its own line; a server with admin tokens (``ZARRGATE_TOKEN``), and no server.
 * Several data files as one store: a glob put with ``--join existing:time`` reads back as the
   joined files; a malformed ``--join`` exits non-zero naming it, and registers nothing.
+* A glob put with ``--follow 10m`` is rescanned: ``stores sync`` says which files were added;
+  ``--follow`` with a list of files is refused before any request.
 """
 
 from __future__ import annotations
@@ -380,3 +382,28 @@ def test_a_glob_among_urls_or_a_manifest_among_urls_is_refused_before_any_reques
     assert run.returncode == 1 and "s3://b/*.nc has a glob" in run.stderr, run.stderr
     run = zarrgate("stores", "put", "s", "s3://b/a.nc", str(tmp_path / "m.json"), **nobody)
     assert run.returncode == 1 and "give data files' URLs, or one manifest file alone" in run.stderr, run.stderr
+
+
+def test_a_glob_put_with_follow_is_rescanned_and_sync_says_what_was_added(server: Server, source_dir: Path,
+                                                                         store_name: str):
+    from test_files import assert_same, open_plain
+    from test_files_combine import mfdataset, write_daily
+
+    days = [write_daily(source_dir / f"day_{i:02d}.nc", i) for i in range(2)]
+    glob = source_dir.as_uri() + "/day_*.nc"
+    ok(zarrgate("stores", "put", store_name, glob, "--join", "existing:time", "--follow", "10m", server=server.url))
+    origin = requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).json()["files"]
+    assert origin["follow_seconds"] == 600 and origin["prefix"] == {"prefix": source_dir.as_uri() + "/",
+                                                                     "glob": "day_*.nc"}, origin
+    out = ok(zarrgate("stores", "sync", store_name, server=server.url))
+    assert out.startswith(f"{store_name}: unchanged"), out
+    days.append(write_daily(source_dir / "day_02.nc", 2))
+    out = ok(zarrgate("stores", "sync", store_name, server=server.url))
+    assert out.startswith(f"{store_name}: new version") and f"added: 1\n    {days[2].as_uri()}\n" in out, out
+    assert_same(open_plain(f"{server.url}/{store_name}"), mfdataset(days, "time"))
+    ok(zarrgate("stores", "delete", store_name, server=server.url))  # followed no more
+
+    nobody = dict(server="http://127.0.0.1:9")  # nothing listens: a request would fail otherwise
+    run = zarrgate("stores", "put", "s", "s3://b/a.nc", "s3://b/c.nc", "--join", "existing:time", "--follow", "1m",
+                   **nobody)
+    assert run.returncode == 1 and "--follow rescans a prefix" in run.stderr, run.stderr

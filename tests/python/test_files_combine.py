@@ -5,6 +5,11 @@ Files written with netCDF4 are registered together and read back through plain
 (``xr.open_mfdataset(..., combine="nested", concat_dim=D)``, or ``xr.merge`` for a
 union), values, coordinates and attributes. Files that cannot be joined by
 references alone, and bad specs, are refused naming what is wrong.
+
+Growing archives: a prefix on S3 (moto) rescanned by ``POST .../sync`` makes a new version
+only when files were added, changed or removed (pinned versions stay as they were), leaves out
+files modified less than ``older_than_seconds`` ago, and parses no file twice; a prefix with
+``follow_seconds`` picks up a new file by itself; a store made from files refuses ``PATCH``.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import requests
 import xarray as xr
 
 import zarrgate_client
-from conftest import private_server
+from conftest import moto_s3, private_server, register_s3_store
 from test_files import assert_same, open_plain, put_files
 
 X = 3
@@ -300,7 +305,7 @@ def test_combine_bad_specs_are_refused_with_a_400(server, source_dir, store_name
         ({"combine": {"join": "existing", "dim": "time", "order": "size"}}, "order"),
         ({"combine": {"join": "new", "dim": "run", "pattern": "(", "format": "%Y"}}, "regex"),
         ({"combine": {"join": "new", "dim": "run", "pattern": "x"}}, "format"),
-        ({"combine": {"join": "existing", "dim": "time"}, "older_than_seconds": 60}, "older_than_seconds"),
+        ({"combine": {"join": "existing", "dim": "time"}, "follow_seconds": 60}, "follow_seconds"),
     ]:
         refused = put_files(server, store_name, paths, status=400, **extra)
         assert named in refused["detail"], (extra, refused)
@@ -323,3 +328,157 @@ def test_combine_refuses_more_files_than_files_max_files(tmp_path):
             refused = put_files(server, "many", files, combine=combine_existing(), status=422)
             assert "files.max_files" in refused["detail"], refused
         put_files(server, "two", [p.as_uri() for p in paths[:2]], combine=combine_existing())
+
+
+# --------------------------------------------------------------------------
+# growing archives: rescans (POST .../sync, follow_seconds) and older_than_seconds
+# --------------------------------------------------------------------------
+
+def sync(server, store: str, status: int = 200) -> dict:
+    resp = requests.post(f"{server.url}/api/v1/stores/{store}/sync", timeout=120)
+    assert resp.status_code == status, f"expected {status}, got {resp.status_code}: {resp.text[:2000]}"
+    return resp.json()
+
+
+def rescans(server, outcome: str) -> float:
+    """``zarrgate_files_rescans_total{outcome=...}`` as the server counts it now."""
+    metrics = requests.get(f"{server.url}/metrics", timeout=30).text
+    line = f'zarrgate_files_rescans_total{{outcome="{outcome}"}} '
+    return sum(float(m[len(line):]) for m in metrics.splitlines() if m.startswith(line))
+
+
+def versions(server, store: str) -> list[int]:
+    listed = requests.get(f"{server.url}/api/v1/stores/{store}/versions", timeout=30).json()["versions"]
+    return sorted(v["version"] for v in listed)
+
+
+def s3_client(endpoint: str):
+    """A signed S3 client of moto (once a signed request came, moto refuses unsigned writes)."""
+    import boto3
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="test",
+                        aws_secret_access_key="test")
+
+
+def upload(endpoint: str, bucket: str, key: str, path: Path) -> str:
+    s3_client(endpoint).put_object(Bucket=bucket, Key=key, Body=path.read_bytes())
+    return f"s3://{bucket}/{key}"
+
+
+def test_a_prefix_on_s3_rescanned_by_sync_grows_by_new_versions(server, store_name, tmp_path):
+    paths = [write_daily(tmp_path / f"day_{i:02d}.nc", i) for i in range(3)]
+    with moto_s3(tmp_path) as (endpoint, bucket):
+        register_s3_store(server, endpoint, bucket)
+        urls = [upload(endpoint, bucket, f"era/{p.name}", p) for p in paths[:2]]
+        files = {"prefix": f"s3://{bucket}/era/", "glob": "*.nc"}
+        first = put_files(server, store_name, files, combine=combine_existing())["version"]
+
+        # nothing changed: no new version, nothing read again
+        ok, cached, unchanged = parses(server, "ok"), parses(server, "cached"), rescans(server, "unchanged")
+        same = sync(server, store_name)
+        assert (same["moved"], same["version"], same["added"], same["changed"], same["removed"]) == \
+            (False, first, [], [], []), same
+        assert versions(server, store_name) == [first]
+        assert (parses(server, "ok"), parses(server, "cached")) == (ok, cached)
+        assert rescans(server, "unchanged") == unchanged + 1
+
+        # a file added: a new version with it, its parse the only one made; the pinned one stays
+        urls.append(upload(endpoint, bucket, f"era/{paths[2].name}", paths[2]))
+        new_versions = rescans(server, "new_version")
+        grown = sync(server, store_name)
+        assert (grown["moved"], grown["added"], grown["changed"], grown["removed"]) == (True, [urls[2]], [], []), grown
+        assert grown["version"] > first and grown["versioned_url"] == f"/{store_name}@{grown['version']}", grown
+        assert (parses(server, "ok") - ok, parses(server, "cached") - cached) == (1, 2)
+        assert rescans(server, "new_version") == new_versions + 1
+        # the files the listing shows unchanged cost no request: their parses are the catalog's
+        records = requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).json()["files"]["files"]
+        assert [(f["url"], f.get("cached", False), f["requests"] == 0) for f in records] == \
+            [(urls[0], True, True), (urls[1], True, True), (urls[2], False, False)], records
+        assert_same(open_plain(f"{server.url}/{store_name}"), mfdataset(paths, "time"))
+        assert_same(open_plain(f"{server.url}/{store_name}@{first}"), mfdataset(paths[:2], "time"))
+
+        # registered again, the same files are not parsed again
+        ok, cached = parses(server, "ok"), parses(server, "cached")
+        put_files(server, store_name, files, status=200, combine=combine_existing())
+        assert (parses(server, "ok") - ok, parses(server, "cached") - cached) == (0, 3)
+        again = sync(server, store_name)
+        assert not again["moved"], again
+
+        # a file rewritten, then one removed
+        write_daily(paths[1], 5)
+        upload(endpoint, bucket, f"era/{paths[1].name}", paths[1])
+        changed = sync(server, store_name)
+        assert (changed["moved"], changed["added"], changed["changed"], changed["removed"]) == \
+            (True, [], [urls[1]], []), changed
+        assert_same(open_plain(f"{server.url}/{store_name}"), mfdataset(paths, "time"))
+        s3_client(endpoint).delete_object(Bucket=bucket, Key=f"era/{paths[0].name}")
+        removed = sync(server, store_name)
+        assert (removed["moved"], removed["removed"]) == (True, [urls[0]]), removed
+        assert_same(open_plain(f"{server.url}/{store_name}"), mfdataset(paths[1:], "time"))
+
+        # a store made from files is changed through its files, never patched
+        patch = requests.patch(f"{server.url}/api/v1/stores/{store_name}", json={"nodes": {}}, timeout=30)
+        assert patch.status_code == 409 and "made from files" in patch.json()["detail"], patch.text
+
+
+def test_a_file_modified_a_moment_ago_is_left_out_until_it_is_old_enough(server, store_name, tmp_path):
+    paths = [write_daily(tmp_path / f"day_{i:02d}.nc", i) for i in range(3)]
+    with moto_s3(tmp_path) as (endpoint, bucket):
+        register_s3_store(server, endpoint, bucket)
+        for p in paths[:2]:
+            upload(endpoint, bucket, f"era/{p.name}", p)
+        time.sleep(4)
+        files = {"prefix": f"s3://{bucket}/era/", "glob": "*.nc"}
+        put_files(server, store_name, files, combine=combine_existing(), older_than_seconds=3)
+        fresh = upload(endpoint, bucket, f"era/{paths[2].name}", paths[2])
+        waiting = sync(server, store_name)
+        assert (waiting["moved"], waiting["added"], waiting["skipped"]) == (False, [], [fresh]), waiting
+        assert_same(open_plain(f"{server.url}/{store_name}"), mfdataset(paths[:2], "time"))
+        time.sleep(4)
+        aged = sync(server, store_name)
+        assert (aged["moved"], aged["added"], aged["skipped"]) == (True, [fresh], []), aged
+        assert_same(open_plain(f"{server.url}/{store_name}"), mfdataset(paths, "time"))
+
+
+def test_a_list_with_older_than_leaves_out_recent_files_and_sync_checks_them_again(server, source_dir,
+                                                                                   store_name):
+    paths = [write_daily(source_dir / f"day_{i:02d}.nc", i) for i in range(2)]
+    hour_ago = time.time() - 3600
+    os.utime(paths[0], (hour_ago, hour_ago))
+    urls = [p.as_uri() for p in paths]
+    answer = put_files(server, store_name, urls, combine=combine_existing(), older_than_seconds=600)
+    assert any(urls[1] in w and "older_than_seconds" in w for w in answer["warnings"]), answer
+    assert [f["url"] for f in answer["files"]["files"]] == urls[:1], answer
+    waiting = sync(server, store_name)
+    assert (waiting["moved"], waiting["skipped"]) == (False, [urls[1]]), waiting
+    os.utime(paths[1], (hour_ago, hour_ago))
+    aged = sync(server, store_name)
+    assert (aged["moved"], aged["added"]) == (True, [urls[1]]), aged
+    assert_same(open_plain(f"{server.url}/{store_name}"), mfdataset(paths, "time"))
+
+    young = write_daily(source_dir / "day_09.nc", 9).as_uri()
+    refused = put_files(server, f"{store_name}-young", [young], older_than_seconds=600, status=422)
+    assert "none of the 1 files listed" in refused["detail"], refused
+    follow = put_files(server, f"{store_name}-list", urls, combine=combine_existing(), follow_seconds=60, status=400)
+    assert "follow_seconds" in follow["detail"] and "prefix" in follow["detail"], follow
+
+
+def test_a_followed_prefix_picks_up_a_new_file_by_itself(server, source_dir, store_name, tmp_path):
+    era = source_dir / "era"
+    era.mkdir()
+    paths = [write_daily(era / f"day_{i:02d}.nc", i) for i in range(2)]
+    files = {"prefix": era.as_uri() + "/", "glob": "day_*.nc"}
+    put_files(server, store_name, files, combine=combine_existing(), follow_seconds=1)
+    # written beside, then moved in whole: the rescan never sees half a file
+    os.replace(write_daily(tmp_path / "day_02.nc", 2), era / "day_02.nc")
+    paths.append(era / "day_02.nc")
+    deadline = time.monotonic() + 15
+    while True:
+        described = requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).json()
+        if len(described["files"]["files"]) == 3:
+            break
+        assert time.monotonic() < deadline, f"the prefix was not rescanned in 15 s: {described}"
+        time.sleep(0.5)
+    assert described["files"]["follow_seconds"] == 1, described
+    assert_same(open_plain(f"{server.url}/{store_name}"), mfdataset(paths, "time"))
+    # deleted, it is followed no more (the shared server would rescan it every second)
+    assert requests.delete(f"{server.url}/api/v1/stores/{store_name}", timeout=30).status_code == 204

@@ -183,6 +183,32 @@ pub(super) async fn read_file(
     Ok(ReadFile { parsed, record, remember })
 }
 
+/// A file a rescan found unchanged (the listing shows the content its record was read from),
+/// served from its remembered parse with no request at all; `None` when it must be read
+/// (its parse came from a DMR++ sidecar, whose content a listing of the files does not show,
+/// or its parse is not remembered any more).
+pub(super) async fn reused(
+    catalog: &dyn Catalog,
+    metrics: &Metrics,
+    config: &FilesConfig,
+    record: &FileRecord,
+    choice: Choice,
+) -> Option<ReadFile> {
+    if record.sidecar.is_some() {
+        return None;
+    }
+    let asked = match choice {
+        Choice::Only(p) => p.name(),
+        Choice::Auto => "auto",
+    };
+    let key = ParseKey::new(&record.url, &record.facts, asked, config.max_inline_bytes)?;
+    let (label, parsed) = key.get(catalog).await?;
+    let label = Parser::from_name(&label).map_or("unknown", Parser::name);
+    metrics.parse_files_total.with_label_values(&[label, "cached"]).inc();
+    let record = FileRecord { parser: label.to_owned(), bytes_read: 0, requests: 0, cached: true, ..record.clone() };
+    Some(ReadFile { parsed, record, remember: None })
+}
+
 /// Parses `file` (on a blocking thread) with `parser`, or the one its first bytes show.
 fn parse(
     file: &Arc<RemoteFile>,

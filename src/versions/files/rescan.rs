@@ -1,0 +1,275 @@
+//! Rescanning a store made from files (`follow_seconds`, `POST /api/v1/stores/{store}/sync`):
+//! its prefix listed again (or its list's files asked for their facts), compared with the files
+//! of its current version; nothing added, changed or removed writes nothing, else the files
+//! found are registered as a new version (unchanged files' parses come from the catalog, with
+//! no request to their object store). One
+//! task of one replica rescans a store at a time (`Catalog::try_lock`).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use super::{FileRecord, Origin, build};
+use crate::catalog::{Expected, LockGuard};
+use crate::versions::error::{Error, Result};
+use crate::versions::register::{Registered, Registrar};
+use crate::zarr::source::SourceFacts;
+
+/// How often a rescan that waits for another to end asks for the lock again.
+const LOCK_POLL: Duration = Duration::from_millis(100);
+
+/// The files added, changed and removed between two scans, by URL.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Files found now that were not before, in the order found.
+    pub added: Vec<String>,
+    /// Files found before and now whose content is not the same (another ETag, or another
+    /// size or modification time where there is no ETag).
+    pub changed: Vec<String>,
+    /// Files found before and not now.
+    pub removed: Vec<String>,
+}
+
+impl Changes {
+    /// True when no file was added, changed or removed.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.changed.is_empty() && self.removed.is_empty()
+    }
+}
+
+/// What a rescan did.
+#[derive(Debug, Clone)]
+pub struct Rescanned {
+    /// The new version written, when files were added, changed or removed.
+    pub registered: Option<Registered>,
+    /// The current version's id.
+    pub version: i64,
+    /// True when a new version was written.
+    pub moved: bool,
+    /// What changed since the version rescanned.
+    pub changes: Changes,
+    /// The files left out because they were modified too recently (`older_than_seconds`).
+    pub skipped: Vec<String>,
+}
+
+/// The files of `now` added, changed or removed since `before`. A file whose facts are not
+/// known now counts as changed (it is read again, and what its read finds settles it).
+pub fn diff(before: &[(String, SourceFacts)], now: &[(String, Option<SourceFacts>)]) -> Changes {
+    let was: HashMap<&str, &SourceFacts> = before.iter().map(|(u, f)| (u.as_str(), f)).collect();
+    let is: std::collections::HashSet<&str> = now.iter().map(|(u, _)| u.as_str()).collect();
+    let mut changes = Changes::default();
+    for (url, facts) in now {
+        match was.get(url.as_str()) {
+            None => changes.added.push(url.clone()),
+            Some(old) if !facts.as_ref().is_some_and(|f| same_content(old, f)) => changes.changed.push(url.clone()),
+            Some(_) => {}
+        }
+    }
+    changes.removed = before.iter().filter(|(u, _)| !is.contains(u.as_str())).map(|(u, _)| u.clone()).collect();
+    changes
+}
+
+/// The records of `origin`'s files that the scan `now` shows unchanged, by URL.
+fn unchanged_records(origin: &Origin, now: &[(String, Option<SourceFacts>)]) -> HashMap<String, FileRecord> {
+    let now: HashMap<&str, &SourceFacts> =
+        now.iter().filter_map(|(url, facts)| Some((url.as_str(), facts.as_ref()?))).collect();
+    let same = |f: &&FileRecord| now.get(f.url.as_str()).is_some_and(|facts| same_content(&f.facts, facts));
+    origin.files.iter().filter(same).map(|f| (f.url.clone(), f.clone())).collect()
+}
+
+/// True when two facts of one file show the same content: the same ETag where both have one,
+/// else the same size and modification time (to the second: listings and reads do not give it
+/// to the same precision); never when neither can tell.
+fn same_content(a: &SourceFacts, b: &SourceFacts) -> bool {
+    if let (Some(x), Some(y)) = (&a.etag, &b.etag) {
+        return x == y;
+    }
+    let second = |f: &SourceFacts| {
+        f.last_modified.as_deref().and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()).map(|t| t.timestamp())
+    };
+    match (a.size, b.size, second(a), second(b)) {
+        (Some(x), Some(y), Some(s), Some(t)) => x == y && s == t,
+        _ => false,
+    }
+}
+
+impl Registrar {
+    /// Rescans store `name` if it is made from files (`None` if it is not, or does not exist),
+    /// waiting at most `wait` for a rescan of it under way elsewhere to end (then a 409).
+    pub async fn rescan_files(&self, name: &str, wait: Duration) -> Result<Option<Rescanned>> {
+        if self.files_origin(name).await?.is_none() {
+            return Ok(None);
+        }
+        let Some(lock) = self.rescan_lock(name, wait).await? else {
+            return Err(Error::Conflict(format!(
+                "a rescan of store {name:?} is under way (through this replica or another) and did not end within \
+                 {} s: retry later",
+                wait.as_secs()
+            )));
+        };
+        self.rescan_counted(name, lock).await.map(Some)
+    }
+
+    /// Rescans store `name`, made from files, unless a rescan of it is under way elsewhere (as
+    /// [`follow`](crate::versions::sync::follow) does every `follow_seconds`); a failure is
+    /// logged and counted.
+    pub async fn follow_files(&self, name: &str) {
+        match self.rescan_lock(name, Duration::ZERO).await {
+            Ok(Some(lock)) => {
+                let _ = self.rescan_counted(name, lock).await;
+            }
+            Ok(None) => tracing::debug!(store = name, "files rescan under way elsewhere: not rescanned here"),
+            Err(e) => {
+                self.metrics.files_rescans_total.with_label_values(&["failed"]).inc();
+                tracing::warn!(store = name, cause = %e, "rescanning the files of a store failed: its lock cannot be had");
+            }
+        }
+    }
+
+    /// Rescans store `name` with its lock held, then lets the lock go; counts and logs the
+    /// outcome.
+    async fn rescan_counted(&self, name: &str, lock: LockGuard) -> Result<Rescanned> {
+        let rescanned = self.rescan_held(name).await;
+        lock.release().await;
+        let outcome = match &rescanned {
+            Ok(r) if r.moved => "new_version",
+            Ok(_) => "unchanged",
+            Err(_) => "failed",
+        };
+        self.metrics.files_rescans_total.with_label_values(&[outcome]).inc();
+        match &rescanned {
+            Ok(r) if r.moved => tracing::info!(
+                store = name,
+                version = r.version,
+                added = r.changes.added.len(),
+                changed = r.changes.changed.len(),
+                removed = r.changes.removed.len(),
+                skipped = r.skipped.len(),
+                "files rescanned: new version"
+            ),
+            Ok(r) => tracing::debug!(
+                store = name,
+                version = r.version,
+                skipped = r.skipped.len(),
+                "files rescanned: unchanged"
+            ),
+            Err(e) => tracing::warn!(store = name, cause = %e,
+                "rescanning the files of a store failed; it keeps serving its current version"),
+        }
+        rescanned
+    }
+
+    /// The rescan lock of store `name`, asked for until `wait` has passed; `None` when another
+    /// task or replica still holds it.
+    async fn rescan_lock(&self, name: &str, wait: Duration) -> Result<Option<LockGuard>> {
+        let until = Instant::now() + wait;
+        let key = format!("zarrgate files rescan {name}");
+        loop {
+            if let Some(lock) = self.catalog.try_lock(&key).await? {
+                return Ok(Some(lock));
+            }
+            if Instant::now() >= until {
+                return Ok(None);
+            }
+            tokio::time::sleep(LOCK_POLL).await;
+        }
+    }
+
+    /// The rescan itself, the lock held: the current version's origin read again (another
+    /// replica may have just written one).
+    async fn rescan_held(&self, name: &str) -> Result<Rescanned> {
+        let Some(head) = self.catalog.current_version(name).await? else {
+            return Err(Error::NotFound(format!("no store is named {name:?}")));
+        };
+        let origin = self.catalog.origin(head.id).await?.and_then(|t| serde_json::from_str::<Origin>(&t).ok());
+        let Some(origin) = origin else {
+            return Err(Error::Conflict(format!("store {name:?} is no longer made from files: nothing to rescan")));
+        };
+        let version = head.id;
+        let target = origin.target()?;
+        let reading = Instant::now();
+        let scan = target.scan(&self.sources, &self.settings.files, true).await?;
+        let skipped: Vec<String> = scan.skipped.iter().map(|(url, _)| url.clone()).collect();
+        let before: Vec<(String, SourceFacts)> =
+            origin.files.iter().map(|f| (f.url.clone(), f.facts.clone())).collect();
+        let unchanged =
+            |changes| Rescanned { registered: None, version, moved: false, changes, skipped: skipped.clone() };
+        // What the listing shows settles most rescans with no read at all.
+        if diff(&before, &scan.files).is_empty() {
+            return Ok(unchanged(Changes::default()));
+        }
+        // The files new or changed are read (those unchanged are served from their parse
+        // remembered, with no request), and their facts as read, which the version keeps,
+        // settle it: a listing that tells facts otherwise than a read does writes nothing.
+        let same = unchanged_records(&origin, &scan.files);
+        let mut files = self.read_files(&target, &scan, &same).await?;
+        let values = self.joined_values(&mut files, &target).await?;
+        let now: Vec<(String, Option<SourceFacts>)> =
+            files.iter().map(|f| (f.record.url.clone(), Some(f.record.facts.clone()))).collect();
+        let changes = diff(&before, &now);
+        if changes.is_empty() {
+            return Ok(unchanged(changes));
+        }
+        let fill_missing = self.fill_missing(name, None).await?;
+        let _turn = self.turn().await?;
+        let built = build(files, values, &self.settings.scratch(), &target, &scan)?;
+        let expected = Some(Expected::Version(version));
+        let registered = self.store_files(name, built, fill_missing, reading, expected).await?;
+        Ok(Rescanned { version: registered.head.id, moved: true, changes, skipped, registered: Some(registered) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(etag: Option<&str>, size: u64, modified: &str) -> SourceFacts {
+        SourceFacts::observed(size, etag.map(str::to_owned), Some(modified.to_owned()))
+    }
+
+    #[test]
+    fn files_added_changed_and_removed_are_told_apart() {
+        let t = "2024-01-01T00:00:00+00:00";
+        let before = vec![
+            ("s3://b/a.nc".to_owned(), facts(Some("\"1\""), 10, t)),
+            ("s3://b/b.nc".to_owned(), facts(Some("\"2\""), 10, t)),
+            ("s3://b/c.nc".to_owned(), facts(Some("\"3\""), 10, t)),
+        ];
+        let now = vec![
+            ("s3://b/a.nc".to_owned(), Some(facts(Some("\"1\""), 10, "2024-01-01T00:00:00.250+00:00"))),
+            ("s3://b/b.nc".to_owned(), Some(facts(Some("\"2b\""), 10, t))),
+            ("s3://b/d.nc".to_owned(), Some(facts(Some("\"4\""), 10, t))),
+        ];
+        let changes = diff(&before, &now);
+        assert_eq!(changes.added, ["s3://b/d.nc"]);
+        assert_eq!(changes.changed, ["s3://b/b.nc"]);
+        assert_eq!(changes.removed, ["s3://b/c.nc"]);
+        assert!(!changes.is_empty());
+    }
+
+    #[test]
+    fn the_same_files_are_no_change() {
+        let before = vec![("s3://b/a.nc".to_owned(), facts(Some("\"1\""), 10, "2024-01-01T00:00:00+00:00"))];
+        let now: Vec<_> = before.iter().map(|(u, f)| (u.clone(), Some(f.clone()))).collect();
+        assert!(diff(&before, &now).is_empty());
+    }
+
+    #[test]
+    fn without_an_etag_the_size_and_second_of_modification_tell() {
+        let at = |t: &str, size| facts(None, size, t);
+        let same = at("2024-01-01T00:00:00+00:00", 10);
+        assert!(same_content(&same, &at("2024-01-01T00:00:00.900Z", 10)));
+        assert!(!same_content(&same, &at("2024-01-01T00:00:01+00:00", 10)));
+        assert!(!same_content(&same, &at("2024-01-01T00:00:00+00:00", 11)));
+        // One ETag is not enough to compare: the size and time do.
+        assert!(same_content(&facts(Some("\"1\""), 10, "2024-01-01T00:00:00Z"), &same));
+        let unknown = SourceFacts { etag: None, size: Some(10), last_modified: None };
+        assert!(!same_content(&unknown, &unknown));
+    }
+
+    #[test]
+    fn a_file_whose_facts_are_unknown_counts_as_changed() {
+        let before = vec![("s3://b/a.nc".to_owned(), facts(Some("\"1\""), 10, "2024-01-01T00:00:00Z"))];
+        let changes = diff(&before, &[("s3://b/a.nc".to_owned(), None)]);
+        assert_eq!(changes.changed, ["s3://b/a.nc"]);
+    }
+}
