@@ -252,6 +252,12 @@ def test_combine_yearly_files_whose_chunks_span_the_seams(server, source_dir, st
     assert metric(server, "zarrgate_assembled_chunks_total", outcome="ok") == built
     assert metric(server, "zarrgate_cache_hits_total", cache="assembled") >= 3
 
+    # A browser sees the files and which chunks are assembled.
+    page = requests.get(f"{server.url}/{store_name}/", headers={"Accept": "text/html"}, timeout=30).text
+    assert 'id="files-list"' in page and all(p.as_uri() in page for p in paths), page[:2000]
+    array = requests.get(f"{server.url}/{store_name}/air/", headers={"Accept": "text/html"}, timeout=30).text
+    assert "36 virtual, 0 inline, 74 assembled" in array, array[:3000]
+
 
 def test_combine_monthly_files_of_daily_data_chunked_seven(server, source_dir, store_name):
     # Months of 28 to 31 days chunked 7: a seam in almost every fifth chunk, padded edges between.
