@@ -18,12 +18,17 @@ in each of `RUNS` (3) runs, on fresh object names (cold):
   a ThreadPoolExecutor; `serial`), combined along `time`, then
   `zarrgate_client.manifeststore_to_native` (the conversion a user must run before uploading).
 
-The ratio is zarrgate's wall time over VirtualiZarr's, median over the runs. Results go to
+The ratio is zarrgate's wall time over VirtualiZarr's, median over the runs. For many files
+(issue 36: `FILES=10000 NT=4`), VirtualiZarr reads a sample of `VZ_SAMPLE` (200) of them and its
+time is scaled linearly (said in the table); `FILES_AS=prefix` registers the files as a prefix
+and glob, then puts one more file under the prefix and times `POST .../sync` (the rescan). The
+server's peak RSS (VmHWM) is reported. Results go to
 `results/files-registration.json`. Needs the test venv (`scripts/python-env.sh`: netCDF4,
 h5py, VirtualiZarr, obstore, moto) and the release binary (`ZARRGATE_BIN`, or built).
 
     "$(scripts/python-env.sh | tail -1)/bin/python" bench/files_registration.py
     FILES=20 RUNS=1 "$(scripts/python-env.sh | tail -1)/bin/python" bench/files_registration.py
+    FILES=10000 NT=4 FILES_AS=prefix RUNS=1 "$(scripts/python-env.sh | tail -1)/bin/python" bench/files_registration.py
 """
 
 import concurrent.futures
@@ -34,7 +39,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients", "python"))
-from harness import Bench, Server, fmt, log, median, runs, table  # noqa: E402
+from harness import Bench, Server, fmt, log, median, proc_status, runs, table  # noqa: E402
 from remote_latency import LATENCY_MS, S3Upstream  # noqa: E402
 
 import h5py  # noqa: E402
@@ -47,11 +52,15 @@ FILES = int(os.environ.get("FILES", "200"))
 CONCURRENCY = int(os.environ.get("CONCURRENCY", "8"))
 MODE = os.environ.get("MODE", "combined")
 EXECUTOR = os.environ.get("EXECUTOR", "threads")
-NT, NY, NX = 100, 16, 16
+NT, NY, NX = int(os.environ.get("NT", "100")), 16, 16
+# VirtualiZarr reads a sample of this many files, its time scaled to all of them.
+VZ_SAMPLE = min(int(os.environ.get("VZ_SAMPLE", "200")), FILES)
+# `prefix`: registered as {"prefix", "glob"}, then one file added and `POST .../sync` timed.
+FILES_AS = os.environ.get("FILES_AS", "list")
 
 
 def make_file(path, index):
-    """4 variables (time, y, x) of NT chunks (1, NY, NX) each, zlib: 400 chunks."""
+    """4 variables (time, y, x) of NT (100) chunks (1, NY, NX) each, zlib: 400 chunks."""
     with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
         nc.createDimension("time", NT)
         nc.createDimension("y", NY)
@@ -90,9 +99,13 @@ def zarrgate_run(server, upstream, names, run):
     if MODE == "each":
         with concurrent.futures.ThreadPoolExecutor(CONCURRENCY) as pool:
             answers = list(pool.map(one, names))
+    elif FILES_AS == "prefix":
+        answers = [put(f"joined-{run}", {"prefix": upstream.url(f"run{run}/"), "glob": "*.nc"},
+                       combine={"join": "existing", "dim": "time"})]
     else:
         answers = [put(f"joined-{run}", [upstream.url(n) for n in names],
                        combine={"join": "existing", "dim": "time"})]
+    if MODE != "each":
         assert answers[0]["chunks"]["virtual"] == len(names) * (4 * NT + 1), answers[0]["chunks"]
     seconds = time.perf_counter() - started
     parse_bytes = server.metric("zarrgate_parse_bytes_total") - before[0]
@@ -110,6 +123,7 @@ def virtualizarr_run(upstream, names):
     from virtualizarr.parsers import HDFParser
     import zarrgate_client
 
+    names = names[:VZ_SAMPLE]
     registry = ObjectStoreRegistry({f"s3://{upstream.bucket}": upstream.direct_store()})
     parallel = concurrent.futures.ThreadPoolExecutor if EXECUTOR == "threads" else False
     started = time.perf_counter()
@@ -118,8 +132,23 @@ def virtualizarr_run(upstream, names):
     opened = time.perf_counter() - started
     doc = zarrgate_client.manifeststore_to_native(vds)
     seconds = time.perf_counter() - started
-    assert len(doc["nodes"]["t2m"]["manifest"]) == 100 * len(names)
-    return {"seconds": seconds, "open_seconds": opened}
+    assert len(doc["nodes"]["t2m"]["manifest"]) == NT * len(names)
+    # Scaled linearly from the sample to every file.
+    scale = FILES / len(names)
+    return {"seconds": seconds * scale, "open_seconds": opened * scale, "sample": len(names),
+            "sample_seconds": seconds}
+
+
+def rescan(server, upstream, path, run):
+    """One file more under the prefix, then `POST .../sync`: seconds to its answer."""
+    with open(path, "rb") as f:
+        obstore.put(upstream.writer, f"run{run}/f{FILES:05d}-new.nc", f.read())
+    started = time.perf_counter()
+    r = requests.post(f"{server.base}/api/v1/stores/joined-{run}/sync", timeout=600)
+    seconds = time.perf_counter() - started
+    if r.status_code != 200 or len(r.json()["added"]) != 1:
+        raise RuntimeError(f"sync: {r.status_code} {r.text[:500]}")
+    return seconds
 
 
 def render(data):
@@ -130,9 +159,16 @@ def render(data):
                      fmt(z["requests_per_file"]), fmt(z["gets_per_file"]), fmt(z["bytes_per_file"] / data["metadata_bytes"]),
                      fmt(z["upstream_bytes_per_file"] / data["metadata_bytes"])])
     ratio = median([r["zarrgate"]["seconds"] / r["virtualizarr"]["seconds"] for r in data["results"]["runs"]])
-    return table(["run", "zarrgate s", "VirtualiZarr s", "ratio", "requests/file", "GETs/file", "bytes/metadata",
-                  "proxy bytes/metadata"],
-                 rows) + f"\nmedian ratio zarrgate/VirtualiZarr: {fmt(ratio, 3)} (target <= 0.05)\n"
+    out = table(["run", "zarrgate s", "VirtualiZarr s", "ratio", "requests/file", "GETs/file", "bytes/metadata",
+                 "proxy bytes/metadata"], rows) + f"\nmedian ratio zarrgate/VirtualiZarr: {fmt(ratio, 3)} (target <= 0.05)\n"
+    first = data["results"]["runs"][0]
+    if first["virtualizarr"].get("sample", data["files"]) < data["files"]:
+        out += f"VirtualiZarr timed on {first['virtualizarr']['sample']} of the {data['files']} files, scaled linearly\n"
+    rescans = [r["zarrgate"]["rescan_seconds"] for r in data["results"]["runs"] if "rescan_seconds" in r["zarrgate"]]
+    if rescans:
+        out += f"rescan with one new file (POST sync): median {fmt(median(rescans))} s (target <= 2 s)\n"
+    out += f"server peak RSS: {fmt(max(r['zarrgate']['rss_peak_mib'] for r in data['results']['runs']))} MiB\n"
+    return out
 
 
 def main():
@@ -142,7 +178,7 @@ def main():
     os.makedirs(local)
     paths = []
     for i in range(FILES):
-        path = os.path.join(local, f"f{i:04d}.nc")
+        path = os.path.join(local, f"f{i:05d}.nc")
         make_file(path, i)
         paths.append(path)
     meta = median([metadata_bytes(p) for p in paths[:5]])
@@ -154,11 +190,14 @@ def main():
             for run in range(runs(3)):
                 names = []
                 for i, path in enumerate(paths):
-                    name = f"run{run}/f{i:04d}.nc"
+                    name = f"run{run}/f{i:05d}.nc"
                     with open(path, "rb") as f:
                         obstore.put(upstream.writer, name, f.read())
                     names.append(name)
                 z = zarrgate_run(server, upstream, names, run)
+                if FILES_AS == "prefix":
+                    z["rescan_seconds"] = rescan(server, upstream, paths[0], run)
+                z["rss_peak_mib"] = proc_status(server.proc.pid, "VmHWM") / 1024
                 v = virtualizarr_run(upstream, names)
                 log(f"run {run}: zarrgate {z['seconds']:.2f} s, VirtualiZarr {v['seconds']:.2f} s")
                 results.append({"run": run, "zarrgate": z, "virtualizarr": v})

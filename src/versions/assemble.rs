@@ -50,6 +50,20 @@ impl Default for Assembly {
     }
 }
 
+impl Assembly {
+    /// A place in the queue, or 503 when `workers + queue` builds are already there.
+    fn enter(&self) -> Result<Queued<'_>> {
+        if self.queued.fetch_add(1, Ordering::AcqRel) >= self.max_queued {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(Error::Overloaded(format!(
+                "{} assembled chunks are being built or waiting (assemble.workers + assemble.queue); retry in a moment",
+                self.max_queued
+            )));
+        }
+        Ok(Queued(&self.queued))
+    }
+}
+
 /// A place in the pool's queue, given back when dropped.
 struct Queued<'a>(&'a AtomicUsize);
 
@@ -116,14 +130,7 @@ impl Reader {
         self.observe("read", started);
 
         let pool = &self.assembly;
-        if pool.queued.fetch_add(1, Ordering::AcqRel) >= pool.max_queued {
-            pool.queued.fetch_sub(1, Ordering::AcqRel);
-            return Err(Error::Overloaded(format!(
-                "{} assembled chunks are being built or waiting (assemble.workers + assemble.queue); retry in a moment",
-                pool.max_queued
-            )));
-        }
-        let _queued = Queued(&pool.queued);
+        let _queued = pool.enter()?;
         let waited = Instant::now();
         let _worker = Arc::clone(&pool.workers)
             .acquire_owned()
@@ -145,5 +152,22 @@ impl Reader {
 
     fn observe(&self, phase: &str, started: Instant) {
         self.metrics.assembled_chunk_seconds.with_label_values(&[phase]).observe(started.elapsed().as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_queue_refuses_at_once_and_frees_its_places() {
+        let pool = Assembly::new(&AssembleConfig { workers: 1, queue: 1, ..AssembleConfig::default() });
+        let (first, second) = (pool.enter().unwrap(), pool.enter().unwrap());
+        let Err(Error::Overloaded(why)) = pool.enter() else { panic!("a third build was let in") };
+        assert!(why.contains("assemble.workers + assemble.queue"), "{why}");
+        drop(first);
+        let third = pool.enter().unwrap();
+        drop((second, third));
+        assert_eq!(pool.queued.load(Ordering::Acquire), 0);
     }
 }
