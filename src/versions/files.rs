@@ -32,6 +32,7 @@ use crate::formats::{self, Chunk, Parser};
 use crate::zarr::assembled::PieceSource;
 use crate::zarr::document::{DocNode, Document};
 use crate::zarr::manifest::{RawRef, normalize_source_url};
+use crate::zarr::source::SourceFacts;
 use crate::zarr::spill::Scratch;
 
 /// What a registration asks for: `{"files": [URL, ...] | {"prefix": URL, "glob": GLOB},
@@ -219,8 +220,26 @@ impl Registrar {
         let choice = target.choice;
         // What the registrations before this one parsed is in the catalog by now.
         drop(self.remembering.read().await);
-        let urls: Vec<(String, Option<FileRecord>)> =
-            scan.files.iter().map(|(url, _)| (url.clone(), unchanged.get(url).cloned())).collect();
+        // A file the listing describes, read by a parser named, may have been parsed before (by
+        // any store or replica): its parse is then looked up with the listed facts, no request
+        // made. (Under `auto`, a DMR++ sidecar that appeared since could be missed: not there.)
+        let listed = |url: &str, facts: &Option<SourceFacts>| match (choice, facts) {
+            (Choice::Only(p), Some(facts)) if p != Parser::Dmrpp => Some(FileRecord {
+                url: url.to_owned(),
+                parser: p.name().to_owned(),
+                sidecar: None,
+                facts: facts.clone(),
+                bytes_read: 0,
+                requests: 0,
+                cached: true,
+            }),
+            _ => None,
+        };
+        let urls: Vec<(String, Option<FileRecord>)> = scan
+            .files
+            .iter()
+            .map(|(url, facts)| (url.clone(), unchanged.get(url).cloned().or_else(|| listed(url, facts))))
+            .collect();
         let reads = urls.into_iter().map(|(url, unchanged)| {
             let (sources, metrics, config) = (Arc::clone(&self.sources), self.metrics.clone(), config.clone());
             let catalog = Arc::clone(&self.catalog);

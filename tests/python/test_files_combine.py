@@ -409,6 +409,16 @@ def test_a_prefix_on_s3_rescanned_by_sync_grows_by_new_versions(server, store_na
         again = sync(server, store_name)
         assert not again["moved"], again
 
+        # stores over the prefix with their parser named (parses under "auto" are not theirs):
+        # the second finds every parse in the catalog by the listing's facts, and reads no file
+        put_files(server, f"{store_name}-one", files, parser="hdf5", combine=combine_existing())
+        ok, cached = parses(server, "ok"), parses(server, "cached")
+        put_files(server, f"{store_name}-two", files, parser="hdf5", combine=combine_existing())
+        assert (parses(server, "ok") - ok, parses(server, "cached") - cached) == (0, 3)
+        two = requests.get(f"{server.url}/api/v1/stores/{store_name}-two", timeout=30).json()["files"]["files"]
+        assert [(f["requests"], f["bytes_read"]) for f in two] == [(0, 0)] * 3, two
+        assert_same(open_plain(f"{server.url}/{store_name}-two"), mfdataset(paths, "time"))
+
         # a file rewritten, then one removed
         write_daily(paths[1], 5)
         upload(endpoint, bucket, f"era/{paths[1].name}", paths[1])
