@@ -15,11 +15,14 @@ pub struct AssembleConfig {
     /// Bytes one assembled chunk may take decoded; an array whose chunks are larger is answered
     /// with 500 naming this bound (its chunks are never decoded past it).
     pub max_chunk_bytes: u64,
+    /// The level assembled chunks of gzip or zlib arrays are encoded at (0-9: any decodes the
+    /// same); 1 is fast, 0 (stored) as fast as a copy and as large as the data.
+    pub deflate_level: u32,
 }
 
 impl Default for AssembleConfig {
     fn default() -> Self {
-        Self { workers: 0, queue: 256, max_chunk_bytes: 256 << 20 }
+        Self { workers: 0, queue: 256, max_chunk_bytes: 256 << 20, deflate_level: 1 }
     }
 }
 

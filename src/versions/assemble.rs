@@ -29,6 +29,7 @@ pub struct Assembly {
     /// The most that may: `workers` plus `assemble.queue`.
     max_queued: usize,
     max_chunk_bytes: u64,
+    deflate_level: u32,
 }
 
 impl Assembly {
@@ -40,6 +41,7 @@ impl Assembly {
             queued: AtomicUsize::new(0),
             max_queued: workers + config.queue,
             max_chunk_bytes: config.max_chunk_bytes,
+            deflate_level: config.deflate_level,
         }
     }
 }
@@ -137,11 +139,11 @@ impl Reader {
             .await
             .map_err(|_| Error::Internal("the pool of assembled chunks is closed".into()))?;
         self.observe("wait", waited);
-        let (metadata, max) = (node.metadata().into_owned(), pool.max_chunk_bytes);
+        let (metadata, max, level) = (node.metadata().into_owned(), pool.max_chunk_bytes, pool.deflate_level);
         let working = Instant::now();
         let built = tokio::task::spawn_blocking(move || {
             let parts: Vec<&[u8]> = pieces.iter().map(|p| &p[..]).collect();
-            assembled::assemble(&metadata, &chunk_shape, &recipe, &parts, max)
+            assembled::assemble(&metadata, &chunk_shape, &recipe, &parts, max, level)
         })
         .await?;
         self.observe("cpu", working);

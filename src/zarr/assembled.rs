@@ -199,13 +199,14 @@ pub fn can_assemble(metadata: &Map<String, Value>, chunk_shape: &[u64]) -> Resul
 
 /// The chunk `recipe` makes, for an array `metadata` describes with chunks of `chunk_shape`:
 /// `pieces[i]` is the encoded source chunk of `recipe.pieces[i]`. Nothing decoded is larger than
-/// one chunk (`max_bytes` bounds variable-length types, which are refused anyway).
+/// `max_bytes`; gzip and zlib encode at `deflate_level` ([`DEFLATE`]).
 pub fn assemble(
     metadata: &Map<String, Value>,
     chunk_shape: &[u64],
     recipe: &Recipe,
     pieces: &[&[u8]],
     max_bytes: u64,
+    deflate_level: u32,
 ) -> Result<Assembled, AssembleError> {
     let codec = |e: &dyn std::fmt::Display| AssembleError::Codec(e.to_string());
     recipe.check(chunk_shape)?;
@@ -257,7 +258,7 @@ pub fn assemble(
             out[o * slab + to..][..len].copy_from_slice(&decoded[o * source_slab + from..][..len]);
         }
     }
-    Ok(Assembled { bytes: encode(metadata, chunk_shape, out)?, decoding })
+    Ok(Assembled { bytes: encode(metadata, chunk_shape, out, deflate_level)?, decoding })
 }
 
 /// An assembled chunk, encoded, and the time its pieces took to decode.
@@ -269,31 +270,42 @@ pub struct Assembled {
     pub decoding: Duration,
 }
 
-/// Compressors whose level is the encoder's choice alone (any level decodes the same), and the
-/// level assembled chunks are encoded at: the fastest that still compresses, since a chunk is
-/// encoded while a reader waits (zlib at level 9 is some 20 times slower than at 1).
-const FAST_LEVELS: &[(&str, i64)] =
-    &[("gzip", 1), ("numcodecs.gzip", 1), ("numcodecs.zlib", 1), ("zlib", 1), ("zstd", 1), ("numcodecs.zstd", 1)];
+/// Deflate compressors (gzip, zlib), whose level is the encoder's choice alone: any level
+/// decodes the same. Assembled chunks are encoded at `assemble.deflate_level` (1 by default: a
+/// chunk is encoded while a reader waits, and zlib at level 9 is some 20 times slower than at 1;
+/// 0 stores the bytes deflated in name only, as fast as a copy, twice as large).
+const DEFLATE: &[&str] = &["gzip", "numcodecs.gzip", "numcodecs.zlib", "zlib"];
+/// zstd likewise, at its fast level 1.
+const ZSTD: &[&str] = &["zstd", "numcodecs.zstd"];
 
-/// `seen`'s codecs with every compressor of [`FAST_LEVELS`] at its fast level.
-fn at_fast_levels(seen: &mut Map<String, Value>) {
+/// `seen`'s codecs with every compressor of [`DEFLATE`] at `deflate_level`, of [`ZSTD`] at 1.
+fn at_fast_levels(seen: &mut Map<String, Value>, deflate_level: u32) {
     let Some(Value::Array(codecs)) = seen.get_mut("codecs") else { return };
     for c in codecs {
         let name = c.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
-        if let Some((_, level)) = FAST_LEVELS.iter().find(|(n, _)| *n == name)
-            && let Some(config) = c.get_mut("configuration").and_then(Value::as_object_mut)
+        let level = match name.as_str() {
+            n if DEFLATE.contains(&n) => i64::from(deflate_level.min(9)),
+            n if ZSTD.contains(&n) => 1,
+            _ => continue,
+        };
+        if let Some(config) = c.get_mut("configuration").and_then(Value::as_object_mut)
             && config.contains_key("level")
         {
-            config.insert("level".into(), Value::from(*level));
+            config.insert("level".into(), Value::from(level));
         }
     }
 }
 
 /// `raw` (one chunk's elements in C order, native byte order) encoded with the array's codecs.
-fn encode(metadata: &Map<String, Value>, chunk_shape: &[u64], raw: Vec<u8>) -> Result<Vec<u8>, AssembleError> {
+fn encode(
+    metadata: &Map<String, Value>,
+    chunk_shape: &[u64],
+    raw: Vec<u8>,
+    deflate_level: u32,
+) -> Result<Vec<u8>, AssembleError> {
     let codec = |e: &dyn std::fmt::Display| AssembleError::Codec(e.to_string());
     let mut seen = super::metadata::as_zarrs_sees_it(metadata).map_err(|e| codec(&e))?;
-    at_fast_levels(&mut seen);
+    at_fast_levels(&mut seen, deflate_level);
     let v3: ArrayMetadataV3 = serde_json::from_value(Value::Object(seen)).map_err(|e| codec(&e))?;
     let array =
         Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", ArrayMetadata::V3(v3)).map_err(|e| codec(&e))?;
