@@ -6,6 +6,7 @@
 //! knows about HTTP requests or responses.
 
 mod assemble;
+mod assembly_pool;
 pub mod cache;
 pub mod error;
 pub mod facts;

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::assemble::Assembly;
+use super::assembly_pool::Assembly;
 use super::cache::Caches;
 use super::error::{Error, Result};
 use super::view::{VersionView, etag};
