@@ -309,16 +309,6 @@ fn encode(
     let codec = |e: &dyn std::fmt::Display| AssembleError::Codec(e.to_string());
     let mut seen = super::metadata::as_zarrs_sees_it(metadata).map_err(|e| codec(&e))?;
     at_fast_levels(&mut seen, deflate_level);
-    // A last gzip or zlib codec is applied here, with flate2's zlib-rs (some 3 times faster than
-    // the deflate zarrs uses), to what zarrs encodes before it: the same format, any reader's.
-    let last = match seen.get_mut("codecs") {
-        Some(Value::Array(codecs)) => match codecs.last().and_then(|c| c.get("name")).and_then(Value::as_str) {
-            Some("numcodecs.zlib" | "zlib") => codecs.pop().map(|_| Deflate::Zlib),
-            Some("gzip" | "numcodecs.gzip") => codecs.pop().map(|_| Deflate::Gzip),
-            _ => None,
-        },
-        _ => None,
-    };
     let v3: ArrayMetadataV3 = serde_json::from_value(Value::Object(seen)).map_err(|e| codec(&e))?;
     let array =
         Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", ArrayMetadata::V3(v3)).map_err(|e| codec(&e))?;
@@ -327,30 +317,7 @@ fn encode(
         .codecs()
         .encode(ArrayBytes::new_flen(raw), &shape, array.data_type(), array.fill_value(), &CodecOptions::default())
         .map_err(|e| codec(&e))?;
-    let level = flate2::Compression::new(deflate_level.min(9));
-    match last {
-        None => Ok(encoded.to_vec()),
-        Some(kind) => {
-            let out = Vec::with_capacity(encoded.len() / 2 + 64);
-            let bytes = match kind {
-                Deflate::Zlib => {
-                    let mut e = flate2::write::ZlibEncoder::new(out, level);
-                    std::io::Write::write_all(&mut e, &encoded).and_then(|()| e.finish())
-                }
-                Deflate::Gzip => {
-                    let mut e = flate2::write::GzEncoder::new(out, level);
-                    std::io::Write::write_all(&mut e, &encoded).and_then(|()| e.finish())
-                }
-            };
-            bytes.map_err(|e| codec(&e))
-        }
-    }
-}
-
-/// The deflate format of a last codec encoded by [`encode`] itself.
-enum Deflate {
-    Zlib,
-    Gzip,
+    Ok(encoded.to_vec())
 }
 
 #[cfg(test)]
