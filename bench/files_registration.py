@@ -203,7 +203,8 @@ def main():
                 results.append({"run": run, "zarrgate": z, "virtualizarr": v})
     finally:
         upstream.close()
-    bench.publish("files-registration", {"runs": results}, render, latency_ms=LATENCY_MS, files=FILES,
+    name = "files-registration" if FILES == 200 and NT == 100 else f"files-registration-{FILES}x{NT}"
+    bench.publish(name, {"runs": results}, render, latency_ms=LATENCY_MS, files=FILES,
                   metadata_bytes=meta, executor=EXECUTOR, concurrency=CONCURRENCY, mode=MODE)
     bench.cleanup()
 
