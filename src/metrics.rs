@@ -162,6 +162,12 @@ metrics! {
     /// worker of the bounded pool), `cpu` (decoded, cut, joined and encoded again), and `decode`
     /// (the part of `cpu` that decoded the pieces).
     assembled_chunk_seconds: HistogramVec = ["phase"],
+    /// Chunks of arrays served with portable codecs (`?codecs=portable`) transcoded from their
+    /// file's codecs, by outcome, as zarrgate_assembled_chunks_total counts assembled ones (they
+    /// share its pool and its cache `assembled`).
+    transcoded_chunks_total: IntCounterVec = ["outcome"],
+    /// Time to transcode one chunk, by phase, as zarrgate_assembled_chunk_seconds's.
+    transcoded_chunk_seconds: HistogramVec = ["phase"],
     /// Rescans of stores made from files under a prefix (`follow_seconds`, `POST .../sync`), by
     /// outcome (unchanged: no file added, changed or removed; new_version; failed).
     files_rescans_total: IntCounterVec = ["outcome"],

@@ -96,6 +96,15 @@ fn array_node(root: &Path, array: &Array<FilesystemStore>, leave_out: &[&[u64]])
 /// Registers the `local` object store (once) and the store `name` from `nodes`; checks the
 /// number of virtual chunks the server counted; returns the version.
 async fn register(server: &TestServer, name: &str, nodes: Value, virtual_chunks: u64) -> i64 {
+    local_object_store(server).await;
+    let (status, body) = server.put(&format!("/api/v1/stores/{name}"), &json!({"nodes": nodes})).await;
+    assert_eq!(status, StatusCode::CREATED, "registering {name}: {body}");
+    assert_eq!(body["chunks"]["virtual"].as_u64(), Some(virtual_chunks), "{body}");
+    body["version"].as_i64().unwrap_or_else(|| panic!("no version in {body}"))
+}
+
+/// Registers the `local` object store, the server's data directory (once).
+async fn local_object_store(server: &TestServer) {
     let (status, body) = server
         .put(
             "/api/v1/object-stores/local",
@@ -103,10 +112,6 @@ async fn register(server: &TestServer, name: &str, nodes: Value, virtual_chunks:
         )
         .await;
     assert!(status.is_success() || status == StatusCode::CONFLICT, "{status} {body}");
-    let (status, body) = server.put(&format!("/api/v1/stores/{name}"), &json!({"nodes": nodes})).await;
-    assert_eq!(status, StatusCode::CREATED, "registering {name}: {body}");
-    assert_eq!(body["chunks"]["virtual"].as_u64(), Some(virtual_chunks), "{body}");
-    body["version"].as_i64().unwrap_or_else(|| panic!("no version in {body}"))
 }
 
 /// zarrs' view of the zarrgate store `name`, over HTTP.
@@ -440,4 +445,117 @@ async fn group_hierarchy_with_consolidated_metadata() {
     let sub_region: Vec<f32> =
         array.async_retrieve_array_subset(&ArraySubset::new_with_ranges(&[1..4, 3..6])).await.unwrap();
     assert_same(&sub_region, &region(&values, &[5, 6], &[1..4, 3..6]), "sub/temp region");
+}
+
+/// An array written by zarrs with codecs as the file's metadata names them (netCDF4's default
+/// `numcodecs.shuffle` and `numcodecs.zlib`, say), and `values` over it.
+fn write_with_codecs(
+    store: &Arc<FilesystemStore>,
+    path: &str,
+    shape: &[u64],
+    chunks: &[u64],
+    codecs: Value,
+    values: &[f32],
+) -> Array<FilesystemStore> {
+    let metadata = json!({
+        "zarr_format": 3, "node_type": "array", "shape": shape, "data_type": "float32",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": -5.5, "codecs": codecs, "attributes": {"units": "K"},
+    });
+    let metadata = zarrs::array::ArrayMetadata::V3(serde_json::from_value(metadata).unwrap());
+    let array = Array::new_with_metadata(store.clone(), path, metadata).unwrap();
+    array.store_metadata().unwrap();
+    array.store_array_subset(&array.subset_all(), values.to_vec()).unwrap();
+    array
+}
+
+/// `?codecs=portable`: an array of netCDF4's zlib + shuffle (which GDAL and zarrita.js cannot
+/// decode) is served as `bytes` + `gzip`, its chunks transcoded when read, and zarrs reads the
+/// same numbers; an array already portable is served byte for byte; the export keeps the
+/// files' own codecs, whose references it writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn portable_codecs_read_by_zarrs_as_the_files_values() {
+    let server = TestServer::start(common::Backend::Sqlite).await;
+    let (root, store) = fs_store(&server, "portable");
+    let shape = [9u64, 7];
+    let values = sample(63, 3.0);
+    let netcdf4 = json!([
+        {"name": "bytes", "configuration": {"endian": "little"}},
+        {"name": "numcodecs.shuffle", "configuration": {"elementsize": 4}},
+        {"name": "numcodecs.zlib", "configuration": {"level": 6}},
+    ]);
+    let shuffled = write_with_codecs(&store, "/air", &shape, &[4, 4], netcdf4.clone(), &values);
+    let scalar = write_with_codecs(&store, "/scalar", &[], &[], netcdf4, &[2.25]);
+    let mut gz = ArrayBuilder::new(shape.to_vec(), vec![4, 4], data_type::float32(), 0.0f32);
+    gz.bytes_to_bytes_codecs(vec![Arc::new(GzipCodec::new(5).unwrap())]);
+    let gz = write_f32(&store, "/gz", &gz, &values);
+    // Chunk [2, 1] of air is carried inline, chunk [0, 1] left out (fill value).
+    let mut air = array_node(&root, &shuffled, &[&[0, 1]]);
+    let inline = std::fs::read(root.join("air/c/2/1")).unwrap();
+    air["manifest"]["2.1"] = json!({"data": base64::engine::general_purpose::STANDARD.encode(&inline)});
+    let nodes = json!({"air": air, "scalar": array_node(&root, &scalar, &[]), "gz": array_node(&root, &gz, &[])});
+    local_object_store(&server).await;
+    let (status, body) = server.put("/api/v1/stores/portable?codecs=portable", &json!({"nodes": nodes})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["codecs"], "portable", "{body}");
+    assert_eq!(body["transcoded_arrays"], 2, "air and scalar; gz is portable already: {body}");
+
+    let served: Value = server.get("/portable/air/zarr.json", &[]).await.json().await.unwrap();
+    let names: Vec<&str> = served["codecs"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["bytes", "gzip"], "{served}");
+    assert_eq!(served["attributes"]["units"], "K");
+    let root_doc: Value = server.get("/portable/zarr.json", &[]).await.json().await.unwrap();
+    let consolidated = &root_doc["consolidated_metadata"]["metadata"]["air"]["codecs"];
+    assert_eq!(consolidated[1]["name"], "gzip", "the consolidated metadata is the served one: {root_doc}");
+
+    let http = http_store(&server, "portable");
+    let array = Array::async_open(http.clone(), "/air").await.unwrap();
+    let all: Vec<f32> = array.async_retrieve_array_subset(&array.subset_all()).await.unwrap();
+    let expected: Vec<f32> =
+        (0..63).map(|i| if i / 7 < 4 && (4..7).contains(&(i % 7)) { -5.5 } else { values[i] }).collect();
+    assert_same(&all, &expected, "air, transcoded (one chunk inline, one missing)");
+    let scalar = Array::async_open(http.clone(), "/scalar").await.unwrap();
+    let one: Vec<f32> = scalar.async_retrieve_array_subset(&scalar.subset_all()).await.unwrap();
+    assert_same(&one, &[2.25], "a 0-d array, transcoded");
+    let gz_read = Array::async_open(http.clone(), "/gz").await.unwrap();
+    let all: Vec<f32> = gz_read.async_retrieve_array_subset(&gz_read.subset_all()).await.unwrap();
+    assert_same(&all, &values, "gz, served as it is");
+    assert_eq!(server.bytes("/portable/gz/c/1/1").await, std::fs::read(root.join("gz/c/1/1")).unwrap());
+
+    // A transcoded chunk is a gzip stream with a strong ETag, its length known to HEAD, ranges
+    // and revalidation served as for any chunk.
+    let body = server.bytes("/portable/air/c/1/0").await;
+    assert_eq!(&body[..2], &[0x1f, 0x8b]);
+    let head = server.head("/portable/air/c/1/0").await;
+    assert_eq!(head.headers()["content-length"], body.len().to_string().as_str());
+    let tag = head.headers()["etag"].to_str().unwrap().to_owned();
+    assert!(tag.starts_with('"'), "a strong ETag: {tag}");
+    let part = server.get("/portable/air/c/1/0", &[("range", "bytes=2-9")]).await;
+    assert_eq!(part.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(part.bytes().await.unwrap().to_vec(), body[2..10].to_vec());
+    let again = server.get("/portable/air/c/1/0", &[("if-none-match", &tag)]).await;
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+    assert_eq!(server.get("/portable/air/c/0/1", &[]).await.status(), StatusCode::NOT_FOUND);
+    assert!(server.metric_sum("zarrgate_transcoded_chunks_total", &[("outcome", "ok")]).await >= 4.0);
+
+    // The v2 view carries the same portable codecs.
+    let zarray: Value = server.get("/v2/portable/air/.zarray", &[]).await.json().await.unwrap();
+    assert_eq!(zarray["compressor"]["id"], "gzip", "{zarray}");
+    assert_eq!(zarray["filters"], Value::Null, "{zarray}");
+
+    // The export is the manifest as registered: the files' codecs, whose bytes it points at.
+    let exported: Value = server.get("/api/v1/stores/portable/manifest", &[]).await.json().await.unwrap();
+    assert_eq!(exported["nodes"]["air"]["codecs"][2]["name"], "numcodecs.zlib", "{exported}");
+
+    // A re-registration keeps the setting; `codecs=as-is` serves the files' codecs again.
+    let (status, body) = server.put("/api/v1/stores/portable", &json!({"nodes": nodes})).await;
+    assert_eq!((status, &body["codecs"]), (StatusCode::OK, &json!("portable")), "{body}");
+    let (status, body) = server.put("/api/v1/stores/portable?codecs=as-is", &json!({"nodes": nodes})).await;
+    assert_eq!((status, &body["codecs"], &body["transcoded_arrays"]), (StatusCode::OK, &json!("as-is"), &json!(0)));
+    let served: Value = server.get("/portable/air/zarr.json", &[]).await.json().await.unwrap();
+    assert_eq!(served["codecs"][2]["name"], "numcodecs.zlib", "{served}");
+    let (status, body) = server.put("/api/v1/stores/portable?codecs=gdal", &json!({"nodes": nodes})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("\"portable\""), "{body}");
 }

@@ -153,6 +153,8 @@ pub struct VersionHead {
     pub created_at_ms: i64,
     /// Missing chunks are answered with a fill-value chunk, not 404.
     pub fill_missing: bool,
+    /// Arrays whose codecs are not portable are served transcoded (`?codecs=portable`).
+    pub portable: bool,
 }
 
 /// What the data plane finds under a store name (or a pinned `name@version`).
@@ -171,6 +173,8 @@ pub enum StoreHead {
 pub struct VersionOptions {
     /// Answer missing chunks with a fill-value chunk instead of 404.
     pub fill_missing: bool,
+    /// Serve arrays whose codecs are not portable transcoded (`?codecs=portable`).
+    pub portable: bool,
     /// Where the version comes from when not from a document sent (an Icechunk store's
     /// repository, reference and snapshot), as JSON text.
     pub origin: Option<String>,

@@ -89,13 +89,15 @@ async fn insert_version(
     let summary = serde_json::to_value(summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
     let head = &sql.head_columns;
     let sql = sqlx::AssertSqlSafe(format!(
-        "insert into versions as v (store, summary, fill_missing, origin) values ($1, $2, $3, $4) returning {head}"
+        "insert into versions as v (store, summary, fill_missing, origin, portable) values ($1, $2, $3, $4, $5) \
+         returning {head}"
     ));
     let row = sqlx::query(sql)
         .bind(name)
         .bind(sqlx::types::Json(summary))
         .bind(options.fill_missing)
         .bind(options.origin)
+        .bind(options.portable)
         .fetch_one(&mut **tx)
         .await?;
     Ok(rows::version_head(&row)?)

@@ -100,7 +100,7 @@ pub(super) struct Statements {
 impl Statements {
     pub fn new(d: &Dialect) -> Self {
         let millis = d.millis;
-        let head = format!("v.store, v.id, v.fill_missing, {} as created_at_ms", millis("v.created_at"));
+        let head = format!("v.store, v.id, v.fill_missing, v.portable, {} as created_at_ms", millis("v.created_at"));
         let record = format!(
             "select {head}, {} as summary, {} as store_created_at_ms \
              from stores s join versions v on v.id = s.current_version",
@@ -177,6 +177,7 @@ pub(super) fn version_head(row: &impl CatalogRow) -> Result<VersionHead, sqlx::E
         id: row.field("id")?,
         created_at_ms: row.field("created_at_ms")?,
         fill_missing: row.field("fill_missing")?,
+        portable: row.field("portable")?,
     })
 }
 

@@ -64,14 +64,15 @@ async fn insert_version(
 ) -> Result<VersionHead, CatalogError> {
     let summary = serde_json::to_string(summary).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
     let row = sqlx::query(
-        "insert into versions (store, created_at, summary, fill_missing, origin) values ($1, $2, $3, $4, $5) \
-         returning store, id, created_at as created_at_ms, fill_missing",
+        "insert into versions (store, created_at, summary, fill_missing, origin, portable) \
+         values ($1, $2, $3, $4, $5, $6) returning store, id, created_at as created_at_ms, fill_missing, portable",
     )
     .bind(name)
     .bind(now)
     .bind(summary)
     .bind(options.fill_missing)
     .bind(options.origin)
+    .bind(options.portable)
     .fetch_one(&mut **tx)
     .await?;
     Ok(rows::version_head(&row)?)

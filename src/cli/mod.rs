@@ -82,6 +82,11 @@ pub enum StoresCommand {
         /// fill (a fill-value chunk, for caches that mishandle 404).
         #[arg(long, value_enum)]
         missing_chunks: Option<MissingChunks>,
+        /// How arrays' codecs are served: portable (arrays whose codecs GDAL, zarrita.js, zarrs
+        /// or zarr-python would need a plugin for are served as bytes + gzip, their chunks
+        /// transcoded when read) or as-is (the files' own). Default: the store's current setting.
+        #[arg(long, value_enum)]
+        codecs: Option<Codecs>,
         /// Do not ask each source for its ETag and size at registration.
         #[arg(long)]
         no_verify: bool,
@@ -246,6 +251,15 @@ pub enum MissingChunks {
     Fill,
 }
 
+/// How arrays' codecs are served.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Codecs {
+    /// Codecs every client decodes without a plugin, chunks transcoded where needed.
+    Portable,
+    /// The files' own codecs.
+    AsIs,
+}
+
 fn name_of<T: ValueEnum>(value: T) -> String {
     value.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default()
 }
@@ -356,6 +370,7 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
             options,
             format,
             missing_chunks,
+            codecs,
             no_verify,
             record_sources,
             if_match,
@@ -374,6 +389,9 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
                 if let Some(missing) = missing_chunks {
                     query.push(("missing_chunks", name_of(missing)));
                 }
+                if let Some(codecs) = codecs {
+                    query.push(("codecs", name_of(codecs)));
+                }
                 let path = with_query(&store_path(&name), &query);
                 let mut request = api
                     .request(Method::PUT, &path)
@@ -382,7 +400,7 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
                 if let Some(tag) = if_match.as_deref().map(version_etag).transpose()? {
                     request = request.header(reqwest::header::IF_MATCH, tag);
                 }
-                let s = api.json(request).await?;
+                let s = files::with_progress(api, &name, api.json(request)).await?;
                 let from = match given.as_slice() {
                     [one] => one.clone(),
                     several => format!("{} files", several.len()),
@@ -414,6 +432,9 @@ async fn run_stores(api: &Api, command: StoresCommand, json: bool) -> Result<boo
             }
             if let Some(missing) = missing_chunks {
                 query.push(("missing_chunks", name_of(missing)));
+            }
+            if let Some(codecs) = codecs {
+                query.push(("codecs", name_of(codecs)));
             }
             if no_verify {
                 query.push(("verify", "false".to_owned()));

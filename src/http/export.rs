@@ -54,7 +54,7 @@ pub(super) async fn export(
             .hierarchy
             .nodes()
             .filter(|n| matches!(n.kind, NodeKind::Array(_)))
-            .filter_map(|n| array_to_v2(&n.metadata(), false).err().map(|e| format!("array {}: {e}", n.path)))
+            .filter_map(|n| array_to_v2(&n.stored_metadata(), false).err().map(|e| format!("array {}: {e}", n.path)))
             .collect();
         if !problems.is_empty() {
             return Err(ApiError::Invalid {
@@ -116,7 +116,7 @@ impl Writer<'_> {
     ) -> Result<(), ApiError> {
         self.out.push_str("{\"nodes\": {");
         for node in view.hierarchy.nodes() {
-            let metadata = Value::Object(node.metadata().into_owned()).to_string();
+            let metadata = Value::Object(node.stored_metadata().into_owned()).to_string();
             let NodeKind::Array(layout) = &node.kind else {
                 self.member(node.path.as_str(), &metadata);
                 continue;
@@ -163,13 +163,13 @@ impl Writer<'_> {
         for node in view.hierarchy.nodes() {
             let prefix = if node.path.is_root() { String::new() } else { format!("{}/", node.path) };
             let NodeKind::Array(layout) = &node.kind else {
-                let (zgroup, zattrs) = group_to_v2(&node.metadata());
+                let (zgroup, zattrs) = group_to_v2(&node.stored_metadata());
                 self.member(&format!("{prefix}.zgroup"), &Value::from(zgroup.to_string()).to_string());
                 self.member(&format!("{prefix}.zattrs"), &Value::from(zattrs.to_string()).to_string());
                 continue;
             };
             // Chunks first: whether any is missing decides the v2 fill value (key order is free).
-            let (zarray, _) = array_to_v2(&node.metadata(), false).map_err(ApiError::Internal)?;
+            let (zarray, _) = array_to_v2(&node.stored_metadata(), false).map_err(ApiError::Internal)?;
             let separator = if zarray["dimension_separator"] == "/" { '/' } else { '.' };
             let keys = ChunkKeyEncoding::V2 { separator };
             let mut stored = 0u64;
@@ -201,7 +201,7 @@ impl Writer<'_> {
                 }
             }
             let has_missing = stored < layout.grid.chunk_count();
-            let (zarray, zattrs) = array_to_v2(&node.metadata(), has_missing).map_err(ApiError::Internal)?;
+            let (zarray, zattrs) = array_to_v2(&node.stored_metadata(), has_missing).map_err(ApiError::Internal)?;
             self.member(&format!("{prefix}.zarray"), &Value::from(zarray.to_string()).to_string());
             self.member(&format!("{prefix}.zattrs"), &Value::from(zattrs.to_string()).to_string());
         }
@@ -227,7 +227,7 @@ fn blocks<'a>(
 /// An assembled chunk's bytes, built: a kerchunk or native manifest cannot say how to assemble
 /// one, so it is exported inline.
 async fn assembled_bytes(reader: &Reader, view: &VersionView, node: &Node, recipe: Bytes) -> Result<Bytes, ApiError> {
-    match reader.assembled(view, node, recipe).await? {
+    match reader.assembled_as_stored(view, node, recipe).await? {
         crate::versions::Chunk::Bytes { bytes, .. } => Ok(bytes),
         _ => Err(ApiError::Internal(format!("array {}: an assembled chunk was not built", node.path))),
     }

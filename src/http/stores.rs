@@ -33,6 +33,7 @@ pub fn router() -> Router<AppState> {
         .route("/stores/{store}/verify", post(verify))
         .route("/stores/{store}/sync", post(sync))
         .route("/stores/{store}/versions", get(versions))
+        .route("/stores/{store}/progress", get(progress))
 }
 
 #[derive(Debug, Deserialize)]
@@ -47,6 +48,9 @@ struct RegisterParams {
     /// Record every source's facts as found now, in place of those the document declares
     /// (default false): the recovery after a source was rewritten in place.
     record_sources: Option<bool>,
+    /// `portable` or `as-is`: whether arrays whose codecs some client cannot decode are served
+    /// transcoded (default: the store's current setting, or `as-is` for a new store).
+    codecs: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -56,6 +60,8 @@ struct PatchParams {
     verify: Option<bool>,
     /// `404` or `fill` for the new version (default: the current version's).
     missing_chunks: Option<String>,
+    /// `portable` or `as-is` for the new version (default: the current version's).
+    codecs: Option<String>,
 }
 
 async fn register(
@@ -72,6 +78,7 @@ async fn register(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|t| t.starts_with("application/x-tar"));
     let fill_missing = missing_chunks(params.missing_chunks.as_deref())?;
+    let portable = codecs(params.codecs.as_deref())?;
     let verify = params.verify.unwrap_or(true);
     let record_sources = params.record_sources.unwrap_or(false);
     if record_sources && params.verify == Some(false) {
@@ -81,11 +88,11 @@ async fn register(
     }
     let expected = preconditions::expected(&headers, &name, true)?;
     if params.format.as_deref() == Some("icechunk") {
-        let how = Registration { format: None, fill_missing, verify, record_sources: false, expected };
+        let how = Registration { format: None, fill_missing, portable, verify, record_sources: false, expected };
         return register_icechunk(&app, &name, body, how).await;
     }
     if params.format.as_deref() == Some("files") {
-        let how = Registration { format: None, fill_missing, verify, record_sources: false, expected };
+        let how = Registration { format: None, fill_missing, portable, verify, record_sources: false, expected };
         return register_files(&app, &name, body, how).await;
     }
     let format = match params.format.as_deref() {
@@ -97,7 +104,7 @@ async fn register(
         None if tar => Some(Format::KerchunkParquet),
         None => None,
     };
-    let how = Registration { format, fill_missing, verify, record_sources, expected };
+    let how = Registration { format, fill_missing, portable, verify, record_sources, expected };
     let registered = app.registrar.register(&name, byte_stream(body), how).await?;
     Ok(registered_response(&name, &registered, None))
 }
@@ -157,6 +164,21 @@ async fn register_files(app: &AppState, name: &str, body: Body, how: Registratio
              changed"
         ))
     })?;
+    let asked = codecs(request.codecs.as_deref())?;
+    if let (Some(document), Some(query)) = (asked, how.portable)
+        && document != query
+    {
+        let says = |portable: bool| if portable { "portable" } else { "as-is" };
+        return Err(ApiError::Invalid {
+            title: "the request asks for two kinds of codecs; nothing was changed".into(),
+            problems: vec![format!(
+                "the query says codecs={} and the document \"codecs\": {:?}: give one of them, or the same in both",
+                says(query),
+                says(document)
+            )],
+        });
+    }
+    let how = Registration { portable: how.portable.or(asked), ..how };
     let target = request.target()?;
     let registered = app.registrar.register_files(name, &target, how).await?;
     let status = if registered.created { StatusCode::CREATED } else { StatusCode::OK };
@@ -216,6 +238,7 @@ async fn patch(
     let how = Registration {
         format: Some(Format::Native),
         fill_missing: missing_chunks(params.missing_chunks.as_deref())?,
+        portable: codecs(params.codecs.as_deref())?,
         verify: params.verify.unwrap_or(true),
         record_sources: false,
         expected: preconditions::expected(&headers, &name, false)?,
@@ -231,6 +254,20 @@ fn missing_chunks(param: Option<&str>) -> Result<Option<bool>, ApiError> {
         Some("404") => Ok(Some(false)),
         Some("fill") => Ok(Some(true)),
         Some(other) => Err(ApiError::BadRequest(format!("missing_chunks {other:?} must be \"404\" or \"fill\""))),
+    }
+}
+
+/// The `codecs` parameter (or a files document's `"codecs"`): `portable` or `as-is`, or the
+/// store's current setting when absent.
+pub(super) fn codecs(param: Option<&str>) -> Result<Option<bool>, ApiError> {
+    match param {
+        None => Ok(None),
+        Some("portable") => Ok(Some(true)),
+        Some("as-is") => Ok(Some(false)),
+        Some(other) => Err(ApiError::BadRequest(format!(
+            "codecs {other:?} must be \"portable\" (every array served with codecs GDAL, zarrita.js, zarrs and \
+             zarr-python decode without plugins, its chunks transcoded when needed) or \"as-is\""
+        ))),
     }
 }
 
@@ -312,6 +349,24 @@ async fn versions(
         return Err(no_store(&name));
     }
     Ok(Json(versions_json(&name, &listed, more)))
+}
+
+/// `GET /api/v1/stores/{store}/progress`: how far a registration (or rescan) of the store from
+/// files under way on this replica has read its files; 404 when none is.
+async fn progress(State(app): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    let now = app.registrar.progress(&name).ok_or_else(|| {
+        ApiError::NotFound(format!(
+            "no registration of store {name:?} from files is under way on this replica (it ended, never began, or \
+             runs on another replica)"
+        ))
+    })?;
+    Ok(Json(json!({
+        "store": name,
+        "files": now.files,
+        "read": now.read,
+        "cached": now.cached,
+        "elapsed_seconds": now.elapsed_ms as f64 / 1000.0,
+    })))
 }
 
 async fn remove(State(app): State<AppState>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {

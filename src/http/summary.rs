@@ -29,8 +29,15 @@ pub fn summary_json(head: &VersionHead, store_created_at_ms: i64, summary: &Summ
         "referenced_bytes": summary.referenced_bytes,
         "inline_bytes": summary.inline_bytes,
         "missing_chunks": if head.fill_missing { "fill" } else { "404" },
+        "codecs": codecs(head),
+        "transcoded_arrays": summary.transcoded_arrays,
         "warnings": summary.warnings,
     })
+}
+
+/// How a version serves its arrays' codecs: `portable` (transcoded where needed) or `as-is`.
+fn codecs(head: &VersionHead) -> &'static str {
+    if head.portable { "portable" } else { "as-is" }
 }
 
 /// The summary of a store as the catalog lists it.
@@ -53,6 +60,7 @@ pub fn versions_json(name: &str, listed: &[ListedVersion], more: bool) -> Value 
                 "created_at": rfc3339(v.head.created_at_ms),
                 "current": v.current,
                 "missing_chunks": if v.head.fill_missing { "fill" } else { "404" },
+                "codecs": codecs(&v.head),
                 "versioned_url": format!("/{}@{}", v.head.store, v.head.id),
             })
         })

@@ -8,6 +8,7 @@ mod coordinate;
 mod listing;
 mod origin;
 mod parsed;
+pub mod progress;
 mod read;
 mod remote;
 mod rescan;
@@ -27,7 +28,7 @@ use self::read::{ReadFile, read_file};
 pub use self::remote::{ReadCost, RemoteFile};
 pub use self::rescan::{Changes, Rescanned};
 use super::error::{Error, Result};
-use super::register::{Registered, Registrar, Registration, Storing};
+use super::register::{Registered, Registrar, Registration, Serving, Storing};
 use crate::formats::{self, Chunk, Parser};
 use crate::zarr::assembled::PieceSource;
 use crate::zarr::document::{DocNode, Document};
@@ -52,6 +53,8 @@ pub struct Request {
     pub follow_seconds: Option<u64>,
     /// Skip objects modified more recently than this.
     pub older_than_seconds: Option<u64>,
+    /// `portable` or `as-is`, as the `codecs` query parameter says (either suffices).
+    pub codecs: Option<String>,
 }
 
 /// The files of a registration.
@@ -195,14 +198,21 @@ impl Registrar {
     /// Reads the files `target` names and writes their hierarchy as the new current version
     /// of store `name`.
     pub async fn register_files(&self, name: &str, target: &Target, how: Registration) -> Result<Registered> {
-        let fill_missing = self.fill_missing(name, how.fill_missing).await?;
+        let serving = self.serving(name, how).await?;
         let reading = Instant::now();
         let scan = target.scan(&self.sources, &self.settings.files, false).await?;
-        let mut files = self.read_files(target, &scan, &HashMap::new()).await?;
+        let tracked = self.progress.start(name, scan.files.len() as u64);
+        let mut files = self.read_files(target, &scan, &HashMap::new(), &tracked.counts).await?;
         let values = self.joined_values(&mut files, target).await?;
         let _turn = self.turn().await?;
         let built = build(files, values, &self.settings.scratch(), target, &scan)?;
-        self.store_files(name, built, fill_missing, reading, how.expected).await
+        self.store_files(name, built, serving, reading, how.expected).await
+    }
+
+    /// Where a registration (or rescan) of store `name` from files under way on this replica
+    /// stands, if one is.
+    pub fn progress(&self, name: &str) -> Option<progress::Snapshot> {
+        self.progress.get(name)
     }
 
     /// Reads the files a scan found (their parses remembered in the catalog), in order; those
@@ -215,6 +225,7 @@ impl Registrar {
         target: &Target,
         scan: &Scan,
         unchanged: &HashMap<String, FileRecord>,
+        counts: &Arc<progress::Counts>,
     ) -> Result<Vec<ReadFile>> {
         let config = &self.settings.files;
         let choice = target.choice;
@@ -243,15 +254,18 @@ impl Registrar {
         let reads = urls.into_iter().map(|(url, unchanged)| {
             let (sources, metrics, config) = (Arc::clone(&self.sources), self.metrics.clone(), config.clone());
             let catalog = Arc::clone(&self.catalog);
-            let parses = Arc::clone(&self.parses);
+            let (parses, counts) = (Arc::clone(&self.parses), Arc::clone(counts));
             async move {
                 if let Some(record) = unchanged
                     && let Some(file) = read::reused(&*catalog, &metrics, &config, &record, choice).await
                 {
+                    counts.read_one(true);
                     return Ok(file);
                 }
                 let _parse = parses.acquire_owned().await.map_err(|e| Error::Internal(e.to_string()))?;
-                read_file(&*catalog, &sources, &metrics, &config, &url, choice).await
+                let file = read_file(&*catalog, &sources, &metrics, &config, &url, choice).await?;
+                counts.read_one(file.record.cached);
+                Ok(file)
             }
         });
         let results: Vec<Result<ReadFile>> =
@@ -284,7 +298,7 @@ impl Registrar {
         &self,
         name: &str,
         built: Built,
-        fill_missing: bool,
+        serving: Serving,
         reading: Instant,
         expected: Option<crate::catalog::Expected>,
     ) -> Result<Registered> {
@@ -295,7 +309,8 @@ impl Registrar {
             record_facts: false,
             rerecord: false,
             verified: true,
-            fill_missing,
+            fill_missing: serving.fill_missing,
+            portable: serving.portable,
             read_seconds: reading.elapsed().as_secs_f64(),
             origin: Some(origin),
             unless_same_origin: false,

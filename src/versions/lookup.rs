@@ -115,6 +115,8 @@ enum Step {
     Fill { view: Arc<VersionView>, node: u32, at: ChunkLocation },
     /// A chunk assembled from pieces (of joined files' chunks), from its encoded recipe.
     Assemble { view: Arc<VersionView>, node: u32, at: ChunkLocation, recipe: bytes::Bytes },
+    /// A chunk of an array served with portable codecs, to transcode.
+    Transcode { view: Arc<VersionView>, node: u32, at: ChunkLocation, chunk: Box<Chunk> },
     /// Found.
     Done(Named, Arc<VersionView>),
 }
@@ -198,15 +200,24 @@ impl Reader {
                     Some(block) => Step::Chunk { view, node, at, block },
                     None => return wait(Step::Block { view, node, at }),
                 },
-                Step::Chunk { view, node, at, block } => match chunk_in(&view, at, &block) {
-                    Ok(InBlock::Chunk(chunk)) => Step::Done(Named::Chunk { node, at, chunk }, view),
-                    Ok(InBlock::Fill) => Step::Fill { view, node, at },
-                    Ok(InBlock::Assembled(recipe)) => Step::Assemble { view, node, at, recipe },
-                    Err(e) => return Lookup::Failed(e),
-                },
+                Step::Chunk { view, node, at, block } => {
+                    let array = match node_of(&view, node) {
+                        Ok(array) => array,
+                        Err(e) => return Lookup::Failed(e),
+                    };
+                    match chunk_in(&view, array, at, &block) {
+                        Ok(InBlock::Chunk(chunk)) => Step::Done(Named::Chunk { node, at, chunk }, view),
+                        Ok(InBlock::Fill) => Step::Fill { view, node, at },
+                        Ok(InBlock::Assembled(recipe)) => Step::Assemble { view, node, at, recipe },
+                        Ok(InBlock::Transcode(chunk)) => Step::Transcode { view, node, at, chunk: Box::new(chunk) },
+                        Err(e) => return Lookup::Failed(e),
+                    }
+                }
                 Step::Done(named, view) => return Lookup::Found(Found { view, pinned, named }),
                 // Their caches have no front.
-                waiting @ (Step::V2(_) | Step::Fill { .. } | Step::Assemble { .. }) => return wait(waiting),
+                waiting @ (Step::V2(_) | Step::Fill { .. } | Step::Assemble { .. } | Step::Transcode { .. }) => {
+                    return wait(waiting);
+                }
             };
         }
     }
@@ -238,6 +249,10 @@ impl Reader {
             }
             Step::Assemble { view, node, at, recipe } => {
                 let chunk = Box::pin(self.assembled(&view, node_of(&view, node)?, recipe)).await?;
+                Step::Done(Named::Chunk { node, at, chunk }, view)
+            }
+            Step::Transcode { view, node, at, chunk } => {
+                let chunk = Box::pin(self.transcoded(&view, node_of(&view, node)?, *chunk)).await?;
                 Step::Done(Named::Chunk { node, at, chunk }, view)
             }
             other => other,

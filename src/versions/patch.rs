@@ -83,6 +83,7 @@ impl Registrar {
         let head = record.head.clone();
         let options = VersionOptions {
             fill_missing: how.fill_missing.unwrap_or(head.fill_missing),
+            portable: how.portable.unwrap_or(head.portable),
             expected: how.expected,
             ..VersionOptions::default()
         };
@@ -91,7 +92,10 @@ impl Registrar {
         let base = Base { reader: &self.reader, view: &view, tiles: self.reader.tiles(&head).await? };
         let rewritten = self.rewrite(name, &plan, &base).await?;
         let base_urls: BTreeSet<String> = base_sources.into_keys().collect();
-        let summary = summarise(&record.summary, &plan, &rewritten.delta, &base_urls);
+        let mut summary = summarise(&record.summary, &plan, &rewritten.delta, &base_urls);
+        if options.portable {
+            super::register::portable_summary(&plan.nodes, &mut summary);
+        }
         let derived = DerivedVersion {
             base: head.id,
             nodes: &plan.nodes,

@@ -19,6 +19,7 @@ use crate::sources::{Fetched, SourceRegistry};
 use crate::zarr::block::BlockSource;
 use crate::zarr::hierarchy::Node;
 use crate::zarr::metadata::NodeKind;
+use crate::zarr::portable;
 use crate::zarr::source::SourceCheck;
 use crate::zarr::{ChunkLocation, ChunkRef, Hierarchy, ManifestBlock, NodePath};
 
@@ -171,14 +172,25 @@ impl Reader {
             return Err(gone(head));
         }
         let (head, nested_budget) = (head.clone(), self.limits.max_metadata_bytes);
+        let deflate_level = self.assembly.deflate_level;
         let view = tokio::task::spawn_blocking(move || {
             let stored = nodes
                 .into_iter()
                 .map(|n| NodePath::new(&n.path).map(|p| (p, n.metadata, n.tile_shape)))
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .map_err(|e| Error::Internal(format!("version {}: {e}", head.id)))?;
-            let hierarchy = Hierarchy::build_from_text(stored, nested_budget)
-                .map_err(|e| Error::Internal(format!("version {}: {e}", head.id)))?;
+            let hierarchy = if head.portable {
+                // An array that cannot be transcoded (the registration's summary said why) is
+                // served as it is.
+                let serve = |metadata: &serde_json::Map<String, serde_json::Value>| {
+                    let layout = crate::zarr::metadata::array_layout(metadata).ok()?;
+                    portable::served(metadata, layout.grid.chunk_shape(), deflate_level).ok().flatten()
+                };
+                Hierarchy::build_from_text_serving(stored, nested_budget, &serve)
+            } else {
+                Hierarchy::build_from_text(stored, nested_budget)
+            }
+            .map_err(|e| Error::Internal(format!("version {}: {e}", head.id)))?;
             Ok(Arc::new(VersionView::new(head, hierarchy)))
         })
         .await?;
@@ -238,14 +250,22 @@ impl Reader {
     /// (the chunk step of [`Reader::lookup`], for a reader that has the node at hand).
     pub async fn chunk(&self, view: &VersionView, node: &Node, at: ChunkLocation) -> Result<Chunk> {
         let block = self.block(&view.head, node, at.tile).await?;
-        match chunk_in(view, at, &block)? {
+        match chunk_in(view, node, at, &block)? {
             InBlock::Chunk(chunk) => Ok(chunk),
             InBlock::Assembled(recipe) => Box::pin(self.assembled(view, node, recipe)).await,
+            InBlock::Transcode(chunk) => Box::pin(self.transcoded(view, node, chunk)).await,
             InBlock::Fill => Ok(match Box::pin(self.fill_chunk(&view.head, node)).await? {
                 Some(bytes) => Chunk::Bytes { etag: etag('f', &bytes), bytes },
                 None => Chunk::Missing,
             }),
         }
+    }
+
+    /// A virtual chunk's bytes, whole, from its source (to decode: a transcoded chunk).
+    pub(super) async fn fetch_all(&self, chunk: &VirtualChunk) -> Result<Bytes> {
+        let source = chunk.source().ok_or_else(|| Error::Internal("a virtual chunk without a source".into()))?;
+        let range = chunk.offset..chunk.offset + chunk.length;
+        Ok(self.sources.fetch_bytes(&source.url, range, &source.check).await?)
     }
 
     /// Reads `range` (relative to the chunk) of a virtual chunk from its source.
@@ -291,19 +311,28 @@ pub(super) enum InBlock {
     Fill,
     /// A chunk to assemble from pieces: its encoded recipe.
     Assembled(bytes::Bytes),
+    /// A chunk of an array served with portable codecs, as the file holds it: to transcode.
+    Transcode(Chunk),
 }
 
 /// The chunk at `at` in `block`, of `view`'s version. A new kind of chunk is one more arm here.
-pub(super) fn chunk_in(view: &VersionView, at: ChunkLocation, block: &Arc<ManifestBlock>) -> Result<InBlock> {
-    Ok(InBlock::Chunk(match block.get(at.slot) {
+/// `node` is the array: one served with portable codecs has its chunks transcoded.
+pub(super) fn chunk_in(
+    view: &VersionView,
+    node: &Node,
+    at: ChunkLocation,
+    block: &Arc<ManifestBlock>,
+) -> Result<InBlock> {
+    let chunk = match block.get(at.slot) {
         ChunkRef::Missing if view.head.fill_missing => return Ok(InBlock::Fill),
-        ChunkRef::Missing => Chunk::Missing,
+        ChunkRef::Missing => return Ok(InBlock::Chunk(Chunk::Missing)),
         ChunkRef::Inline(bytes) => Chunk::Bytes { etag: etag('i', &bytes), bytes },
         ChunkRef::Assembled(recipe) => return Ok(InBlock::Assembled(recipe)),
         ChunkRef::Virtual { .. } => VirtualChunk::new(block.clone(), at.slot)
             .map(Chunk::Virtual)
             .ok_or_else(|| Error::Internal("a virtual reference read back as another kind".into()))?,
-    }))
+    };
+    Ok(if node.transcoded().is_some() { InBlock::Transcode(chunk) } else { InBlock::Chunk(chunk) })
 }
 
 /// Records the latency of a catalog operation in `metrics`.

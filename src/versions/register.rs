@@ -16,6 +16,8 @@ use crate::sources::SourceRegistry;
 use crate::zarr::Limits;
 use crate::zarr::document::Document;
 use crate::zarr::spill::Scratch;
+use crate::zarr::metadata::{NodeKind, ValidNode};
+use crate::zarr::portable;
 use crate::zarr::validate::{Rejected, Summary, validate_tiled};
 
 /// What registrations are allowed, from the configuration.
@@ -77,6 +79,8 @@ pub struct Registrar {
     /// Held shared by registrations from validation to commit, exclusively by a change to the
     /// object stores: a store is never written against object stores removed meanwhile.
     object_store_changes: tokio::sync::RwLock<()>,
+    /// Registrations from files under way on this replica, for the command line's progress bar.
+    pub(super) progress: super::files::progress::Progress,
 }
 
 /// A registration's turn: one of `ingest.max_concurrent`, with the object stores held still.
@@ -93,6 +97,9 @@ pub struct Registration {
     /// Missing chunks answered with fill chunks (`Some(true)`), 404 (`Some(false)`), or as the
     /// store does now (a new store: `http.missing_chunks`).
     pub fill_missing: Option<bool>,
+    /// Arrays whose codecs are not portable served transcoded (`Some(true)`), as they are
+    /// (`Some(false)`), or as the store does now (a new store: as they are).
+    pub portable: Option<bool>,
     /// Ask every source for its facts.
     pub verify: bool,
     /// Record the sources' facts as they are now, in place of those the document declares
@@ -101,6 +108,23 @@ pub struct Registration {
     pub record_sources: bool,
     /// Write only if the store's current version is as expected (`If-Match`, `If-None-Match`).
     pub expected: Option<Expected>,
+}
+
+impl Registration {
+    /// A registration that asks for nothing: served as the store is now, its sources' facts
+    /// asked for (a rescan, a sync).
+    pub fn as_now() -> Self {
+        Self { format: None, fill_missing: None, portable: None, verify: true, record_sources: false, expected: None }
+    }
+}
+
+/// How a new version is served, as asked or as the current one is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Serving {
+    /// Missing chunks are answered with fill chunks.
+    pub fill_missing: bool,
+    /// Arrays whose codecs are not portable are served transcoded.
+    pub portable: bool,
 }
 
 /// How a read document is to be stored.
@@ -115,6 +139,8 @@ pub(super) struct Storing {
     pub verified: bool,
     /// Missing chunks are answered with fill chunks.
     pub fill_missing: bool,
+    /// Arrays whose codecs are not portable are served transcoded.
+    pub portable: bool,
     /// Time spent reading the document.
     pub read_seconds: f64,
     /// Where the version comes from (JSON text), when not from a document sent.
@@ -158,6 +184,7 @@ impl Registrar {
             parses: Arc::new(tokio::sync::Semaphore::new(settings.files.max_parses.max(1))),
             remembering: Arc::new(tokio::sync::RwLock::new(())),
             object_store_changes: tokio::sync::RwLock::new(()),
+            progress: super::files::progress::Progress::default(),
             catalog,
             sources,
             reader,
@@ -193,7 +220,7 @@ impl Registrar {
     /// Registers `body` as the new current version of store `name`, atomically: the store is
     /// left exactly as it was when anything is wrong with the document.
     pub async fn register(&self, name: &str, body: Body, how: Registration) -> Result<Registered> {
-        let fill_missing = self.fill_missing(name, how.fill_missing).await?;
+        let Serving { fill_missing, portable } = self.serving(name, how).await?;
         let _turn = self.turn().await?;
         let scratch = self.settings.scratch();
         let reading = Instant::now();
@@ -205,6 +232,7 @@ impl Registrar {
             rerecord: how.record_sources,
             verified: how.verify || how.record_sources,
             fill_missing,
+            portable,
             read_seconds,
             origin: None,
             unless_same_origin: false,
@@ -214,16 +242,21 @@ impl Registrar {
         self.store_document(name, doc, stored).await
     }
 
-    /// The missing-chunks setting of a new version of `name`: as asked, else the current
-    /// version's. A routine re-registration must not turn the fill-value chunks a CDN relies on
-    /// back into 404s.
-    pub(super) async fn fill_missing(&self, name: &str, asked: Option<bool>) -> Result<bool> {
-        Ok(match asked {
-            Some(fill) => fill,
-            None => match self.catalog.current_version(name).await? {
-                Some(current) => current.fill_missing,
-                None => self.settings.fill_missing_by_default,
-            },
+    /// How a new version of `name` is served (missing chunks, codecs): as `how` asks, else as
+    /// the current version is. A routine re-registration must not turn the fill-value chunks a
+    /// CDN relies on back into 404s, nor the portable chunks a GDAL reader relies on back into
+    /// shuffled ones.
+    pub(super) async fn serving(&self, name: &str, how: Registration) -> Result<Serving> {
+        let current = match (how.fill_missing, how.portable) {
+            (Some(_), Some(_)) => None,
+            _ => self.catalog.current_version(name).await?,
+        };
+        Ok(Serving {
+            fill_missing: how
+                .fill_missing
+                .or(current.as_ref().map(|c| c.fill_missing))
+                .unwrap_or(self.settings.fill_missing_by_default),
+            portable: how.portable.or(current.as_ref().map(|c| c.portable)).unwrap_or(false),
         })
     }
 
@@ -259,9 +292,13 @@ impl Registrar {
         };
         let validate_seconds = validating.elapsed().as_secs_f64();
         store.summary.warnings.splice(0..0, how.warnings);
+        if how.portable {
+            portable_summary(&store.nodes, &mut store.summary);
+        }
         let started = Instant::now();
         let options = VersionOptions {
             fill_missing,
+            portable: how.portable,
             origin: how.origin,
             unless_same_origin: how.unless_same_origin,
             expected: how.expected,
@@ -297,4 +334,25 @@ impl Registrar {
         }
         Ok(deleted)
     }
+}
+
+/// Counts the arrays of `store` served transcoded to portable codecs, and warns of those that
+/// cannot be (served with their own codecs).
+pub(super) fn portable_summary(nodes: &[ValidNode], summary: &mut Summary) {
+    let mut warnings = Vec::new();
+    let mut transcoded = 0;
+    for node in nodes {
+        let NodeKind::Array(layout) = &node.kind else { continue };
+        match portable::served(&node.metadata(), layout.grid.chunk_shape(), 1) {
+            Ok(None) => {}
+            Ok(Some(_)) => transcoded += 1,
+            Err(why) => warnings.push(format!(
+                "array {:?} is served with its own codecs, not portable ones: {why}",
+                node.path.as_str()
+            )),
+        }
+    }
+    summary.transcoded_arrays = transcoded;
+    summary.warnings.extend(warnings);
+    crate::zarr::codecs::cap(&mut summary.warnings);
 }

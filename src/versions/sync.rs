@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::error::{Error, Result};
 use super::facts;
 use super::icechunk::{self, Origin, Reference, Resolved, Target};
-use super::register::{Registered, Registrar, Registration, Storing};
+use super::register::{Registered, Registrar, Registration, Serving, Storing};
 
 /// What a sync did.
 #[derive(Debug, Clone)]
@@ -29,20 +29,20 @@ pub struct Synced {
 impl Registrar {
     /// Registers the snapshot `target` resolves to as the new current version of store `name`.
     pub async fn register_icechunk(&self, name: &str, target: &Target, how: Registration) -> Result<Registered> {
-        let fill_missing = self.fill_missing(name, how.fill_missing).await?;
+        let serving = self.serving(name, how).await?;
         let _turn = self.turn().await?;
         let resolved = icechunk::resolve(&self.sources, target, self.max_icechunk_file_bytes()).await?;
-        self.import(name, target, &resolved, fill_missing, how, false).await
+        self.import(name, target, &resolved, serving, how, false).await
     }
 
     /// Reads the snapshot `resolved` and writes it as the new current version of `name`, as
-    /// `how` says (its `fill_missing` already resolved to `fill_missing`).
+    /// `how` says (how it is served already resolved to `serving`).
     async fn import(
         &self,
         name: &str,
         target: &Target,
         resolved: &Resolved,
-        fill_missing: bool,
+        serving: Serving,
         how: Registration,
         unless_same_origin: bool,
     ) -> Result<Registered> {
@@ -62,7 +62,8 @@ impl Registrar {
             record_facts: false,
             rerecord: false,
             verified: verify,
-            fill_missing,
+            fill_missing: serving.fill_missing,
+            portable: serving.portable,
             read_seconds: reading.elapsed().as_secs_f64(),
             origin: Some(origin),
             unless_same_origin,
@@ -119,16 +120,10 @@ impl Registrar {
         if resolved.snapshot.to_string() == origin.snapshot_id {
             return Ok(unmoved(origin));
         }
-        let fill_missing = self.fill_missing(name, None).await?;
+        let how = Registration::as_now();
+        let serving = self.serving(name, how).await?;
         let _turn = self.turn().await?;
-        let how = Registration {
-            format: None,
-            fill_missing: Some(fill_missing),
-            verify: true,
-            record_sources: false,
-            expected: None,
-        };
-        let registered = self.import(name, &target, &resolved, fill_missing, how, true).await?;
+        let registered = self.import(name, &target, &resolved, serving, how, true).await?;
         let (_, now) = self.origin(name).await?.ok_or_else(|| Error::Internal("the origin was not kept".into()))?;
         Ok(Synced {
             version: registered.head.id,

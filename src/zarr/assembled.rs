@@ -6,13 +6,11 @@
 
 use std::io::{self, Read};
 use std::num::NonZeroU64;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use zarrs::array::{Array, ArrayBytes, ArrayMetadata, ArrayMetadataV3, ArrayToBytesCodecTraits, CodecOptions};
-use zarrs::storage::store::MemoryStore;
+use zarrs::array::{ArrayBytes, ArrayToBytesCodecTraits, CodecOptions};
 
 use super::decode::ChunkDecoder;
 use super::spill::{get_u8, get_varint, put_varint};
@@ -192,8 +190,7 @@ pub fn can_assemble(metadata: &Map<String, Value>, chunk_shape: &[u64]) -> Resul
         return Err(codec(&"its values are of variable length"));
     }
     let seen = super::metadata::as_zarrs_sees_it(metadata).map_err(|e| codec(&e))?;
-    let v3: ArrayMetadataV3 = serde_json::from_value(Value::Object(seen)).map_err(|e| codec(&e))?;
-    Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", ArrayMetadata::V3(v3)).map_err(|e| codec(&e))?;
+    super::metadata::zarrs_array(seen).map_err(|e| codec(&e))?;
     Ok(())
 }
 
@@ -201,6 +198,21 @@ pub fn can_assemble(metadata: &Map<String, Value>, chunk_shape: &[u64]) -> Resul
 /// `pieces[i]` is the encoded source chunk of `recipe.pieces[i]`. Nothing decoded is larger than
 /// `max_bytes`; gzip and zlib encode at `deflate_level` ([`DEFLATE`]).
 pub fn assemble(
+    metadata: &Map<String, Value>,
+    chunk_shape: &[u64],
+    recipe: &Recipe,
+    pieces: &[&[u8]],
+    max_bytes: u64,
+    deflate_level: u32,
+) -> Result<Assembled, AssembleError> {
+    assemble_from(metadata, metadata, chunk_shape, recipe, pieces, max_bytes, deflate_level)
+}
+
+/// As [`assemble`], the pieces decoded with the codecs of `source` (the array as the files
+/// hold it) and the chunk encoded with those of `metadata` (the array as served: the same but
+/// for its codecs, in a store with portable codecs).
+pub fn assemble_from(
+    source: &Map<String, Value>,
     metadata: &Map<String, Value>,
     chunk_shape: &[u64],
     recipe: &Recipe,
@@ -226,7 +238,7 @@ pub fn assemble(
     lengths.dedup();
     let decoders = lengths
         .into_iter()
-        .map(|len| Ok((len, ChunkDecoder::new(metadata, &shaped(len), max_bytes).map_err(|e| codec(&e))?)))
+        .map(|len| Ok((len, ChunkDecoder::new(source, &shaped(len), max_bytes).map_err(|e| codec(&e))?)))
         .collect::<Result<Vec<_>, AssembleError>>()?;
     let decoder_for = |len: u64| decoders.iter().find(|(l, _)| *l == len).map(|(_, d)| d);
     let own = decoder_for(chunk_shape[axis]).ok_or(AssembleError::Corrupt("no decoder"))?;
@@ -300,7 +312,7 @@ fn at_fast_levels(seen: &mut Map<String, Value>, deflate_level: u32) {
 }
 
 /// `raw` (one chunk's elements in C order, native byte order) encoded with the array's codecs.
-fn encode(
+pub(super) fn encode(
     metadata: &Map<String, Value>,
     chunk_shape: &[u64],
     raw: Vec<u8>,
@@ -309,9 +321,7 @@ fn encode(
     let codec = |e: &dyn std::fmt::Display| AssembleError::Codec(e.to_string());
     let mut seen = super::metadata::as_zarrs_sees_it(metadata).map_err(|e| codec(&e))?;
     at_fast_levels(&mut seen, deflate_level);
-    let v3: ArrayMetadataV3 = serde_json::from_value(Value::Object(seen)).map_err(|e| codec(&e))?;
-    let array =
-        Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", ArrayMetadata::V3(v3)).map_err(|e| codec(&e))?;
+    let array = super::metadata::zarrs_array(seen).map_err(|e| codec(&e))?;
     let shape: Vec<NonZeroU64> = chunk_shape.iter().filter_map(|d| NonZeroU64::new(*d)).collect();
     let encoded = array
         .codecs()

@@ -15,11 +15,10 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use zarrs::array::{
-    Array, ArrayBytes, ArrayMetadata, ArrayMetadataV3, ArrayToBytesCodecTraits, BytesRepresentation,
+    ArrayBytes, ArrayToBytesCodecTraits, BytesRepresentation,
     BytesToBytesCodecTraits, Codec, CodecChain, CodecOptions, DataType, FillValue,
 };
 use zarrs::metadata::v3::MetadataV3;
-use zarrs::storage::store::MemoryStore;
 
 /// Array-to-bytes codecs whose decoding allocates no more than the chunk shape or the encoded
 /// bytes say (the variable-length ones copy what they are given).
@@ -78,9 +77,7 @@ impl ChunkDecoder {
     pub fn new(metadata: &Map<String, Value>, chunk_shape: &[u64], max_bytes: u64) -> Result<Self, DecodeError> {
         let unsupported = |e: &dyn std::fmt::Display| DecodeError::Unsupported(e.to_string());
         let seen = super::metadata::as_zarrs_sees_it(metadata).map_err(|e| unsupported(&e))?;
-        let v3: ArrayMetadataV3 = serde_json::from_value(Value::Object(seen.clone())).map_err(|e| unsupported(&e))?;
-        let array = Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", ArrayMetadata::V3(v3))
-            .map_err(|e| unsupported(&e))?;
+        let array = super::metadata::zarrs_array(seen.clone()).map_err(|e| unsupported(&e))?;
         let shape: Vec<NonZeroU64> = chunk_shape.iter().filter_map(|d| NonZeroU64::new(*d)).collect();
         if shape.len() != chunk_shape.len() {
             return Err(DecodeError::Unsupported(format!("chunk shape {chunk_shape:?} has an empty dimension")));

@@ -2,16 +2,14 @@
 //! codecs: served for missing chunks when a store asks for `missing_chunks = "fill"`.
 
 use std::num::NonZeroU64;
-use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use zarrs::array::{
-    Array, ArrayBytes, ArrayMetadata, ArrayMetadataV3, ArrayToBytesCodecTraits, CodecOptions, DataType, FillValue,
+    ArrayBytes, ArrayToBytesCodecTraits, CodecOptions, DataType, FillValue,
     FillValueMetadata,
 };
 use zarrs::metadata::v3::MetadataV3;
-use zarrs::storage::store::MemoryStore;
 
 /// Why there is no fill-value chunk.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -34,9 +32,7 @@ pub enum FillError {
 pub fn fill_chunk(metadata: &Map<String, Value>, max_bytes: u64) -> Result<Vec<u8>, FillError> {
     let encode = |e: &dyn std::fmt::Display| FillError::Encode(e.to_string());
     let seen = super::metadata::as_zarrs_sees_it(metadata).map_err(|e| encode(&e))?;
-    let v3: ArrayMetadataV3 = serde_json::from_value(Value::Object(seen)).map_err(|e| encode(&e))?;
-    let array =
-        Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", ArrayMetadata::V3(v3)).map_err(|e| encode(&e))?;
+    let array = super::metadata::zarrs_array(seen).map_err(|e| encode(&e))?;
     let zeros = vec![0u64; array.dimensionality()];
     let shape: Vec<NonZeroU64> = array.chunk_shape(&zeros).map_err(|e| encode(&e))?.to_vec();
     let bytes = decoded_bytes(array.data_type(), array.fill_value(), shape.iter().map(|n| n.get()));

@@ -30,17 +30,39 @@ pub struct Node {
     pub kind: NodeKind,
     /// The `zarr.json` served for it.
     pub zarr_json: Bytes,
+    /// An array served with other codecs than the stored ones (a store with portable codecs):
+    /// its metadata as stored, whose codecs its chunks' bytes are in.
+    source: Option<Box<str>>,
 }
 
 impl Node {
-    /// Its metadata as stored (without consolidated metadata). A group's is kept; an array's is
+    /// Its metadata as served (without consolidated metadata). A group's is kept; an array's is
     /// read back from its `zarr.json`, when an export, a fill chunk or a PATCH needs it: arrays
     /// are most of a large store's nodes, and their parsed metadata took about 7 KiB each (a
     /// view of 100,000 arrays held 741 MB of it).
     pub fn metadata(&self) -> Cow<'_, Map<String, Value>> {
+        self.parsed(&self.zarr_json)
+    }
+
+    /// Its metadata as stored: what its chunks' bytes are encoded as, and what an export or a
+    /// PATCH starts from. The served [`Node::metadata`] but for an array transcoded to portable
+    /// codecs ([`Node::transcoded`]).
+    pub fn stored_metadata(&self) -> Cow<'_, Map<String, Value>> {
+        match &self.source {
+            Some(text) => self.parsed(text.as_bytes()),
+            None => self.metadata(),
+        }
+    }
+
+    /// For an array served with portable codecs in place of its own: its metadata as stored.
+    pub fn transcoded(&self) -> Option<&str> {
+        self.source.as_deref()
+    }
+
+    fn parsed(&self, zarr_json: &[u8]) -> Cow<'_, Map<String, Value>> {
         match &self.group_metadata {
             Some(metadata) => Cow::Borrowed(metadata),
-            None => Cow::Owned(match serde_json::from_slice(&self.zarr_json) {
+            None => Cow::Owned(match serde_json::from_slice(zarr_json) {
                 Ok(Value::Object(metadata)) => metadata,
                 // Rendered from a map by `build`: it always reads back as one.
                 _ => Map::new(),
@@ -110,6 +132,32 @@ impl Hierarchy {
         Self::build_with(stored, parse, max_nested_metadata_bytes, hint)
     }
 
+    /// As [`Hierarchy::build_from_text`], each array served with the metadata `serve` answers
+    /// for its stored metadata, when it answers one (portable codecs): the node keeps the stored
+    /// text too ([`Node::stored_metadata`]).
+    pub fn build_from_text_serving(
+        mut stored: Vec<(NodePath, String, Option<Vec<u64>>)>,
+        max_nested_metadata_bytes: u64,
+        serve: &dyn Fn(&Map<String, Value>) -> Option<Map<String, Value>>,
+    ) -> Result<Self, String> {
+        let mut sources: HashMap<String, Box<str>> = HashMap::new();
+        for (path, text, _) in &mut stored {
+            let Ok(metadata) = serde_json::from_str::<Map<String, Value>>(text) else { continue };
+            if metadata.get("node_type").and_then(Value::as_str) != Some("array") {
+                continue;
+            }
+            if let Some(served) = serve(&metadata) {
+                let stored_text = std::mem::replace(text, Value::Object(served).to_string());
+                sources.insert(path.as_str().to_owned(), stored_text.into_boxed_str());
+            }
+        }
+        let mut hierarchy = Self::build_from_text(stored, max_nested_metadata_bytes)?;
+        for node in &mut hierarchy.nodes {
+            node.source = sources.remove(node.path.as_str());
+        }
+        Ok(hierarchy)
+    }
+
     /// As [`Hierarchy::build`], with each node's metadata in a form `T` (its JSON text, as the
     /// catalog holds it) that `parse` reads one node at a time, into the parsed map and, when
     /// `T` is such text, the text itself (an array's entry then); and about `rendered_hint`
@@ -167,6 +215,7 @@ impl Hierarchy {
                 group_metadata,
                 kind,
                 zarr_json,
+                source: None,
             })
             .collect();
         let by_path = nodes.iter().map(|n| (n.path.as_str().to_owned(), n.index)).collect();
@@ -192,7 +241,8 @@ impl Hierarchy {
     /// the node and the index), a group's parsed metadata (about four times its text), layouts.
     pub fn weight(&self) -> usize {
         let group = |n: &Node| n.group_metadata.as_ref().map_or(0, |_| 4 * n.zarr_json.len().min(64 << 10) + 512);
-        self.nodes.iter().map(|n| n.zarr_json.len() + n.path.as_str().len() * 2 + group(n) + 256).sum()
+        let source = |n: &Node| n.source.as_ref().map_or(0, |s| s.len());
+        self.nodes.iter().map(|n| n.zarr_json.len() + source(n) + n.path.as_str().len() * 2 + group(n) + 256).sum()
     }
 
     /// What `key` (normalised: no leading `/`, no empty segments) names.

@@ -123,6 +123,14 @@ pub fn as_zarrs_sees_it(metadata: &Map<String, Value>) -> Result<Map<String, Val
     Ok(m)
 }
 
+/// The array `metadata` describes as zarrs holds it (in memory, no store behind it): what
+/// decodes, encodes and checks an array's chunks. `seen` is the metadata [`as_zarrs_sees_it`]
+/// answered, when the caller wants to change it first (codec levels); the error is zarrs' own.
+pub fn zarrs_array(seen: Map<String, Value>) -> Result<Array<MemoryStore>, String> {
+    let v3: ArrayMetadataV3 = serde_json::from_value(Value::Object(seen)).map_err(|e| e.to_string())?;
+    Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", ArrayMetadata::V3(v3)).map_err(|e| e.to_string())
+}
+
 /// Takes out of `seen["codecs"]` what zarrs cannot read ([`super::codecs::keep_what_zarrs_reads`]);
 /// the problems with their places.
 fn without_codecs_zarrs_lacks(seen: &mut Map<String, Value>) -> Vec<String> {

@@ -21,6 +21,7 @@ pub mod metadata;
 pub mod native;
 pub mod patch;
 pub mod path;
+pub mod portable;
 pub mod quicklook;
 #[cfg(test)]
 mod robustness;

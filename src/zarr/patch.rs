@@ -152,7 +152,7 @@ fn kept_nodes(base: &Hierarchy, deleted: &HashSet<&str>) -> (BTreeMap<NodePath, 
             }
             continue;
         }
-        nodes.insert(node.path.clone(), ValidNode::new(node.path.clone(), &node.metadata(), node.kind.clone()));
+        nodes.insert(node.path.clone(), ValidNode::new(node.path.clone(), &node.stored_metadata(), node.kind.clone()));
     }
     (nodes, removed)
 }

@@ -41,6 +41,10 @@ pub struct Summary {
     pub referenced_bytes: u64,
     /// Sum of the lengths of all inline chunks.
     pub inline_bytes: u64,
+    /// Arrays served with portable codecs in place of their own (`?codecs=portable`), their
+    /// chunks transcoded when read.
+    #[serde(default)]
+    pub transcoded_arrays: u64,
     /// For readers: each codec of an array that stock zarr-python or zarrs cannot decode.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,

@@ -76,6 +76,8 @@ impl Origin {
             combine: self.combine.clone(),
             follow_seconds: self.follow_seconds,
             older_than_seconds: self.older_than_seconds,
+            // A rescan serves codecs as the current version does.
+            codecs: None,
         }
         .target()
     }

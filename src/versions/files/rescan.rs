@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::{FileRecord, Origin, build};
 use crate::catalog::{Expected, LockGuard};
 use crate::versions::error::{Error, Result};
-use crate::versions::register::{Registered, Registrar};
+use crate::versions::register::{Registered, Registrar, Registration};
 use crate::zarr::source::SourceFacts;
 
 /// How often a rescan that waits for another to end asks for the lock again.
@@ -201,7 +201,8 @@ impl Registrar {
         // remembered, with no request), and their facts as read, which the version keeps,
         // settle it: a listing that tells facts otherwise than a read does writes nothing.
         let same = unchanged_records(&origin, &scan.files);
-        let mut files = self.read_files(&target, &scan, &same).await?;
+        let tracked = self.progress.start(name, scan.files.len() as u64);
+        let mut files = self.read_files(&target, &scan, &same, &tracked.counts).await?;
         let values = self.joined_values(&mut files, &target).await?;
         let now: Vec<(String, Option<SourceFacts>)> =
             files.iter().map(|f| (f.record.url.clone(), Some(f.record.facts.clone()))).collect();
@@ -209,11 +210,11 @@ impl Registrar {
         if changes.is_empty() {
             return Ok(unchanged(changes));
         }
-        let fill_missing = self.fill_missing(name, None).await?;
+        let serving = self.serving(name, Registration::as_now()).await?;
         let _turn = self.turn().await?;
         let built = build(files, values, &self.settings.scratch(), &target, &scan)?;
         let expected = Some(Expected::Version(version));
-        let registered = self.store_files(name, built, fill_missing, reading, expected).await?;
+        let registered = self.store_files(name, built, serving, reading, expected).await?;
         Ok(Rescanned { version: registered.head.id, moved: true, changes, skipped, registered: Some(registered) })
     }
 }

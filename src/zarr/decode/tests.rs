@@ -22,8 +22,7 @@ fn bytes_then(codecs: &[Value]) -> Value {
 fn encode(m: &Map<String, Value>, chunk: &[u64], raw: &[u8]) -> Vec<u8> {
     let codecs = m["codecs"].as_array().unwrap();
     let chain = super::chain(codecs).unwrap();
-    let v3: ArrayMetadataV3 = serde_json::from_value(Value::Object(m.clone())).unwrap();
-    let array = Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", ArrayMetadata::V3(v3)).unwrap();
+    let array = crate::zarr::metadata::zarrs_array(m.clone()).unwrap();
     let shape: Vec<NonZeroU64> = chunk.iter().map(|d| NonZeroU64::new(*d).unwrap()).collect();
     let bytes = ArrayBytes::new_flen(raw.to_vec());
     chain.encode(bytes, &shape, array.data_type(), array.fill_value(), &CodecOptions::default()).unwrap().into_owned()

@@ -1,0 +1,118 @@
+use serde_json::json;
+
+use super::*;
+
+/// A float32 array of chunks (4, 3) with `codecs`.
+fn array(codecs: Value) -> Map<String, Value> {
+    json!({
+        "zarr_format": 3, "node_type": "array", "shape": [10, 3], "data_type": "float32",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 3]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": "NaN", "codecs": codecs, "dimension_names": ["time", "x"],
+        "attributes": {"units": "K"},
+    })
+    .as_object()
+    .cloned()
+    .unwrap()
+}
+
+/// netCDF4's default: zlib with HDF5's shuffle, as VirtualiZarr's HDFParser writes it.
+fn netcdf4() -> Map<String, Value> {
+    array(json!([
+        {"name": "bytes", "configuration": {"endian": "little"}},
+        {"name": "numcodecs.shuffle", "configuration": {"elementsize": 4}},
+        {"name": "numcodecs.zlib", "configuration": {"level": 4}},
+    ]))
+}
+
+fn codec_names(metadata: &Map<String, Value>) -> Vec<String> {
+    names(metadata).into_iter().map(str::to_owned).collect()
+}
+
+fn values(metadata: &Map<String, Value>, encoded: &[u8]) -> Vec<f32> {
+    let decoder = ChunkDecoder::new(metadata, &[4, 3], 1 << 20).unwrap();
+    let raw = decoder.decode(encoded).unwrap().into_fixed().unwrap().into_owned();
+    raw.chunks_exact(4).map(|b| f32::from_ne_bytes(b.try_into().unwrap())).collect()
+}
+
+#[test]
+fn netcdf4_zlib_and_shuffle_are_served_as_gzip_and_read_back_the_same_values() {
+    let source = netcdf4();
+    let served = served(&source, &[4, 3], 1).unwrap().unwrap();
+    assert_eq!(codec_names(&served), ["bytes", "gzip"]);
+    assert_eq!(served["codecs"][1]["configuration"]["level"], 1);
+    // Everything but the codecs is the array as stored.
+    for key in ["shape", "data_type", "chunk_grid", "fill_value", "dimension_names", "attributes"] {
+        assert_eq!(served[key], source[key], "{key}");
+    }
+    assert!(is_portable(&served));
+
+    let wanted: Vec<f32> = (0..12).map(|i| i as f32 * 1.5 - 3.0).collect();
+    let raw: Vec<u8> = wanted.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    let encoded = assembled::encode(&source, &[4, 3], raw, 4).unwrap();
+    let out = transcode(&source, &served, &[4, 3], &encoded, 1 << 20, 1).unwrap();
+    assert_eq!(values(&served, &out.bytes), wanted);
+    // And the served chunk is what a reader of gzip alone decodes: a gzip stream.
+    assert_eq!(&out.bytes[..2], &[0x1f, 0x8b]);
+}
+
+#[test]
+fn portable_arrays_are_served_as_they_are() {
+    for codecs in [
+        json!([{"name": "bytes", "configuration": {"endian": "little"}}]),
+        json!([{"name": "bytes", "configuration": {"endian": "big"}}, {"name": "gzip", "configuration": {"level": 5}}]),
+        json!([{"name": "transpose", "configuration": {"order": [1, 0]}}, {"name": "bytes"}, {"name": "zstd",
+            "configuration": {"level": 3, "checksum": false}}, {"name": "crc32c"}]),
+    ] {
+        assert_eq!(served(&array(codecs.clone()), &[4, 3], 1), Ok(None), "{codecs}");
+    }
+}
+
+#[test]
+fn a_chain_keeps_its_portable_compressor_and_compresses_only_if_it_did() {
+    let shuffle_zstd = array(json!([
+        {"name": "bytes", "configuration": {"endian": "little"}},
+        {"name": "numcodecs.shuffle", "configuration": {"elementsize": 4}},
+        {"name": "zstd", "configuration": {"level": 7, "checksum": false}},
+    ]));
+    let served_zstd = served(&shuffle_zstd, &[4, 3], 1).unwrap().unwrap();
+    assert_eq!(codec_names(&served_zstd), ["bytes", "zstd"]);
+    assert_eq!(served_zstd["codecs"][1]["configuration"]["level"], 7);
+
+    let checksummed = array(json!([
+        {"name": "bytes", "configuration": {"endian": "big"}},
+        {"name": "numcodecs.shuffle", "configuration": {"elementsize": 4}},
+        {"name": "numcodecs.fletcher32"},
+    ]));
+    let plain = served(&checksummed, &[4, 3], 1).unwrap().unwrap();
+    assert_eq!(codec_names(&plain), ["bytes"]);
+    // The byte order is the file's: any is portable.
+    assert_eq!(plain["codecs"][0]["configuration"]["endian"], "big");
+}
+
+#[test]
+fn arrays_that_cannot_be_transcoded_say_why() {
+    let strings = json!({
+        "zarr_format": 3, "node_type": "array", "shape": [2], "data_type": "string",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": "", "codecs": [{"name": "vlen-utf8"}, {"name": "numcodecs.zlib", "configuration": {"level": 1}}],
+    });
+    let why = served(strings.as_object().unwrap(), &[2], 1).unwrap_err();
+    assert!(why.contains("variable length"), "{why}");
+
+    let lzw = array(json!([{"name": "bytes", "configuration": {"endian": "little"}},
+        {"name": "numcodecs.imagecodecs_lzw"}]));
+    assert!(served(&lzw, &[4, 3], 1).is_err());
+}
+
+#[test]
+fn a_chunk_that_is_not_what_its_codecs_say_is_refused_not_served() {
+    let (source, chunk) = (netcdf4(), [4u64, 3]);
+    let served = served(&source, &chunk, 1).unwrap().unwrap();
+    assert!(matches!(transcode(&source, &served, &chunk, b"not zlib", 1 << 20, 1), Err(AssembleError::Codec(_))));
+    // A chunk that inflates past its decoded size is a bomb: refused within the bound.
+    let raw = vec![0u8; 48];
+    let encoded = assembled::encode(&source, &chunk, raw, 4).unwrap();
+    assert!(transcode(&source, &served, &chunk, &encoded, 47, 1).is_err());
+}

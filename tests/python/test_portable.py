@@ -1,0 +1,118 @@
+"""Stores any client decodes: ``?codecs=portable``.
+
+netCDF4 compresses with zlib and HDF5's shuffle by default; GDAL 3.10 (rasterio's wheels) has no
+``shuffle`` ("Filter shuffle not handled") and reads nothing of such a store. Registered with
+``codecs=portable``, every array whose codecs are not all of ``bytes``, ``gzip``, ``zstd``,
+``blosc``, ``crc32c``, ``transpose`` is served as ``bytes`` + ``gzip``, its chunks transcoded
+when read: GDAL (through the Zarr v2 view), zarrita.js in Node, zarr-python 3 and xarray then
+read the numbers the netCDF library reads, with no plugin. The same file registered as it is
+(``as-is``) is parsed once for both stores.
+"""
+
+from __future__ import annotations
+
+import json
+
+import netCDF4
+import numpy as np
+import pytest
+import requests
+import xarray as xr
+import zarr
+
+import fixtures
+from test_files import assert_same, open_plain, put_files
+from test_zarrita import js_env, read  # noqa: F401  (js_env is a fixture)
+
+rasterio = pytest.importorskip("rasterio")
+
+PORTABLE = {"bytes", "gzip", "zstd", "blosc", "crc32c", "transpose"}
+
+
+def codec_names(url: str) -> list[str]:
+    return [c["name"] for c in requests.get(url, timeout=30).json()["codecs"]]
+
+
+def metric(server, name: str, **labels: str) -> float:
+    total = 0.0
+    for line in requests.get(f"{server.url}/metrics", timeout=30).text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@pytest.fixture
+def air(server, source_dir, store_name):
+    """netCDF4 air (zlib + shuffle, the netCDF library's default), registered twice: as it is,
+    and with portable codecs. The two stores' URLs, the file, and netCDF4's values."""
+    path = fixtures.make_netcdf4_air(source_dir)
+    url = path.as_uri()
+    as_is = put_files(server, f"{store_name}-as-is", [url])
+    parses = metric(server, "zarrgate_parse_files_total", outcome="ok")
+    portable = put_files(server, f"{store_name}-portable", [url], codecs="portable")
+    assert metric(server, "zarrgate_parse_files_total", outcome="ok") == parses, "parsed once for both"
+    assert (as_is["codecs"], portable["codecs"]) == ("as-is", "portable")
+    assert portable["transcoded_arrays"] >= 1, portable
+    with netCDF4.Dataset(path) as nc:
+        nc.set_auto_mask(False)
+        raw = nc["air"][...]
+    return f"{server.url}/{store_name}-as-is", f"{server.url}/{store_name}-portable", path, raw
+
+
+def test_the_served_metadata_is_portable_and_the_stored_is_the_files(air, server):
+    as_is, portable, _, _ = air
+    assert "numcodecs.shuffle" in codec_names(f"{as_is}/air/zarr.json")
+    names = codec_names(f"{portable}/air/zarr.json")
+    assert names == ["bytes", "gzip"], names
+    zarray = requests.get(f"{portable.replace(server.url, server.url + '/v2')}/air/.zarray", timeout=30).json()
+    assert zarray["compressor"]["id"] == "gzip" and zarray["filters"] is None, zarray
+    # Every array the store serves is portable: the whole consolidated metadata says so.
+    consolidated = requests.get(f"{portable}/zarr.json", timeout=30).json()["consolidated_metadata"]["metadata"]
+    for path, node in consolidated.items():
+        if node["node_type"] == "array":
+            assert {c["name"] for c in node["codecs"]} <= PORTABLE, (path, node["codecs"])
+    store = portable.rsplit("/", 1)[1]
+    exported = requests.get(f"{server.url}/api/v1/stores/{store}/manifest", timeout=60).json()
+    assert "numcodecs.shuffle" in [c["name"] for c in exported["nodes"]["air"]["codecs"]], "the export is as stored"
+
+
+def test_gdal_reads_the_portable_store_where_it_cannot_read_the_file_as_it_is(air, server):
+    as_is, portable, _, raw = air
+    v2 = lambda url: url.replace(server.url, server.url + "/v2", 1)  # noqa: E731
+    with pytest.raises(rasterio.errors.RasterioIOError, match="shuffle"):
+        with rasterio.open(f'ZARR:"/vsicurl/{v2(as_is)}":/air') as ds:
+            ds.read()
+    with rasterio.open(f'ZARR:"/vsicurl/{v2(portable)}":/air') as ds:
+        assert (ds.count, ds.height, ds.width) == raw.shape
+        assert ds.nodata == -9999.0
+        values = ds.read()
+    np.testing.assert_array_equal(values, raw)
+    assert metric(server, "zarrgate_transcoded_chunks_total", outcome="ok") >= 1
+
+
+def test_xarray_and_zarr_python_read_the_portable_store_as_the_file(air):
+    _, portable, path, raw = air
+    with xr.open_dataset(path) as expected:
+        assert_same(open_plain(portable), expected.load())
+    array = zarr.open_array(f"{portable}/air", mode="r")
+    np.testing.assert_array_equal(array[...], raw)
+
+
+def test_zarrita_reads_the_portable_store_in_both_views(air, js_env, tmp_path, server):  # noqa: F811
+    _, portable, _, raw = air
+    for fmt, url in (("v3", portable), ("v2", portable.replace(server.url, server.url + "/v2", 1))):
+        got = read(js_env, tmp_path / fmt, url, "air", fmt, [[1, 3], None, [2, 6]])
+        np.testing.assert_array_equal(np.array(got["data"], dtype=np.float32).reshape(got["shape"]),
+                                      raw[1:3, :, 2:6])
+
+
+def test_the_query_and_the_document_must_agree(server, source_dir, store_name):
+    path = fixtures.make_netcdf4_air(source_dir)
+    resp = requests.put(f"{server.url}/api/v1/stores/{store_name}", params={"format": "files", "codecs": "as-is"},
+                        json={"files": [path.as_uri()], "codecs": "portable"}, timeout=60)
+    assert resp.status_code == 422, resp.text
+    assert "codecs=as-is" in json.dumps(resp.json()), resp.text
+    assert requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).status_code == 404, "nothing stored"
+    resp = requests.put(f"{server.url}/api/v1/stores/{store_name}", params={"codecs": "everything"},
+                        json={"nodes": {}}, timeout=60)
+    assert resp.status_code == 400 and "portable" in resp.json()["detail"], resp.text
