@@ -448,6 +448,7 @@ async fn a_store_named_v2_from_before_is_reachable_from_the_control_plane_only()
     let how = zarrgate::versions::Registration {
         format: None,
         fill_missing: None,
+        portable: None,
         verify: false,
         record_sources: false,
         expected: None,

@@ -208,6 +208,50 @@ pub fn files_value(urls: &[String]) -> Result<Value, String> {
     }
 }
 
+/// How often the progress of a registration is asked for.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// Waits for `registration` (the PUT of store `name` from files) while drawing a bar on stderr
+/// of the files the server has read, as `GET .../progress` tells (files read of found, those
+/// found parsed before, time left). indicatif draws nothing when stderr is not a terminal; a
+/// server that cannot tell (an older one, another replica) leaves the bar a spinner.
+pub async fn with_progress(
+    api: &Api,
+    name: &str,
+    registration: impl std::future::Future<Output = Result<Value, Failure>>,
+) -> Result<Value, Failure> {
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    let style = ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} files read{msg}, {eta} left")
+        .map(|s| s.progress_chars("=> "))
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_prefix(name.to_owned());
+    let path = format!("{}/progress", super::store_path(name));
+    let mut every = tokio::time::interval(PROGRESS_EVERY);
+    let mut styled = false;
+    tokio::pin!(registration);
+    let answer = loop {
+        tokio::select! {
+            answer = &mut registration => break answer,
+            _ = every.tick() => {}
+        }
+        let Ok(now) = api.json(api.request(Method::GET, &path)).await else {
+            bar.tick();
+            continue;
+        };
+        let count = |key: &str| now.get(key).and_then(Value::as_u64).unwrap_or(0);
+        if !styled {
+            bar.set_style(style.clone());
+            styled = true;
+        }
+        bar.set_length(count("files"));
+        bar.set_position(count("read"));
+        let cached = count("cached");
+        bar.set_message(if cached > 0 { format!(" ({cached} parsed before)") } else { String::new() });
+    };
+    bar.finish_and_clear();
+    answer
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,48 +340,4 @@ mod tests {
         assert_eq!(older_than_seconds("1h"), Ok(3600));
         assert!(older_than_seconds("soon").unwrap_err().contains("\"soon\""));
     }
-}
-
-/// How often the progress of a registration is asked for.
-const PROGRESS_EVERY: Duration = Duration::from_millis(250);
-
-/// Waits for `registration` (the PUT of store `name` from files) while drawing a bar on stderr
-/// of the files the server has read, as `GET .../progress` tells (files read of found, those
-/// found parsed before, time left). indicatif draws nothing when stderr is not a terminal; a
-/// server that cannot tell (an older one, another replica) leaves the bar a spinner.
-pub async fn with_progress(
-    api: &Api,
-    name: &str,
-    registration: impl std::future::Future<Output = Result<Value, Failure>>,
-) -> Result<Value, Failure> {
-    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-    let style = ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} files read{msg}, {eta} left")
-        .map(|s| s.progress_chars("=> "))
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
-    bar.set_prefix(name.to_owned());
-    let path = format!("{}/progress", super::store_path(name));
-    let mut every = tokio::time::interval(PROGRESS_EVERY);
-    let mut styled = false;
-    tokio::pin!(registration);
-    let answer = loop {
-        tokio::select! {
-            answer = &mut registration => break answer,
-            _ = every.tick() => {}
-        }
-        let Ok(now) = api.json(api.request(Method::GET, &path)).await else {
-            bar.tick();
-            continue;
-        };
-        let count = |key: &str| now.get(key).and_then(Value::as_u64).unwrap_or(0);
-        if !styled {
-            bar.set_style(style.clone());
-            styled = true;
-        }
-        bar.set_length(count("files"));
-        bar.set_position(count("read"));
-        let cached = count("cached");
-        bar.set_message(if cached > 0 { format!(" ({cached} parsed before)") } else { String::new() });
-    };
-    bar.finish_and_clear();
-    answer
 }

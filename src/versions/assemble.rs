@@ -14,9 +14,9 @@ use super::error::{Error, Result};
 use super::read::{Chunk, Reader, VirtualChunk};
 use super::view::{VersionView, etag};
 use crate::zarr::assembled::{self, AssembleError, PieceSource, Recipe};
-use crate::zarr::portable;
 use crate::zarr::hierarchy::Node;
 use crate::zarr::metadata::NodeKind;
+use crate::zarr::portable;
 use crate::zarr::source::SourceCheck;
 
 impl Reader {
@@ -57,7 +57,14 @@ impl Reader {
 
     /// The chunk under `tag` from the cache, else made by `make` (counted, and logged when it
     /// fails).
-    async fn made<F>(&self, kind: Made, view: &VersionView, node: &Node, tag: String, make: impl FnOnce() -> F) -> Result<Chunk>
+    async fn made<F>(
+        &self,
+        kind: Made,
+        view: &VersionView,
+        node: &Node,
+        tag: String,
+        make: impl FnOnce() -> F,
+    ) -> Result<Chunk>
     where
         F: std::future::Future<Output = Result<Bytes>>,
     {

@@ -15,9 +15,9 @@ use crate::metrics::Metrics;
 use crate::sources::SourceRegistry;
 use crate::zarr::Limits;
 use crate::zarr::document::Document;
-use crate::zarr::spill::Scratch;
 use crate::zarr::metadata::{NodeKind, ValidNode};
 use crate::zarr::portable;
+use crate::zarr::spill::Scratch;
 use crate::zarr::validate::{Rejected, Summary, validate_tiled};
 
 /// What registrations are allowed, from the configuration.

@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use zarrs::array::{
-    ArrayBytes, ArrayToBytesCodecTraits, BytesRepresentation,
-    BytesToBytesCodecTraits, Codec, CodecChain, CodecOptions, DataType, FillValue,
+    ArrayBytes, ArrayToBytesCodecTraits, BytesRepresentation, BytesToBytesCodecTraits, Codec, CodecChain, CodecOptions,
+    DataType, FillValue,
 };
 use zarrs::metadata::v3::MetadataV3;
 

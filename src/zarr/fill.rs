@@ -5,10 +5,7 @@ use std::num::NonZeroU64;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use zarrs::array::{
-    ArrayBytes, ArrayToBytesCodecTraits, CodecOptions, DataType, FillValue,
-    FillValueMetadata,
-};
+use zarrs::array::{ArrayBytes, ArrayToBytesCodecTraits, CodecOptions, DataType, FillValue, FillValueMetadata};
 use zarrs::metadata::v3::MetadataV3;
 
 /// Why there is no fill-value chunk.

@@ -13,6 +13,9 @@ use super::grid::ChunkLocation;
 use super::metadata::{ArrayLayout, NodeKind, node_kind};
 use super::path::NodePath;
 
+/// A node's metadata, parsed.
+type Metadata = Map<String, Value>;
+
 /// A node as stored: path, metadata, and for arrays the tile shape they were stored with.
 pub type StoredNode = (NodePath, Map<String, Value>, Option<Vec<u64>>);
 
@@ -138,7 +141,7 @@ impl Hierarchy {
     pub fn build_from_text_serving(
         mut stored: Vec<(NodePath, String, Option<Vec<u64>>)>,
         max_nested_metadata_bytes: u64,
-        serve: &dyn Fn(&Map<String, Value>) -> Option<Map<String, Value>>,
+        serve: &dyn Fn(&Metadata) -> Option<Metadata>,
     ) -> Result<Self, String> {
         let mut sources: HashMap<String, Box<str>> = HashMap::new();
         for (path, text, _) in &mut stored {

@@ -407,3 +407,77 @@ def test_a_glob_put_with_follow_is_rescanned_and_sync_says_what_was_added(server
     run = zarrgate("stores", "put", "s", "s3://b/a.nc", "s3://b/c.nc", "--join", "existing:time", "--follow", "1m",
                    **nobody)
     assert run.returncode == 1 and "--follow rescans a prefix" in run.stderr, run.stderr
+
+
+# --------------------------------------------------------------------------
+# the progress bar over the files the server reads
+# --------------------------------------------------------------------------
+
+def test_a_put_of_data_files_draws_the_files_read_on_a_terminal(server: Server, tmp_path: Path,
+                                                                  store_name: str):
+    """The server reads 6 files from an upstream that takes a second a request: meanwhile the
+    command's bar shows the files read of those found (``GET .../progress``), and the progress
+    of the store is a 404 once the registration is over."""
+    import http.server
+    import socketserver
+    import threading
+
+    import zarrgate_client
+    from test_files_combine import write_daily
+    from upstream import serve
+
+    files = tmp_path / "slow"
+    files.mkdir()
+    days = [write_daily(files / f"day_{i:02d}.nc", i) for i in range(6)]
+    polled: list[dict] = []
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            time.sleep(1.0)
+            body = (files / self.path.lstrip("/")).read_bytes()
+            m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("range", ""))
+            start, end = (int(m.group(1)), min(int(m.group(2)) + 1, len(body))) if m else (0, len(body))
+            self.send_response(206 if m else 200)
+            if m:
+                self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(body)}")
+            self.send_header("Content-Length", str(end - start))
+            self.send_header("ETag", f'"{self.path}"')
+            self.end_headers()
+            self.wfile.write(body[start:end])
+
+    class Threaded(socketserver.ThreadingMixIn, http.server.HTTPServer):
+        pass
+
+    with serve(Threaded, Slow) as upstream:
+        zarrgate_client.register_object_store(server.url, f"slow-{uuid.uuid4().hex[:8]}", upstream)
+        stop = threading.Event()
+
+        def poll() -> None:
+            while not stop.is_set():
+                r = requests.get(f"{server.url}/api/v1/stores/{store_name}/progress", timeout=10)
+                if r.status_code == 200:
+                    polled.append(r.json())
+                time.sleep(0.1)
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        try:
+            status, stdout, shown = put_with_a_terminal(
+                ["stores", "put", "--server", server.url, store_name,
+                 *[upstream + p.name for p in days], "--join", "existing:time"],
+                env_without_zarrgate())
+        finally:
+            stop.set()
+            poller.join()
+    assert status == 0, (stdout, shown)
+    assert stdout.startswith(f"registered {store_name} from 6 files"), stdout
+    assert re.search(r"\d/6 files read", shown), f"the bar of files read: {shown!r}"
+    assert polled and all(p["files"] == 6 and 0 <= p["read"] <= 6 for p in polled), polled
+    assert polled[0]["store"] == store_name and polled[0]["elapsed_seconds"] >= 0
+    gone = requests.get(f"{server.url}/api/v1/stores/{store_name}/progress", timeout=10)
+    assert gone.status_code == 404 and "under way" in gone.json()["detail"], gone.text

@@ -223,7 +223,13 @@ mod tests {
     use super::*;
 
     fn version(id: i64) -> Arc<StoreHead> {
-        let head = crate::catalog::VersionHead { store: "s".into(), id, created_at_ms: 0, fill_missing: false, portable: false };
+        let head = crate::catalog::VersionHead {
+            store: "s".into(),
+            id,
+            created_at_ms: 0,
+            fill_missing: false,
+            portable: false,
+        };
         Arc::new(StoreHead::Version(head))
     }
 

@@ -62,12 +62,8 @@ impl Progress {
     /// Counts for a registration of `store` from `files` files, shown until the guard is dropped.
     /// A second registration of the same store at once replaces the first's (the last is shown).
     pub fn start(&self, store: &str, files: u64) -> Tracked<'_> {
-        let counts = Arc::new(Counts {
-            files,
-            read: AtomicU64::new(0),
-            cached: AtomicU64::new(0),
-            started: Instant::now(),
-        });
+        let counts =
+            Arc::new(Counts { files, read: AtomicU64::new(0), cached: AtomicU64::new(0), started: Instant::now() });
         self.lock().insert(store.to_owned(), Arc::clone(&counts));
         Tracked { progress: self, store: store.to_owned(), counts }
     }
