@@ -52,11 +52,15 @@ fn compressor(layout: &Layout) -> Result<Option<Value>, String> {
         34925 => json!({"name": "numcodecs.lzma", "configuration": {}}),
         32773 => json!({"name": "numcodecs.imagecodecs_packbits", "configuration": {}}),
         7 if layout.jpeg_tables => {
-            return Err("its JPEG tiles share JPEGTables, which no Zarr codec is given (a tile alone is no JPEG)".into());
+            return Err(
+                "its JPEG tiles share JPEGTables, which no Zarr codec is given (a tile alone is no JPEG)".into()
+            );
         }
         7 => json!({"name": "numcodecs.imagecodecs_jpeg", "configuration": {}}),
         6 => return Err("it is old-style JPEG (Compression 6), which no Zarr codec decodes".into()),
-        other => return Err(format!("its compression {other} ({}) is not one zarrgate maps to a Zarr codec", name(other))),
+        other => {
+            return Err(format!("its compression {other} ({}) is not one zarrgate maps to a Zarr codec", name(other)));
+        }
     }))
 }
 
@@ -97,7 +101,13 @@ fn predictor(layout: &Layout) -> Result<Option<Value>, String> {
 fn numpy_dtype(data_type: &str, big_endian: bool) -> String {
     let size = element_size(data_type);
     let kind = &data_type[..1];
-    let order = if size == 1 { "|" } else if big_endian { ">" } else { "<" };
+    let order = if size == 1 {
+        "|"
+    } else if big_endian {
+        ">"
+    } else {
+        "<"
+    };
     format!("{order}{kind}{size}")
 }
 

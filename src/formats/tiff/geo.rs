@@ -96,7 +96,8 @@ pub fn read(file: &dyn ByteRanges, ifd: &Ifd) -> Result<Georef, FormatError> {
     let keys = geo_keys(file, ifd)?;
     let key = |id: u64| keys.iter().find(|(k, _)| *k == id).and_then(|(_, v)| v.as_u64());
     for (id, value) in &keys {
-        let name = KEY_NAMES.iter().find(|(k, _)| k == id).map_or_else(|| format!("GeoKey{id}"), |(_, n)| n.to_string());
+        let name =
+            KEY_NAMES.iter().find(|(k, _)| k == id).map_or_else(|| format!("GeoKey{id}"), |(_, n)| n.to_string());
         georef.attributes.insert(name, value.clone());
     }
     let projected = key(3072).filter(|c| (1..USER_DEFINED).contains(c));
@@ -109,7 +110,8 @@ pub fn read(file: &dyn ByteRanges, ifd: &Ifd) -> Result<Georef, FormatError> {
     let scale = ifd.numbers(file, tags::MODEL_PIXEL_SCALE)?;
     let tiepoint = ifd.numbers(file, tags::MODEL_TIEPOINT)?;
     let matrix = ifd.numbers(file, tags::MODEL_TRANSFORMATION)?;
-    for (name, values) in [("ModelPixelScale", &scale), ("ModelTiepoint", &tiepoint), ("ModelTransformation", &matrix)] {
+    for (name, values) in [("ModelPixelScale", &scale), ("ModelTiepoint", &tiepoint), ("ModelTransformation", &matrix)]
+    {
         if let Some(values) = values {
             georef.attributes.insert(name.into(), Value::Array(values.iter().map(|v| float_json(*v)).collect()));
         }
@@ -121,9 +123,8 @@ pub fn read(file: &dyn ByteRanges, ifd: &Ifd) -> Result<Georef, FormatError> {
     };
     // PixelIsPoint: the model coordinates are of pixels' centres; GDAL moves them to corners.
     if key(1025) == Some(2) {
-        georef.transform = georef.transform.map(|[a, b, c, d, e, f]| {
-            [a, b, c - 0.5 * a - 0.5 * b, d, e, f - 0.5 * d - 0.5 * e]
-        });
+        georef.transform =
+            georef.transform.map(|[a, b, c, d, e, f]| [a, b, c - 0.5 * a - 0.5 * b, d, e, f - 0.5 * d - 0.5 * e]);
     }
     georef.transform = georef.transform.filter(|t| t.iter().all(|v| v.is_finite()));
     Ok(georef)

@@ -130,9 +130,8 @@ pub fn read_chain(file: &dyn ByteRanges, header: Header, limits: &Limits) -> Res
 fn read_ifd(file: &dyn ByteRanges, header: Header, offset: u64) -> Result<(Ifd, u64), FormatError> {
     let (count_size, entry_size, next_size) = header.sizes();
     let order = header.order();
-    let past_end = || {
-        FormatError::Invalid(format!("its IFD at byte {offset} goes past the end of the {}-byte file", file.len()))
-    };
+    let past_end =
+        || FormatError::Invalid(format!("its IFD at byte {offset} goes past the end of the {}-byte file", file.len()));
     if offset.checked_add(count_size).is_none_or(|end| end > file.len()) {
         return Err(past_end());
     }
@@ -203,7 +202,9 @@ impl Ifd {
         if len <= entry.field.len() as u64 {
             return Ok((size, entry.field[..len as usize].to_vec()));
         }
-        let at = if self.header.bigtiff { self.header.order().u64(&entry.field) } else {
+        let at = if self.header.bigtiff {
+            self.header.order().u64(&entry.field)
+        } else {
             self.header.order().u32(&entry.field).into()
         };
         if at.checked_add(len).is_none_or(|end| end > file.len()) {

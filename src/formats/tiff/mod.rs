@@ -94,9 +94,8 @@ pub fn parse(file: &dyn ByteRanges, limits: &Limits) -> Result<Parsed, FormatErr
                     nodata: own_nodata,
                     overviews: 0,
                 });
-                outcome.map(|image| {
-                    (0, Served { name: index.to_string(), image, georef: own_georef, nodata: own_nodata })
-                })
+                outcome
+                    .map(|image| (0, Served { name: index.to_string(), image, georef: own_georef, nodata: own_nodata }))
             }
         };
         match served {
@@ -137,7 +136,10 @@ fn multiscales(levels: &BTreeMap<usize, Vec<Served>>) -> Value {
             let scale = served.iter().find_map(|s| {
                 let (name, width, height) = full.as_ref()?;
                 (s.name == *name).then(|| {
-                    vec![cf::float_json(*height as f64 / s.image.height as f64), cf::float_json(*width as f64 / s.image.width as f64)]
+                    vec![
+                        cf::float_json(*height as f64 / s.image.height as f64),
+                        cf::float_json(*width as f64 / s.image.width as f64),
+                    ]
                 })
             });
             let mut entry = json!({"asset": level.to_string()});
@@ -163,7 +165,8 @@ fn add_group(parsed: &mut Parsed, path: &str, attributes: Map<String, Value>, se
         let Served { name, image, georef, nodata } = served;
         let mut attributes = georef.attributes.clone();
         if let Some(transform) = georef.transform {
-            attributes.insert("transform".into(), json!(transform.iter().map(|v| cf::float_json(*v)).collect::<Vec<_>>()));
+            attributes
+                .insert("transform".into(), json!(transform.iter().map(|v| cf::float_json(*v)).collect::<Vec<_>>()));
         }
         if georef.epsg.is_some() || georef.transform.is_some() {
             let key = (georef.epsg, georef.transform);

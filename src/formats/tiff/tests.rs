@@ -358,7 +358,14 @@ fn what_cannot_be_virtualized_is_left_out_with_a_warning() {
     tiled(&mut w, vec![(339, V::Short(vec![3])), (258, V::Short(vec![32])), (317, V::Short(vec![2]))]);
     let parsed = ok(&w.finish());
     assert_eq!(parsed.nodes.keys().collect::<Vec<_>>(), ["", "0"]);
-    let expected = ["JPEGTables", "YCbCr", "old-style JPEG", "not all one 8, 16, 32 or 64-bit", "34887 (LERC)", "horizontal predictor on floats"];
+    let expected = [
+        "JPEGTables",
+        "YCbCr",
+        "old-style JPEG",
+        "not all one 8, 16, 32 or 64-bit",
+        "34887 (LERC)",
+        "horizontal predictor on floats",
+    ];
     assert_eq!(parsed.warnings.len(), expected.len(), "{:?}", parsed.warnings);
     for (index, (warning, words)) in parsed.warnings.iter().zip(expected).enumerate() {
         assert!(warning.starts_with(&format!("image {}", index + 1)), "{warning}");
@@ -442,12 +449,15 @@ fn counts_and_offsets_past_the_end_are_refused_before_anything_is_allocated() {
 fn absurd_sizes_are_refused_without_allocating_for_them() {
     // 2^32 - 1 square pixels in 1 x 1 tiles: 2^64 chunks
     let mut w = Writer::new(false, false);
-    tiled(&mut w, vec![
-        (256, V::Long(vec![u32::MAX])),
-        (257, V::Long(vec![u32::MAX])),
-        (322, V::Short(vec![1])),
-        (323, V::Short(vec![1])),
-    ]);
+    tiled(
+        &mut w,
+        vec![
+            (256, V::Long(vec![u32::MAX])),
+            (257, V::Long(vec![u32::MAX])),
+            (322, V::Short(vec![1])),
+            (323, V::Short(vec![1])),
+        ],
+    );
     let file = w.finish();
     assert!(matches!(parse(&file, &Limits::default()), Err(FormatError::TooLarge(m)) if m.contains("max_chunks")));
     let mut w = Writer::new(false, false);
