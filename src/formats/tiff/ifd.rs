@@ -84,8 +84,9 @@ struct Entry {
     tag: u16,
     kind: u16,
     count: u64,
-    /// The value field: the values themselves when they fit, else their offset.
-    field: Vec<u8>,
+    /// The value field: the values themselves when they fit (4 bytes, 8 in BigTIFF), else
+    /// their offset.
+    field: [u8; 8],
 }
 
 /// One image file directory.
@@ -98,10 +99,12 @@ pub struct Ifd {
 }
 
 /// Every IFD of the chain, in file order: a loop (an offset reached twice) is a 422, and so is
-/// a chain longer than `limits.max_nodes`.
+/// a chain longer than `limits.max_nodes`, or IFDs taking more bytes than the file has (they
+/// overlap: hostile IFDs one byte apart would otherwise hold the same bytes many times over).
 pub fn read_chain(file: &dyn ByteRanges, header: Header, limits: &Limits) -> Result<Vec<Ifd>, FormatError> {
     let mut seen = HashSet::new();
-    let mut ifds = Vec::new();
+    let mut ifds: Vec<Ifd> = Vec::new();
+    let mut entries = 0u64;
     let mut next = header.first_ifd;
     while next != 0 {
         limits.check_time()?;
@@ -117,6 +120,13 @@ pub fn read_chain(file: &dyn ByteRanges, header: Header, limits: &Limits) -> Res
             )));
         }
         let (ifd, after) = read_ifd(file, header, next)?;
+        entries += ifd.entries.len() as u64;
+        if entries.saturating_mul(header.sizes().1) > file.len() {
+            return Err(FormatError::Invalid(format!(
+                "its IFDs list more entries ({entries}) than its {} bytes hold: they overlap",
+                file.len()
+            )));
+        }
         ifds.push(ifd);
         next = after;
     }
@@ -148,11 +158,15 @@ fn read_ifd(file: &dyn ByteRanges, header: Header, offset: u64) -> Result<(Ifd, 
     let field_at = if header.bigtiff { 12 } else { 8 };
     let entries = bytes[..(count * entry_size) as usize]
         .chunks_exact(entry_size as usize)
-        .map(|e| Entry {
-            tag: order.u16(&e[0..2]),
-            kind: order.u16(&e[2..4]),
-            count: if header.bigtiff { order.u64(&e[4..12]) } else { order.u32(&e[4..8]).into() },
-            field: e[field_at..].to_vec(),
+        .map(|e| {
+            let mut field = [0u8; 8];
+            field[..e.len() - field_at].copy_from_slice(&e[field_at..]);
+            Entry {
+                tag: order.u16(&e[0..2]),
+                kind: order.u16(&e[2..4]),
+                count: if header.bigtiff { order.u64(&e[4..12]) } else { order.u32(&e[4..8]).into() },
+                field,
+            }
         })
         .collect();
     let tail = &bytes[(count * entry_size) as usize..];
@@ -196,10 +210,11 @@ impl Ifd {
                 entry.tag, self.offset, entry.count
             )));
         }
+        let inline = if self.header.bigtiff { 8 } else { 4 };
         let len = entry.count.checked_mul(size).ok_or_else(|| {
             FormatError::Invalid(format!("tag {} of the IFD at byte {}: its size overflows", entry.tag, self.offset))
         })?;
-        if len <= entry.field.len() as u64 {
+        if len <= inline {
             return Ok((size, entry.field[..len as usize].to_vec()));
         }
         let at = if self.header.bigtiff {

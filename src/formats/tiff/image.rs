@@ -81,17 +81,6 @@ pub fn read(file: &dyn ByteRanges, ifd: &Ifd, big_endian: bool, limits: &Limits,
             )));
         }
     };
-    if !ifd.has(offsets_tag) || !ifd.has(counts_tag) {
-        return Err(invalid("it has no tile or strip offsets and byte counts".into()));
-    }
-    let (offset_count, byte_count_count) = (ifd.count(offsets_tag), ifd.count(counts_tag));
-    if offset_count != blocks || byte_count_count != blocks {
-        return Err(invalid(format!(
-            "it lists {offset_count} offsets and {byte_count_count} byte counts for its {blocks} tiles or strips"
-        )));
-    }
-    let offsets = ifd.unsigned(file, offsets_tag, blocks)?.unwrap_or_default();
-    let counts = ifd.unsigned(file, counts_tag, blocks)?.unwrap_or_default();
     let (shape, chunk_shape, dimension_names) = match (samples, planar) {
         (1, _) => (vec![height, width], vec![block_height, block_width], vec!["y", "x"]),
         (_, false) => (vec![height, width, samples], vec![block_height, block_width, samples], vec!["y", "x", "band"]),
@@ -111,7 +100,18 @@ pub fn read(file: &dyn ByteRanges, ifd: &Ifd, big_endian: bool, limits: &Limits,
         Ok(codecs) => codecs,
         Err(why) => return Ok(Err(why)),
     };
-    let raw_size = chunk_shape.iter().product::<u64>() * codecs::element_size(data_type);
+    if !ifd.has(offsets_tag) || !ifd.has(counts_tag) {
+        return Err(invalid("it has no tile or strip offsets and byte counts".into()));
+    }
+    let (offset_count, byte_count_count) = (ifd.count(offsets_tag), ifd.count(counts_tag));
+    if offset_count != blocks || byte_count_count != blocks {
+        return Err(invalid(format!(
+            "it lists {offset_count} offsets and {byte_count_count} byte counts for its {blocks} tiles or strips"
+        )));
+    }
+    let offsets = ifd.unsigned(file, offsets_tag, blocks)?.unwrap_or_default();
+    let counts = ifd.unsigned(file, counts_tag, blocks)?.unwrap_or_default();
+    let raw_size = chunk_shape.iter().fold(codecs::element_size(data_type), |size, n| size.saturating_mul(*n));
     let mut chunks = Vec::with_capacity(blocks as usize);
     for (index, (offset, length)) in offsets.into_iter().zip(counts).enumerate() {
         if index % 4096 == 0 {

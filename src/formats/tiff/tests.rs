@@ -497,3 +497,41 @@ fn arbitrary_bytes_after_a_tiff_header_never_panic() {
         }
     }
 }
+
+#[test]
+fn overlapping_ifds_are_refused_before_they_fill_memory() {
+    // IFDs one byte apart, each listing the other's bytes as 4000 entries, chained through
+    // their own next-IFD fields: without a bound, each would hold the same bytes again.
+    let mut file = vec![0u8; 48_200];
+    file[..8].copy_from_slice(b"II*\0\x08\0\0\0");
+    for at in (8..20_000).step_by(2) {
+        file[at..at + 2].copy_from_slice(&4000u16.to_le_bytes());
+    }
+    let next = 8 + 2 + 4000 * 12;
+    file[next..next + 4].copy_from_slice(&10u32.to_le_bytes());
+    let message = invalid(Bytes::from(file));
+    assert!(message.contains("overlap") || message.contains("loops"), "{message}");
+}
+
+#[test]
+fn huge_tiles_of_many_samples_are_refused_or_left_out_without_overflow() {
+    let mut w = Writer::new(false, true);
+    tiled(
+        &mut w,
+        vec![
+            (259, V::Short(vec![1])),
+            (277, V::Long(vec![60_000])),
+            (322, V::Long(vec![1 << 24])),
+            (323, V::Long(vec![1 << 24])),
+            (324, V::Long8(vec![16])),
+            (325, V::Long8(vec![8])),
+            (258, V::Short(vec![64])),
+        ],
+    );
+    let file = w.finish();
+    let outcome = parse(&file, &Limits::default());
+    assert!(
+        matches!(&outcome, Err(FormatError::Invalid(m)) if m.contains("short of") || m.contains("images")),
+        "{outcome:?}"
+    );
+}
