@@ -146,6 +146,13 @@ def test_a_geotiff_opens_in_xarray_masked_with_its_crs_and_transform(server, sou
     spatial_ref = ds.coords["spatial_ref"]
     assert CRS.from_user_input(spatial_ref.attrs["spatial_ref"]) == crs
     assert Affine.from_gdal(*map(float, spatial_ref.attrs["GeoTransform"].split())) == transform
+    # x and y: the pixel centres rasterio (and rioxarray's open_rasterio) give
+    with rasterio.open(path) as src:
+        xs, _ = src.xy(np.zeros(120, dtype=int), np.arange(120))
+        _, ys = src.xy(np.arange(100), np.zeros(100, dtype=int))
+    np.testing.assert_allclose(ds["x"].values, xs)
+    np.testing.assert_allclose(ds["y"].values, ys)
+    assert float(ds["0"].sel(x=500105.0, y=3999895.0, method="nearest")) == expected[10, 10]
 
 
 def test_a_cog_is_a_multiscales_group_whose_levels_read_as_gdal_reads_its_overviews(server, source_dir,
@@ -179,6 +186,7 @@ def test_a_cog_is_a_multiscales_group_whose_levels_read_as_gdal_reads_its_overvi
 
     tree = xr.open_datatree(f"{server.url}/{store_name}", engine="zarr")
     assert tree["1"].dataset["0"].shape == (256, 256)
+    assert tree["2"].dataset["x"].values[0] == transform.c + 4 * transform.a / 2
     assert CRS.from_user_input(tree["2"].dataset.coords["spatial_ref"].attrs["spatial_ref"]) == UTM["crs"]
 
 

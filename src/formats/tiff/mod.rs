@@ -16,6 +16,7 @@
 //! claimed entry count) and follows a looping IFD chain forever.
 
 mod codecs;
+mod coords;
 mod geo;
 mod ifd;
 mod image;
@@ -113,14 +114,15 @@ pub fn parse(file: &dyn ByteRanges, limits: &Limits) -> Result<Parsed, FormatErr
             parsed.warnings.join("; ")
         )));
     }
+    let mut inline_budget = limits.max_inline_bytes;
     if levels.len() == 1 {
         let served = levels.into_values().next().unwrap_or_default();
-        add_group(&mut parsed, "", Map::new(), served);
+        add_group(&mut parsed, "", Map::new(), served, &mut inline_budget);
     } else {
         let root = json!({"multiscales": multiscales(&levels)});
         parsed.nodes.insert(String::new(), group(object(root)));
         for (level, served) in levels {
-            add_group(&mut parsed, &level.to_string(), Map::new(), served);
+            add_group(&mut parsed, &level.to_string(), Map::new(), served, &mut inline_budget);
         }
     }
     Ok(parsed)
@@ -156,10 +158,13 @@ fn multiscales(levels: &BTreeMap<usize, Vec<Served>>) -> Value {
 }
 
 /// A group at `path` holding `served`, with a `spatial_ref` grid mapping for each distinct
-/// georeference among them.
-fn add_group(parsed: &mut Parsed, path: &str, attributes: Map<String, Value>, served: Vec<Served>) {
+/// georeference among them and `x`, `y` coordinates when they share one.
+fn add_group(parsed: &mut Parsed, path: &str, attributes: Map<String, Value>, served: Vec<Served>, inline: &mut u64) {
     let join = |name: &str| if path.is_empty() { name.to_owned() } else { format!("{path}/{name}") };
     parsed.nodes.insert(path.to_owned(), group(attributes));
+    for (name, node) in coords::coordinates(&served, inline) {
+        parsed.nodes.insert(join(name), node);
+    }
     let mut mappings: Vec<(Option<u64>, Option<[f64; 6]>, String)> = Vec::new();
     for served in served {
         let Served { name, image, georef, nodata } = served;

@@ -275,7 +275,7 @@ fn geokeys_transform_crs_and_nodata_are_attributes_xarray_and_rioxarray_read() {
     extra.push((339, V::Short(vec![2])));
     tiled(&mut w, extra);
     let parsed = ok(&w.finish());
-    assert_eq!(parsed.nodes.keys().collect::<Vec<_>>(), ["", "0", "spatial_ref"]);
+    assert_eq!(parsed.nodes.keys().collect::<Vec<_>>(), ["", "0", "spatial_ref", "x", "y"]);
     let array = meta(&parsed, "0");
     let attrs = &array["attributes"];
     assert_eq!(attrs["ProjectedCSTypeGeoKey"], 32633);
@@ -291,6 +291,18 @@ fn geokeys_transform_crs_and_nodata_are_attributes_xarray_and_rioxarray_read() {
     assert_eq!(crs["spatial_ref"], "EPSG:32633");
     assert_eq!(crs["GeoTransform"], "500000 10 0 4000000 0 -10");
     assert_eq!(meta(&parsed, "spatial_ref")["shape"], json!([]));
+    // pixel centres, as rioxarray's open_rasterio gives them
+    let centres = |path: &str| match &parsed.nodes[path].chunks[..] {
+        [(index, Chunk::Inline(bytes))] if index == &[0] => {
+            bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap())).collect::<Vec<f64>>()
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(centres("x")[..2], [500005.0, 500015.0]);
+    assert_eq!(centres("y").len(), 30);
+    assert_eq!(centres("y")[29], 4000000.0 - 295.0);
+    assert_eq!(meta(&parsed, "x")["dimension_names"], json!(["x"]));
+    assert_eq!(meta(&parsed, "y")["attributes"]["standard_name"], "projection_y_coordinate");
 }
 
 #[test]
@@ -332,7 +344,8 @@ fn a_cog_is_a_multiscales_group_of_sibling_levels() {
     w.ifd(vec![(254, V::Long(vec![4])), (256, V::Long(vec![40])), (257, V::Long(vec![30]))]);
     let parsed = ok(&w.finish());
     let paths: Vec<&String> = parsed.nodes.keys().collect();
-    assert_eq!(paths, ["", "0", "0/0", "0/spatial_ref", "1", "1/0", "1/spatial_ref"]);
+    assert_eq!(paths, ["", "0", "0/0", "0/spatial_ref", "0/x", "0/y", "1", "1/0", "1/spatial_ref", "1/x", "1/y"]);
+    assert_eq!(meta(&parsed, "1/x")["shape"], json!([20]));
     assert_eq!(
         meta(&parsed, "")["attributes"]["multiscales"],
         json!({"layout": [{"asset": "0"}, {"asset": "1", "derived_from": "0", "transform": {"scale": [2.0, 2.0]}}]})
