@@ -18,6 +18,8 @@
 mod codecs;
 mod coords;
 mod geo;
+#[cfg(test)]
+mod hostile_tests;
 mod ifd;
 mod image;
 mod tags;
