@@ -3,7 +3,7 @@
 //!
 //! The layout follows virtual-tiff (arrays named by their IFD's index) and is made for xarray:
 //! a file without overviews is one group of arrays (`0`, `1`...) with a `spatial_ref` grid
-//! mapping beside them, which `xr.open_zarr` opens as one dataset. A file with reduced-resolution
+//! mapping and `x`, `y` coordinates beside them, which `xr.open_zarr` opens as one dataset. A file with reduced-resolution
 //! images (NewSubfileType bit 0: a COG's overviews) becomes a multiscales group: level `0`
 //! holds the full-resolution images, level `k` every image's `k`-th overview under its full
 //! image's name, each level with its own `spatial_ref`. Levels are siblings because xarray's
