@@ -396,3 +396,23 @@ fn several_pages_are_sibling_arrays_named_by_their_index() {
     assert_eq!(parsed.nodes.keys().collect::<Vec<_>>(), ["", "0", "1", "2"]);
     assert!(!meta(&parsed, "").contains_key("multiscales"));
 }
+
+#[test]
+fn files_tifffile_wrote_parse_as_expected() {
+    let seed = |name: &str| {
+        let path = format!("{}/fuzz/seeds/tiff/{name}", env!("CARGO_MANIFEST_DIR"));
+        ok(&Bytes::from(std::fs::read(path).unwrap()))
+    };
+    let geotiff = seed("tiled_deflate.tif");
+    assert_eq!(geotiff.nodes.keys().collect::<Vec<_>>(), ["", "0", "spatial_ref", "x", "y"]);
+    assert_eq!(meta(&geotiff, "spatial_ref")["attributes"]["spatial_ref"], "EPSG:4326");
+    assert_eq!(meta(&geotiff, "x")["attributes"]["standard_name"], "longitude");
+    let planar = seed("bigtiff_be_planar.tif");
+    assert_eq!(meta(&planar, "0")["shape"], json!([3, 30, 40]));
+    assert_eq!(meta(&planar, "0")["data_type"], "uint16");
+    assert_eq!(meta(&planar, "0")["codecs"][0]["configuration"]["dtype"], ">u2");
+    assert_eq!(planar.nodes["0"].chunks.len(), 9);
+    let pyramid = seed("pages_overview.tif");
+    assert_eq!(pyramid.nodes.keys().collect::<Vec<_>>(), ["", "0", "0/0", "1", "1/0"]);
+    assert_eq!(meta(&pyramid, "1/0")["shape"], json!([15, 20]));
+}
