@@ -211,7 +211,7 @@ def test_corrupt_tiffs_are_refused_naming_the_file(server, source_dir, store_nam
         path = source_dir / name
         path.write_bytes(bad)
         answer = put_files(server, f"{store_name}-{name[:-4]}", [path.as_uri()], parser="tiff", status=422)
-        assert path.as_uri() in answer["detail"] or name in answer["detail"], answer
+        assert path.as_uri() in answer["detail"], answer
         assert requests.get(f"{server.url}/api/v1/stores/{store_name}-{name[:-4]}",
                             timeout=TIMEOUT).status_code == 404, name
     assert "loops" in put_files(server, f"{store_name}-again", [(source_dir / "loop.tif").as_uri()],
