@@ -121,7 +121,7 @@ pub fn parse(file: &dyn ByteRanges, limits: &Limits) -> Result<Parsed, FormatErr
         let served = levels.into_values().next().unwrap_or_default();
         add_group(&mut parsed, "", Map::new(), served, &mut inline_budget);
     } else {
-        let root = json!({"multiscales": multiscales(&levels)});
+        let root = json!({"zarr_conventions": [multiscales_convention()], "multiscales": multiscales(&levels)});
         parsed.nodes.insert(String::new(), group(object(root)));
         for (level, served) in levels {
             add_group(&mut parsed, &level.to_string(), Map::new(), served, &mut inline_budget);
@@ -130,8 +130,19 @@ pub fn parse(file: &dyn ByteRanges, limits: &Limits) -> Result<Parsed, FormatErr
     Ok(parsed)
 }
 
-/// The root's `multiscales` attribute (after the multiscales convention GeoZarr uses): each
-/// level's group, and how much coarser its pixels are than level 0's.
+/// The declaration of zarr-conventions' multiscales (v1) in the root's `zarr_conventions`.
+fn multiscales_convention() -> Value {
+    json!({
+        "schema_url": "https://raw.githubusercontent.com/zarr-conventions/multiscales/refs/tags/v1/schema.json",
+        "spec_url": "https://github.com/zarr-conventions/multiscales/blob/v1/README.md",
+        "uuid": "d35379db-88df-4056-af3a-620245f8e347",
+        "name": "multiscales",
+        "description": "Multiscale layout of zarr datasets",
+    })
+}
+
+/// The root's `multiscales` attribute (zarr-conventions' multiscales, which GeoZarr uses):
+/// each level's group, and how much coarser its pixels are than level 0's.
 fn multiscales(levels: &BTreeMap<usize, Vec<Served>>) -> Value {
     let full = levels.get(&0).and_then(|l| l.first()).map(|s| (s.name.clone(), s.image.width, s.image.height));
     let layout: Vec<Value> = levels
@@ -147,7 +158,9 @@ fn multiscales(levels: &BTreeMap<usize, Vec<Served>>) -> Value {
                 })
             });
             let mut entry = json!({"asset": level.to_string()});
-            if *level > 0 {
+            if *level == 0 {
+                entry["transform"] = json!({"scale": [1.0, 1.0]});
+            } else {
                 entry["derived_from"] = json!("0");
                 if let Some(scale) = scale {
                     entry["transform"] = json!({"scale": scale});

@@ -348,8 +348,12 @@ fn a_cog_is_a_multiscales_group_of_sibling_levels() {
     assert_eq!(meta(&parsed, "1/x")["shape"], json!([20]));
     assert_eq!(
         meta(&parsed, "")["attributes"]["multiscales"],
-        json!({"layout": [{"asset": "0"}, {"asset": "1", "derived_from": "0", "transform": {"scale": [2.0, 2.0]}}]})
+        json!({"layout": [
+            {"asset": "0", "transform": {"scale": [1.0, 1.0]}},
+            {"asset": "1", "derived_from": "0", "transform": {"scale": [2.0, 2.0]}},
+        ]})
     );
+    assert_eq!(meta(&parsed, "")["attributes"]["zarr_conventions"][0]["name"], "multiscales");
     let overview = meta(&parsed, "1/0");
     assert_eq!(overview["shape"], json!([15, 20]));
     assert_eq!(overview["attributes"]["transform"], json!([20.0, 0.0, 500000.0, 0.0, -20.0, 4000000.0]));
