@@ -87,6 +87,9 @@ const KEY_NAMES: &[(u64, &str)] = &[
     (4099, "VerticalUnitsGeoKey"),
 ];
 
+/// The most GeoKeys an image may have (each one attribute).
+const MAX_KEYS: u64 = 1024;
+
 /// GeoTIFF's "user-defined" code: no EPSG code names the CRS.
 const USER_DEFINED: u64 = 32767;
 
@@ -133,7 +136,9 @@ pub fn read(file: &dyn ByteRanges, ifd: &Ifd) -> Result<Georef, FormatError> {
 /// The GeoKeyDirectory's keys and values, in its order: a short as a number, doubles as a
 /// number or a list, text without GeoTIFF's `|` terminator.
 fn geo_keys(file: &dyn ByteRanges, ifd: &Ifd) -> Result<Vec<(u64, Value)>, FormatError> {
-    let Some(directory) = ifd.unsigned(file, tags::GEO_KEY_DIRECTORY, 1 << 20)? else { return Ok(Vec::new()) };
+    // GeoTIFF defines about 50 keys: a directory of more than MAX_KEYS is hostile.
+    let max_values = 4 + 4 * MAX_KEYS;
+    let Some(directory) = ifd.unsigned(file, tags::GEO_KEY_DIRECTORY, max_values)? else { return Ok(Vec::new()) };
     let doubles = ifd.numbers(file, tags::GEO_DOUBLE_PARAMS)?.unwrap_or_default();
     let text = ifd.text(file, tags::GEO_ASCII_PARAMS)?.unwrap_or_default();
     let declared = directory.get(3).copied().unwrap_or(0) as usize;

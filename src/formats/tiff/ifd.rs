@@ -206,7 +206,7 @@ impl Ifd {
         let size = type_size(entry.kind).unwrap_or(1);
         if entry.count > max_count {
             return Err(FormatError::Invalid(format!(
-                "tag {} of the IFD at byte {} claims {} values, more than the file can hold",
+                "tag {} of the IFD at byte {} claims {} values, more than it can have ({max_count})",
                 entry.tag, self.offset, entry.count
             )));
         }

@@ -110,10 +110,12 @@ pub fn parse(file: &dyn ByteRanges, limits: &Limits) -> Result<Parsed, FormatErr
         }
     }
     if levels.is_empty() {
+        let first: Vec<&str> = parsed.warnings.iter().take(3).map(String::as_str).collect();
         return Err(FormatError::Invalid(format!(
-            "none of its {} images can be served: {}",
+            "none of its {} images can be served: {}{}",
             ifds.len(),
-            parsed.warnings.join("; ")
+            first.join("; "),
+            if parsed.warnings.len() > 3 { "; ..." } else { "" }
         )));
     }
     let mut inline_budget = limits.max_inline_bytes;
