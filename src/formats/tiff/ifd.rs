@@ -255,9 +255,10 @@ impl Ifd {
         Ok(Some(values))
     }
 
-    /// `tag`'s single unsigned value (the first, if several), None when absent.
+    /// `tag`'s single unsigned value (the first, if several: at most one per sample), None when
+    /// absent.
     pub fn one(&self, file: &dyn ByteRanges, tag: u16) -> Result<Option<u64>, FormatError> {
-        Ok(self.unsigned(file, tag, MAX_VALUE_BYTES)?.and_then(|v| v.first().copied()))
+        Ok(self.unsigned(file, tag, 1 << 16)?.and_then(|v| v.first().copied()))
     }
 
     /// `tag`'s values as numbers (any numeric type), None when absent.
