@@ -190,6 +190,23 @@ def test_a_cog_is_a_multiscales_group_whose_levels_read_as_gdal_reads_its_overvi
     assert CRS.from_user_input(tree["2"].dataset.coords["spatial_ref"].attrs["spatial_ref"]) == UTM["crs"]
 
 
+def test_a_cog_is_registered_from_its_header_alone(server, source_dir, store_name):
+    path = source_dir / "big-cog.tif"
+    values = RNG.integers(0, 65535, (2048, 2048), dtype="uint16")
+    with rasterio.open(path, "w", driver="COG", width=2048, height=2048, count=1, dtype="uint16",
+                       blocksize=256, compress="deflate", **UTM) as dst:
+        dst.write(values, 1)
+    size = path.stat().st_size
+    assert size > 4 << 20, size
+    summary = put_files(server, store_name, [path.as_uri()], parser="tiff")
+    (record,) = summary["files"]["files"]
+    # one first read (files.first_read_bytes, 1 MiB) holds every IFD and tile index of a COG
+    # (with parser "auto", a GET looking for a DMR++ sidecar comes first)
+    assert (record["requests"], record["bytes_read"]) == (1, 1 << 20), record
+    root = zarr.open_group(f"{server.url}/{store_name}", mode="r")
+    np.testing.assert_array_equal(root["0/0"][1000:1300, 200:700], values[1000:1300, 200:700])
+
+
 # --------------------------------------------------------------------------
 # corrupt files: a 422 naming the file, nothing stored
 # --------------------------------------------------------------------------
