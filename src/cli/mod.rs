@@ -230,6 +230,8 @@ pub enum FileParser {
     Netcdf3,
     /// The file's DMR++ sidecar (`<file>.dmrpp`).
     Dmrpp,
+    /// TIFF, BigTIFF, GeoTIFF and COG.
+    Tiff,
 }
 
 /// Formats a store is exported in.
