@@ -10,6 +10,7 @@
 
 pub mod cf;
 pub mod dmrpp;
+pub mod fits;
 pub mod hdf5;
 pub mod netcdf3;
 
@@ -163,6 +164,8 @@ pub enum Parser {
     NetCdf3,
     /// An OPeNDAP DMR++ sidecar (`<file>.dmrpp`), describing the file beside it.
     Dmrpp,
+    /// FITS: image HDUs (tables are left out).
+    Fits,
 }
 
 /// How many bytes [`Parser::detect`] wants to see: HDF5's signature may sit at 0, 512, 1024,
@@ -171,14 +174,15 @@ pub const DETECT_BYTES: u64 = 8 << 10;
 
 impl Parser {
     /// Every parser, in the order `auto` tries the sidecar first.
-    pub const ALL: [Parser; 3] = [Parser::Hdf5, Parser::NetCdf3, Parser::Dmrpp];
+    pub const ALL: [Parser; 4] = [Parser::Hdf5, Parser::NetCdf3, Parser::Dmrpp, Parser::Fits];
 
-    /// The name the API and the summary use: `hdf5`, `netcdf3`, `dmrpp`.
+    /// The name the API and the summary use: `hdf5`, `netcdf3`, `dmrpp`, `fits`.
     pub fn name(self) -> &'static str {
         match self {
             Self::Hdf5 => "hdf5",
             Self::NetCdf3 => "netcdf3",
             Self::Dmrpp => "dmrpp",
+            Self::Fits => "fits",
         }
     }
 
@@ -197,6 +201,9 @@ impl Parser {
         if head.len() >= 4 && &head[..3] == b"CDF" && matches!(head[3], 1 | 2 | 5) {
             return Some(Self::NetCdf3);
         }
+        if head.starts_with(b"SIMPLE  =") {
+            return Some(Self::Fits);
+        }
         let text = head.trim_ascii_start();
         if text.starts_with(b"<?xml") || text.starts_with(b"<Dataset") {
             return Some(Self::Dmrpp);
@@ -210,6 +217,7 @@ impl Parser {
             Self::Hdf5 => hdf5::parse(file, limits),
             Self::NetCdf3 => netcdf3::parse(&*file, limits),
             Self::Dmrpp => dmrpp::parse(&*file, limits),
+            Self::Fits => fits::parse(&*file, limits),
         }
     }
 }
@@ -229,6 +237,8 @@ mod tests {
         assert_eq!(Parser::detect(b"CDF\x05\0"), Some(Parser::NetCdf3));
         assert_eq!(Parser::detect(b"CDF\x03\0"), None);
         assert_eq!(Parser::detect(b"  <?xml version=\"1.0\"?><Dataset"), Some(Parser::Dmrpp));
+        assert_eq!(Parser::detect(b"SIMPLE  =                    T"), Some(Parser::Fits));
+        assert_eq!(Parser::detect(b"SIMPLE = T"), None);
         assert_eq!(Parser::detect(b"II*\0"), None);
         assert_eq!(Parser::detect(b""), None);
     }

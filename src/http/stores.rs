@@ -142,7 +142,7 @@ async fn register_icechunk(app: &AppState, name: &str, body: Body, how: Registra
 const FILES_BODY_BYTES: usize = 1 << 20;
 
 /// `PUT /api/v1/stores/{store}?format=files`: `{"files": [URL, ...] | {"prefix": URL, "glob": GLOB},
-/// "parser": "auto"|"hdf5"|"netcdf3"|"dmrpp", "combine": {"join": ...}}`.
+/// "parser": "auto"|"hdf5"|"netcdf3"|"dmrpp"|"fits", "combine": {"join": ...}}`.
 async fn register_files(app: &AppState, name: &str, body: Body, how: Registration) -> Result<Response, ApiError> {
     let bytes = axum::body::to_bytes(body, FILES_BODY_BYTES).await.map_err(|_| {
         ApiError::BadRequest(format!(
@@ -153,7 +153,7 @@ async fn register_files(app: &AppState, name: &str, body: Body, how: Registratio
     let request: files::Request = serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::BadRequest(format!(
             "the body is not a files registration ({{\"files\": [URL, ...] or {{\"prefix\": URL, \"glob\": GLOB}}, \
-             \"parser\": \"auto\"|\"hdf5\"|\"netcdf3\"|\"dmrpp\", \"combine\": {{\"join\": ...}}}}): {e}; nothing was \
+             \"parser\": \"auto\"|\"hdf5\"|\"netcdf3\"|\"dmrpp\"|\"fits\", \"combine\": {{\"join\": ...}}}}): {e}; nothing was \
              changed"
         ))
     })?;

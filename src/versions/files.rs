@@ -36,7 +36,7 @@ use crate::zarr::source::SourceFacts;
 use crate::zarr::spill::Scratch;
 
 /// What a registration asks for: `{"files": [URL, ...] | {"prefix": URL, "glob": GLOB},
-/// "parser": "auto"|"hdf5"|"netcdf3"|"dmrpp", "combine": {...}, "follow_seconds": N,
+/// "parser": "auto"|"hdf5"|"netcdf3"|"dmrpp"|"fits", "combine": {...}, "follow_seconds": N,
 /// "older_than_seconds": N}`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -130,7 +130,7 @@ impl Request {
             None | Some("auto") => Choice::Auto,
             Some(name) => Choice::Only(Parser::from_name(name).ok_or_else(|| {
                 Error::BadRequest(format!(
-                    "parser {name:?} is not one this server has: use auto, hdf5 (HDF5 and netCDF4), netcdf3 or dmrpp; \
+                    "parser {name:?} is not one this server has: use auto, hdf5 (HDF5 and netCDF4), netcdf3, dmrpp or fits; \
                      nothing was changed"
                 ))
             })?),
