@@ -46,11 +46,8 @@ pub fn build(
     let chunks = chunks::ranges(&layout, &chunk_shape, limits)?;
     let mut attributes = attributes(&hdu.header, limits, &hdu.label())?;
     let blank = scaling(hdu, data_type, &mut attributes, warnings);
-    let codec = if item == 1 {
-        json!({"name": "bytes"})
-    } else {
-        json!({"name": "bytes", "configuration": {"endian": "big"}})
-    };
+    let codec =
+        if item == 1 { json!({"name": "bytes"}) } else { json!({"name": "bytes", "configuration": {"endian": "big"}}) };
     let fill_value = match (hdu.bitpix, blank) {
         (bitpix, _) if bitpix < 0 => json!("NaN"),
         (_, Some(blank)) => json!(blank),

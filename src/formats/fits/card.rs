@@ -65,7 +65,8 @@ pub fn read(file: &dyn ByteRanges, start: u64, limits: &Limits) -> Result<Header
         }
         let block = file.read(at, BLOCK)?;
         for (index, card) in block.chunks_exact(CARD).enumerate() {
-            let place = || format!("card {} of the header at byte {start}", (at - start) / CARD as u64 + index as u64 + 1);
+            let place =
+                || format!("card {} of the header at byte {start}", (at - start) / CARD as u64 + index as u64 + 1);
             if let Some(bad) = card.iter().find(|b| !(0x20..=0x7e).contains(*b)) {
                 return Err(FormatError::Invalid(format!(
                     "{} holds the byte 0x{bad:02x}, not ASCII text: not a FITS header (no END card?)",

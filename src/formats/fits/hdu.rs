@@ -86,9 +86,7 @@ fn kind(index: usize, header: &Header) -> Result<Kind, String> {
     };
     let logical = |keyword: &str| matches!(header.get(keyword), Some(Value::Logical(true)));
     match (index, first.as_str(), value) {
-        (0, "SIMPLE", _) if header.get("NAXIS1") == Some(&Value::Int(0)) && logical("GROUPS") => {
-            Ok(Kind::RandomGroups)
-        }
+        (0, "SIMPLE", _) if header.get("NAXIS1") == Some(&Value::Int(0)) && logical("GROUPS") => Ok(Kind::RandomGroups),
         (0, "SIMPLE", _) => Ok(Kind::Image),
         (0, _, _) => Err(format!("it starts with {first}, not SIMPLE: not a FITS file")),
         (_, "XTENSION", Value::Text(xtension)) => Ok(match xtension.as_str() {

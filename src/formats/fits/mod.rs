@@ -57,9 +57,9 @@ pub fn parse(file: &dyn ByteRanges, limits: &Limits) -> Result<Parsed, FormatErr
                 "{}: a tile-compressed image (ZIMAGE in a BINTABLE) is left out: its tiles are table cells",
                 hdu.label()
             )),
-            Kind::Other(xtension) => {
-                parsed.warnings.push(format!("{}: a {xtension} extension is left out: tables are not served", hdu.label()))
-            }
+            Kind::Other(xtension) => parsed
+                .warnings
+                .push(format!("{}: a {xtension} extension is left out: tables are not served", hdu.label())),
         }
     }
     Ok(parsed)
@@ -114,16 +114,24 @@ fn name(hdu: &Hdu, taken: &BTreeMap<String, Node>) -> String {
         (None, 0) => "PRIMARY".to_owned(),
         (None, index) => index.to_string(),
     };
-    let plain = if plain.starts_with("__") || plain.chars().all(|c| c == '.') { hdu.index.to_string() } else { plain };
+    // Names a Zarr node cannot have (`zarr::path::NodePath`): the index instead.
+    let reserved = matches!(plain.as_str(), "." | ".." | "zarr.json") || plain.starts_with("__");
+    let plain = if reserved { hdu.index.to_string() } else { plain };
     if !taken.contains_key(&plain) {
         return plain;
     }
-    match hdu.header.get("EXTVER") {
-        Some(Value::Int(version)) if !taken.contains_key(&format!("{plain}_{version}")) => {
-            format!("{plain}_{version}")
+    if let Some(Value::Int(version)) = hdu.header.get("EXTVER") {
+        let versioned = format!("{plain}_{version}");
+        if !taken.contains_key(&versioned) {
+            return versioned;
         }
-        _ => format!("{plain}_{}", hdu.index),
     }
+    // Taken too only when an EXTNAME spells it: a few more tries, at most one per HDU.
+    let mut indexed = format!("{plain}_{}", hdu.index);
+    while taken.contains_key(&indexed) {
+        indexed.push('_');
+    }
+    indexed
 }
 
 /// Dimension names: `x`, `y`, `z` for NAXIS1, 2, 3 (kerchunk's `_ARRAY_DIMENSIONS`), `axis4`...

@@ -161,6 +161,16 @@ fn extensions_are_named_as_kerchunk_names_them_and_tables_are_left_out() {
     assert_eq!(parsed.nodes["3"].metadata["dimension_names"], json!(["x"]), "x of SCI's length");
     assert_eq!(parsed.nodes["3"].metadata["data_type"], "float64");
     assert_eq!(values(&file, &parsed, "SCI_2"), [8; 20]);
+
+    // Names Zarr reserves, and an EXTNAME that spells the name a repeated one would get.
+    let mut file = hdu(&image_cards(true, 8, &[1]), &[1]);
+    for extname in ["'zarr.json'", "'__meta'", "'A_2'", "'A'", "'A'"] {
+        let mut cards = image_cards(false, 8, &[1]);
+        cards.push(card("EXTNAME", extname));
+        file.extend(hdu(&cards, &[2]));
+    }
+    let names: Vec<String> = parse(&Bytes::from(file), &Limits::default()).unwrap().nodes.into_keys().collect();
+    assert_eq!(names, ["", "1", "2", "A", "A_2", "A_5", "PRIMARY"]);
     assert_eq!(parsed.warnings.len(), 2, "{:?}", parsed.warnings);
     assert!(parsed.warnings[0].contains("HDU 4 (\"EVENTS\")") && parsed.warnings[0].contains("BINTABLE"));
     assert!(parsed.warnings[1].contains("HDU 5") && parsed.warnings[1].contains("tile-compressed"));
@@ -180,7 +190,10 @@ fn large_images_are_cut_along_their_slowest_axes_into_contiguous_chunks() {
     assert_eq!(node.metadata["chunk_grid"]["configuration"]["chunk_shape"], json!([2, 1000, 1000]));
     assert_eq!(node.metadata["dimension_names"], json!(["z", "y", "x"]));
     assert_eq!(node.chunks.len(), 32);
-    assert_eq!(node.chunks[1], (vec![1, 0, 0], Chunk::Range { offset: head.len() as u64 + 4_000_000, length: 4_000_000 }));
+    assert_eq!(
+        node.chunks[1],
+        (vec![1, 0, 0], Chunk::Range { offset: head.len() as u64 + 4_000_000, length: 4_000_000 })
+    );
 
     // A prime number of 100 KB rows with no bytes after them: no near-target cut ends at the
     // data's end, so the rows go one a chunk (a divisor).
@@ -247,7 +260,9 @@ fn limits_bound_hdus_cards_and_chunks() {
         file.extend(hdu(&image_cards(false, 8, &[2]), &[1, 2]));
     }
     let few = Limits { max_nodes: 3, ..Limits::default() };
-    assert!(matches!(parse(&Bytes::from(file.clone()), &few), Err(FormatError::TooLarge(m)) if m.contains("max_nodes")));
+    assert!(
+        matches!(parse(&Bytes::from(file.clone()), &few), Err(FormatError::TooLarge(m)) if m.contains("max_nodes"))
+    );
     let mut cards = image_cards(true, 8, &[2]);
     cards.extend((0..50).map(|i| card(&format!("KEY{i}"), i)));
     let few = Limits { max_attributes: 10, ..Limits::default() };
@@ -275,4 +290,37 @@ fn arbitrary_bytes_after_a_simple_card_never_panic() {
         }
         let _ = parse(&Bytes::from(file), &Limits::default());
     }
+}
+
+fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(format!("{}/tests/fixtures/files/fits_{name}.fits", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+/// What astropy reads from the files `make_fits.py` writes with it.
+#[test]
+fn files_astropy_writes_read_as_astropy_reads_them() {
+    let file = fixture("scaled");
+    let scaled = parsed(&file);
+    let meta = &scaled.nodes["PRIMARY"].metadata;
+    assert_eq!((&meta["shape"], &meta["data_type"]), (&json!([6, 5]), &json!("int16")));
+    let attributes = &meta["attributes"];
+    assert_eq!(attributes["LONGSTR"], "x".repeat(100), "a long string over CONTINUE cards");
+    assert_eq!(attributes["ESO DET CHIP"], "CCD", "a HIERARCH keyword, as astropy names it");
+    assert_eq!((&attributes["scale_factor"], &attributes["add_offset"]), (&json!(0.5), &json!(3.0)));
+    assert_eq!(attributes["_FillValue"], -32768);
+    let raw: Vec<i16> =
+        values(&file, &scaled, "PRIMARY").chunks_exact(2).map(|v| i16::from_be_bytes([v[0], v[1]])).collect();
+    let expected: Vec<i16> = (0..30).map(|i| if i == 13 { i16::MIN } else { i - 10 }).collect();
+    assert_eq!(raw, expected);
+
+    let file = fixture("multi");
+    let multi = parsed(&file);
+    assert_eq!(multi.nodes.keys().collect::<Vec<_>>(), ["", "SCI"]);
+    let sci = &multi.nodes["SCI"];
+    assert_eq!(sci.chunks, [(vec![0, 0, 0], Chunk::Range { offset: 5760, length: 96 })], "astropy's datLoc");
+    let floats: Vec<f32> =
+        values(&file, &multi, "SCI").chunks_exact(4).map(|v| f32::from_be_bytes([v[0], v[1], v[2], v[3]])).collect();
+    assert_eq!(floats, (0..24).map(|i| i as f32).collect::<Vec<_>>());
+    assert_eq!(multi.warnings.len(), 1);
+    assert!(multi.warnings[0].starts_with("HDU 2 (\"EVENTS\"): a BINTABLE extension is left out"));
 }
