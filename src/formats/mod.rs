@@ -193,6 +193,10 @@ impl Parser {
 
     /// The format of a file from its first bytes (at most [`DETECT_BYTES`]), or None.
     pub fn detect(head: &[u8]) -> Option<Self> {
+        // First: a FITS data unit may hold HDF5's signature where a user block would end.
+        if head.starts_with(b"SIMPLE  =") {
+            return Some(Self::Fits);
+        }
         const HDF5: &[u8] = b"\x89HDF\r\n\x1a\n";
         let hdf5_at = |at: usize| head.get(at..at + HDF5.len()) == Some(HDF5);
         if hdf5_at(0) || (9..).map(|p| 1usize << p).take_while(|at| *at < head.len()).any(hdf5_at) {
@@ -200,9 +204,6 @@ impl Parser {
         }
         if head.len() >= 4 && &head[..3] == b"CDF" && matches!(head[3], 1 | 2 | 5) {
             return Some(Self::NetCdf3);
-        }
-        if head.starts_with(b"SIMPLE  =") {
-            return Some(Self::Fits);
         }
         let text = head.trim_ascii_start();
         if text.starts_with(b"<?xml") || text.starts_with(b"<Dataset") {
@@ -239,6 +240,10 @@ mod tests {
         assert_eq!(Parser::detect(b"  <?xml version=\"1.0\"?><Dataset"), Some(Parser::Dmrpp));
         assert_eq!(Parser::detect(b"SIMPLE  =                    T"), Some(Parser::Fits));
         assert_eq!(Parser::detect(b"SIMPLE = T"), None);
+        let mut fits_data = b"SIMPLE  =                    T".to_vec();
+        fits_data.resize(4096, b' ');
+        fits_data.extend_from_slice(b"\x89HDF\r\n\x1a\n");
+        assert_eq!(Parser::detect(&fits_data), Some(Parser::Fits), "data that looks like an HDF5 user block's end");
         assert_eq!(Parser::detect(b"II*\0"), None);
         assert_eq!(Parser::detect(b""), None);
     }

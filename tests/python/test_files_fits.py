@@ -111,6 +111,9 @@ def test_image_extensions_are_arrays_named_as_kerchunk_names_them(server, source
     path = make_multi(source_dir)
     summary = put_files(server, store_name, [path.as_uri()])
     assert summary["arrays"] == 2, summary
+    # metadata only: the first read (files.first_read_bytes) and the later headers' windows
+    record = summary["files"]["files"][0]
+    assert path.stat().st_size > 14e6 and record["bytes_read"] <= (1 << 20) + (256 << 10), record
     (warning,) = summary["warnings"]
     assert "EVENTS" in warning and "BINTABLE" in warning and "left out" in warning, warning
 
