@@ -9,6 +9,9 @@ use super::BLOCK;
 use crate::formats::{ByteRanges, FormatError, Limits};
 
 const CARD: usize = 80;
+/// A header may have this many cards per attribute allowed (COMMENT and HISTORY cards, and
+/// repeated keywords, make fewer attributes than cards): 100,000 cards (8 MB) by default.
+const CARDS_PER_ATTRIBUTE: usize = 10;
 
 /// A card's value as FITS writes it (section 4.2 of the standard).
 #[derive(Debug, Clone, PartialEq)]
@@ -79,9 +82,13 @@ pub fn read(file: &dyn ByteRanges, start: u64, limits: &Limits) -> Result<Header
                 header.len = at + BLOCK - start;
                 return Ok(header);
             }
-            if header.cards.len() > limits.max_attributes.saturating_add(64) {
+            // Commentary cards count too: they are kept (joined into COMMENT and HISTORY).
+            let cards = header.cards.len() + header.comments.len() + header.history.len();
+            if cards > limits.max_attributes.saturating_mul(CARDS_PER_ATTRIBUTE) {
                 return Err(FormatError::TooLarge(format!(
-                    "its header at byte {start} has more cards than limits.max_attributes ({}) allows",
+                    "its header at byte {start} has more than {} cards, {CARDS_PER_ATTRIBUTE} times \
+                     limits.max_attributes ({})",
+                    limits.max_attributes.saturating_mul(CARDS_PER_ATTRIBUTE),
                     limits.max_attributes
                 )));
             }
