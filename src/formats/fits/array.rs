@@ -132,6 +132,8 @@ pub fn attributes(header: &Header, limits: &Limits, whose: &str) -> Result<Map<S
             Value::Logical(b) => json!(b),
             Value::Int(i) => i64::try_from(*i).map_or_else(|_| json!(*i as f64), |i| json!(i)),
             Value::Real(r) => json!(r),
+            // `KEY =` with no value: astropy's Undefined.
+            Value::Other(text) if text.is_empty() => Json::Null,
             Value::Text(text) | Value::Other(text) => json!(text),
         };
         attributes.insert(keyword.clone(), value);
