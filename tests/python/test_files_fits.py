@@ -152,3 +152,56 @@ def test_a_header_with_an_absurd_naxis_is_refused_naming_the_file(server, source
     answer = put_files(server, store_name, [bad.as_uri()], status=422)
     assert bad.as_uri() in answer["detail"] and "NAXIS" in answer["detail"], answer
     assert requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).status_code == 404
+
+
+# ---------------------------------------------------------------------------
+# the FITS files astropy's own test suite ships (HST raw frames, unsigned images, random groups,
+# compressed images, tables of every kind)
+# ---------------------------------------------------------------------------
+
+def _astropy_suite() -> list[str]:
+    from pathlib import Path
+
+    import astropy
+    return sorted(p.name for p in (Path(astropy.__file__).parent / "io/fits/tests/data").glob("*.fits"))
+
+
+def expected_arrays(path) -> dict[str, np.ndarray]:
+    """What astropy reads from each image HDU with data, under the name the server gives it
+    (EXTNAME, else PRIMARY or the index; a repeated EXTNAME with its EXTVER)."""
+    out = {}
+    with fits.open(path) as hdul:
+        for index, hdu in enumerate(hdul):
+            if not hdu.is_image or isinstance(hdu, (fits.CompImageHDU, fits.GroupsHDU)) or not hdu.size:
+                continue
+            name = hdu.header.get("EXTNAME", "").strip() or ("PRIMARY" if index == 0 else str(index))
+            if name in out:
+                name = f"{name}_{hdu.header.get('EXTVER', index)}"
+            out[name] = np.array(hdu.data)
+    return out
+
+
+@pytest.mark.parametrize("name", _astropy_suite())
+def test_astropys_own_test_files_read_as_astropy_reads_them(server, source_dir, store_name, name):
+    from pathlib import Path
+
+    import astropy
+    original = Path(astropy.__file__).parent / "io/fits/tests/data" / name
+    path = source_dir / name
+    path.write_bytes(original.read_bytes())
+    expected = expected_arrays(path)
+    summary = put_files(server, store_name, [path.as_uri()], parser="fits")
+    assert summary["arrays"] == len(expected), summary
+    if not expected:
+        return
+    ds = open_plain(f"{server.url}/{store_name}")
+    assert set(ds.data_vars) == set(expected), (set(ds.data_vars), set(expected))
+    for array, want in expected.items():
+        got = ds[array].values
+        assert got.shape == want.shape, array
+        if want.dtype.kind in "iu" and got.dtype.kind == "f":
+            # a BLANK without BSCALE/BZERO: astropy leaves it in the integers, xarray masks it
+            with fits.open(path) as hdul:
+                blank = hdul[array.split("_")[0]].header.get("BLANK")
+            want = np.where(want == blank, np.nan, want.astype(got.dtype))
+        np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True, err_msg=array)
