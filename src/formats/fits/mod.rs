@@ -59,7 +59,7 @@ pub fn parse(file: &dyn ByteRanges, limits: &Limits) -> Result<Parsed, FormatErr
             )),
             Kind::Other(xtension) => parsed
                 .warnings
-                .push(format!("{}: a {xtension} extension is left out: tables are not served", hdu.label())),
+                .push(format!("{}: a {xtension} extension is left out: only images are served", hdu.label())),
         }
     }
     Ok(parsed)
