@@ -205,3 +205,17 @@ def test_astropys_own_test_files_read_as_astropy_reads_them(server, source_dir, 
                 blank = hdul[array.split("_")[0]].header.get("BLANK")
             want = np.where(want == blank, np.nan, want.astype(got.dtype))
         np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True, err_msg=array)
+
+
+def test_a_series_of_images_stacks_along_a_new_dimension(server, source_dir, store_name):
+    paths = []
+    for day in (1, 2, 3):
+        path = source_dir / f"frame_2024010{day}.fits"
+        fits.PrimaryHDU(np.full((4, 5), day, dtype="float32")).writeto(path)
+        paths.append(path.as_uri())
+    put_files(server, store_name, paths,
+              combine={"join": "new", "dim": "time", "pattern": r"(\d{8})", "format": "%Y%m%d"})
+    ds = open_plain(f"{server.url}/{store_name}")
+    assert ds["PRIMARY"].dims == ("time", "y", "x")
+    np.testing.assert_array_equal(ds["PRIMARY"].values[:, 2, 3], [1, 2, 3])
+    assert str(ds["time"].values[1])[:10] == "2024-01-02"
