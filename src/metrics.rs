@@ -142,7 +142,7 @@ metrics! {
     catalog_stale_reads_total: IntCounter = [],
     /// Store registrations, by outcome (created, replaced, rejected).
     registrations_total: IntCounterVec = ["outcome"],
-    /// Files whose structure was read (`?format=files`), by parser (hdf5, netcdf3, dmrpp) and
+    /// Files whose structure was read (`?format=files`), by parser (hdf5, netcdf3, dmrpp, fits) and
     /// outcome (ok, invalid: the file is malformed or past a `files.*` bound, upstream: reading
     /// it failed, cached: the same content's parse was found in the catalog and not made again).
     parse_files_total: IntCounterVec = ["parser", "outcome"],

@@ -58,7 +58,7 @@ pub enum StoresCommand {
     },
     /// Register a store, or replace it, from a manifest file (native JSON, kerchunk JSON, or a
     /// tar of kerchunk parquet references), sent with a progress bar; or from data files the
-    /// server reads itself (HDF5/netCDF4, netCDF3, or their DMR++ sidecars), named by their URLs
+    /// server reads itself (HDF5/netCDF4, netCDF3, FITS, or DMR++ sidecars), named by their URLs
     /// and joined into one store with --join.
     Put {
         /// The store.
@@ -232,6 +232,8 @@ pub enum FileParser {
     Dmrpp,
     /// TIFF, BigTIFF, GeoTIFF and COG.
     Tiff,
+    /// FITS image HDUs.
+    Fits,
 }
 
 /// Formats a store is exported in.

@@ -10,6 +10,7 @@
 
 pub mod cf;
 pub mod dmrpp;
+pub mod fits;
 pub mod hdf5;
 pub mod netcdf3;
 pub mod tiff;
@@ -166,6 +167,8 @@ pub enum Parser {
     Dmrpp,
     /// TIFF, BigTIFF, GeoTIFF and COG.
     Tiff,
+    /// FITS: image HDUs (tables are left out).
+    Fits,
 }
 
 /// How many bytes [`Parser::detect`] wants to see: HDF5's signature may sit at 0, 512, 1024,
@@ -174,15 +177,16 @@ pub const DETECT_BYTES: u64 = 8 << 10;
 
 impl Parser {
     /// Every parser, in the order `auto` tries the sidecar first.
-    pub const ALL: [Parser; 4] = [Parser::Hdf5, Parser::NetCdf3, Parser::Dmrpp, Parser::Tiff];
+    pub const ALL: [Parser; 5] = [Parser::Hdf5, Parser::NetCdf3, Parser::Dmrpp, Parser::Tiff, Parser::Fits];
 
-    /// The name the API and the summary use: `hdf5`, `netcdf3`, `dmrpp`, `tiff`.
+    /// The name the API and the summary use: `hdf5`, `netcdf3`, `dmrpp`, `tiff`, `fits`.
     pub fn name(self) -> &'static str {
         match self {
             Self::Hdf5 => "hdf5",
             Self::NetCdf3 => "netcdf3",
             Self::Dmrpp => "dmrpp",
             Self::Tiff => "tiff",
+            Self::Fits => "fits",
         }
     }
 
@@ -193,6 +197,10 @@ impl Parser {
 
     /// The format of a file from its first bytes (at most [`DETECT_BYTES`]), or None.
     pub fn detect(head: &[u8]) -> Option<Self> {
+        // First: a FITS data unit may hold HDF5's signature where a user block would end.
+        if head.starts_with(b"SIMPLE  =") {
+            return Some(Self::Fits);
+        }
         const HDF5: &[u8] = b"\x89HDF\r\n\x1a\n";
         let hdf5_at = |at: usize| head.get(at..at + HDF5.len()) == Some(HDF5);
         if hdf5_at(0) || (9..).map(|p| 1usize << p).take_while(|at| *at < head.len()).any(hdf5_at) {
@@ -218,6 +226,7 @@ impl Parser {
             Self::NetCdf3 => netcdf3::parse(&*file, limits),
             Self::Dmrpp => dmrpp::parse(&*file, limits),
             Self::Tiff => tiff::parse(&*file, limits),
+            Self::Fits => fits::parse(&*file, limits),
         }
     }
 }
@@ -242,6 +251,12 @@ mod tests {
         assert_eq!(Parser::detect(b"II+\0"), Some(Parser::Tiff));
         assert_eq!(Parser::detect(b"MM\0+"), Some(Parser::Tiff));
         assert_eq!(Parser::detect(b"II*"), None);
+        assert_eq!(Parser::detect(b"SIMPLE  =                    T"), Some(Parser::Fits));
+        assert_eq!(Parser::detect(b"SIMPLE = T"), None);
+        let mut fits_data = b"SIMPLE  =                    T".to_vec();
+        fits_data.resize(4096, b' ');
+        fits_data.extend_from_slice(b"\x89HDF\r\n\x1a\n");
+        assert_eq!(Parser::detect(&fits_data), Some(Parser::Fits), "data that looks like an HDF5 user block's end");
         assert_eq!(Parser::detect(b""), None);
     }
 

@@ -160,7 +160,7 @@ async fn register_files(app: &AppState, name: &str, body: Body, how: Registratio
     let request: files::Request = serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::BadRequest(format!(
             "the body is not a files registration ({{\"files\": [URL, ...] or {{\"prefix\": URL, \"glob\": GLOB}}, \
-             \"parser\": \"auto\"|\"hdf5\"|\"netcdf3\"|\"dmrpp\"|\"tiff\", \"combine\": {{\"join\": ...}}}}): {e}; nothing was \
+             \"parser\": \"auto\"|\"hdf5\"|\"netcdf3\"|\"dmrpp\"|\"tiff\"|\"fits\", \"combine\": {{\"join\": ...}}}}): {e}; nothing was \
              changed"
         ))
     })?;

@@ -223,7 +223,7 @@ fn parse(
             let shown: String = head.iter().take(8).map(|b| format!("{b:02x}")).collect();
             (
                 FormatError::Invalid(format!(
-                    "it is not a format this server reads (HDF5, netCDF4, netCDF3, TIFF; its first bytes are {shown})"
+                    "it is not a format this server reads (HDF5, netCDF4, netCDF3, TIFF, FITS; its first bytes are {shown})"
                 )),
                 None,
             )
