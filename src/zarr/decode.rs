@@ -57,6 +57,8 @@ pub enum DecodeError {
 /// The decoder of one array's chunks, built once per array.
 pub struct ChunkDecoder {
     level: Level,
+    /// imagecodecs' array-to-array codecs zarrs does not have, undone after it decoded the rest.
+    filters: Vec<super::imagecodecs::Delta>,
     /// The chain left once every bytes-to-bytes codec is taken out (at every shard level).
     rest: CodecChain,
     shape: Vec<NonZeroU64>,
@@ -77,7 +79,12 @@ impl ChunkDecoder {
     pub fn new(metadata: &Map<String, Value>, chunk_shape: &[u64], max_bytes: u64) -> Result<Self, DecodeError> {
         let unsupported = |e: &dyn std::fmt::Display| DecodeError::Unsupported(e.to_string());
         let seen = super::metadata::as_zarrs_sees_it(metadata).map_err(|e| unsupported(&e))?;
-        let array = super::metadata::zarrs_array(seen.clone()).map_err(|e| unsupported(&e))?;
+        // The data type and fill value as zarrs reads them, without the codecs decoded here.
+        let mut plain = seen.clone();
+        if let Some(Value::Array(codecs)) = plain.get_mut("codecs") {
+            codecs.retain(|c| !decoded_here(c.get("name").and_then(Value::as_str).unwrap_or_default()));
+        }
+        let array = super::metadata::zarrs_array(plain).map_err(|e| unsupported(&e))?;
         let shape: Vec<NonZeroU64> = chunk_shape.iter().filter_map(|d| NonZeroU64::new(*d)).collect();
         if shape.len() != chunk_shape.len() {
             return Err(DecodeError::Unsupported(format!("chunk shape {chunk_shape:?} has an empty dimension")));
@@ -85,17 +92,28 @@ impl ChunkDecoder {
         let codecs = seen.get("codecs").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
         let (data_type, fill) = (array.data_type().clone(), array.fill_value().clone());
         let (level, stripped, _) = Level::plan(codecs, &shape, &data_type, &fill, max_bytes)?;
+        let filters = filters(codecs, shape.len(), data_type.fixed_size())?;
         let rest = chain(&stripped)?;
-        Ok(Self { level, rest, shape, data_type, fill })
+        Ok(Self { level, filters, rest, shape, data_type, fill })
     }
 
     /// Decodes one encoded chunk, never holding more than its bounds.
     pub fn decode(&self, encoded: &[u8]) -> Result<ArrayBytes<'static>, DecodeError> {
         let raw = self.level.peel(encoded)?;
         let options = CodecOptions::default();
-        self.rest
+        let decoded = self
+            .rest
             .decode(Cow::Owned(raw), &self.shape, &self.data_type, &self.fill, &options)
-            .map_err(|e| DecodeError::Invalid(e.to_string()))
+            .map_err(|e| DecodeError::Invalid(e.to_string()))?;
+        if self.filters.is_empty() {
+            return Ok(decoded);
+        }
+        let mut raw = decoded.into_fixed().map_err(|e| DecodeError::Invalid(e.to_string()))?.into_owned();
+        let shape: Vec<u64> = self.shape.iter().map(|d| d.get()).collect();
+        for filter in self.filters.iter().rev() {
+            filter.undo(&mut raw, &shape);
+        }
+        Ok(ArrayBytes::new_flen(raw))
     }
 
     /// The data type zarrs decodes to.
@@ -107,6 +125,39 @@ impl ChunkDecoder {
     pub fn fill_value(&self) -> &FillValue {
         &self.fill
     }
+}
+
+/// Whether codec `name` is decoded by zarrgate itself (`imagecodecs.rs`), not by zarrs.
+fn decoded_here(name: &str) -> bool {
+    super::imagecodecs::BYTES_TO_BYTES.contains(&name) || super::imagecodecs::ARRAY_TO_ARRAY.contains(&name)
+}
+
+/// The array-to-array codecs of `codecs` undone here (imagecodecs' `delta`), in chain order;
+/// with other array-to-array codecs beside them the chain is refused (their order would matter).
+fn filters(
+    codecs: &[Value],
+    ndim: usize,
+    element_size: Option<usize>,
+) -> Result<Vec<super::imagecodecs::Delta>, DecodeError> {
+    let name = |c: &Value| c.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let ours: Vec<&Value> =
+        codecs.iter().filter(|c| super::imagecodecs::ARRAY_TO_ARRAY.contains(&name(c).as_str())).collect();
+    if ours.is_empty() {
+        return Ok(Vec::new());
+    }
+    let others = codecs
+        .iter()
+        .take_while(|c| super::codecs::kind(&name(c)) == Some(super::codecs::CodecKind::ArrayToArray))
+        .count()
+        - ours.len();
+    if others > 0 {
+        return Err(DecodeError::Unsupported("imagecodecs_delta beside other array-to-array codecs".into()));
+    }
+    let size =
+        element_size.ok_or_else(|| DecodeError::Unsupported("imagecodecs_delta of variable-length values".into()))?;
+    ours.into_iter()
+        .map(|c| super::imagecodecs::Delta::new(c.get("configuration"), ndim, size).map_err(DecodeError::Unsupported))
+        .collect()
 }
 
 fn chain(codecs: &[Value]) -> Result<CodecChain, DecodeError> {
@@ -127,7 +178,8 @@ struct Level {
 /// One bytes-to-bytes codec and the most bytes its output may take.
 struct Step {
     name: String,
-    codec: Arc<dyn BytesToBytesCodecTraits>,
+    /// zarrs' codec; `None` for one decoded here (`imagecodecs.rs`).
+    codec: Option<Arc<dyn BytesToBytesCodecTraits>>,
     bound: u64,
 }
 
@@ -171,6 +223,16 @@ impl Level {
         for json in codecs {
             let metadata: MetadataV3 = serde_json::from_value(json.clone()).map_err(|e| failed(&e))?;
             let name = metadata.name().to_owned();
+            if super::imagecodecs::ARRAY_TO_ARRAY.contains(&name.as_str()) && represented.is_none() {
+                continue; // undone after zarrs decoded the rest (`filters`): shape and type stay
+            }
+            if super::imagecodecs::BYTES_TO_BYTES.contains(&name.as_str())
+                && let Some(r) = represented.as_ref()
+            {
+                steps.push(Step { bound: size(r, max_bytes), name, codec: None });
+                represented = Some(BytesRepresentation::UnboundedSize);
+                continue;
+            }
             let codec = match Codec::from_metadata(&metadata) {
                 Ok(codec) => codec,
                 Err(_) if !metadata.must_understand() => continue,
@@ -199,7 +261,7 @@ impl Level {
                 (Codec::BytesToBytes(codec), Some(r)) => {
                     let bound = size(r, max_bytes);
                     represented = Some(codec.encoded_representation(r));
-                    steps.push(Step { name, codec, bound });
+                    steps.push(Step { name, codec: Some(codec), bound });
                 }
                 _ => return Err(failed(&format!("codec {name} is out of place in the chain"))),
             }
@@ -245,6 +307,9 @@ impl Step {
                 self.by_zarrs(input)
             }
             b if SHRINKING.contains(&b) => self.by_zarrs(input),
+            _ if decoded_here(name) => {
+                super::imagecodecs::decode_bytes(name, input, bound).map_err(std::io::Error::other)
+            }
             _ => return Err(DecodeError::Unbounded { codec: name.to_owned() }),
         };
         match out {
@@ -256,7 +321,10 @@ impl Step {
 
     fn by_zarrs(&self, input: &[u8]) -> std::io::Result<Vec<u8>> {
         let r = BytesRepresentation::BoundedSize(self.bound);
-        match self.codec.decode(Cow::Borrowed(input), &r, &CodecOptions::default()) {
+        let Some(codec) = &self.codec else {
+            return Err(std::io::Error::other(format!("codec {} has no zarrs decoder", self.name)));
+        };
+        match codec.decode(Cow::Borrowed(input), &r, &CodecOptions::default()) {
             Ok(out) => Ok(out.into_owned()),
             Err(e) => Err(std::io::Error::other(e.to_string())),
         }

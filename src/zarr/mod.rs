@@ -11,6 +11,7 @@ pub mod document;
 pub mod fill;
 pub mod grid;
 pub mod hierarchy;
+pub mod imagecodecs;
 pub mod json_stream;
 pub mod json_text;
 pub mod kerchunk;

@@ -63,7 +63,12 @@ pub fn served(
     if is_portable(metadata) {
         return Ok(None);
     }
-    assembled::can_assemble(metadata, chunk_shape).map_err(|e| e.to_string())?;
+    // The file's chunks must decode (within bounds: zarrs, or `imagecodecs.rs`) to values of
+    // fixed size; the served codecs must encode them (checked below).
+    let decoder = ChunkDecoder::new(metadata, chunk_shape, u64::MAX).map_err(|e| e.to_string())?;
+    if decoder.data_type().fixed_size().is_none() {
+        return Err("its values are of variable length".into());
+    }
     let codecs = match metadata.get("codecs") {
         Some(Value::Array(codecs)) => codecs.as_slice(),
         _ => &[],
@@ -88,6 +93,8 @@ pub fn served(
         });
     let mut out = metadata.clone();
     out.insert("codecs".into(), Value::Array([Some(bytes), compressor].into_iter().flatten().collect()));
+    // The served chain never keeps a codec decoded only here.
+    debug_assert!(is_portable(&out));
     assembled::can_assemble(&out, chunk_shape).map_err(|e| format!("its portable codecs: {e}"))?;
     Ok(Some(out))
 }
