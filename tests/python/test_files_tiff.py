@@ -79,10 +79,11 @@ TIFFS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(TIFFS))
-def test_tifffile_images_read_as_tifffile_reads_them(server, source_dir, store_name, name):
-    values, options, plugins = TIFFS[name]
-    path = source_dir / f"{name}.tif"
+def write_tiff(directory, name: str):
+    """TIFFS[name] written by tifffile under ``directory``: its path, and each page as tifffile
+    reads it."""
+    values, options, _ = TIFFS[name]
+    path = directory / f"{name}.tif"
     pages = values if name == "zstd_pages" else [values]
     write_options = {k: v for k, v in options.items() if k not in ("bigtiff", "byteorder")}
     with tifffile.TiffWriter(path, bigtiff=options.get("bigtiff", False),
@@ -92,6 +93,13 @@ def test_tifffile_images_read_as_tifffile_reads_them(server, source_dir, store_n
     with tifffile.TiffFile(path) as tif:
         expected = [p.asarray() for p in tif.pages]
         assert tif.is_bigtiff == options.get("bigtiff", False)
+    return path, expected
+
+
+@pytest.mark.parametrize("name", sorted(TIFFS))
+def test_tifffile_images_read_as_tifffile_reads_them(server, source_dir, store_name, name):
+    plugins = TIFFS[name][2]
+    path, expected = write_tiff(source_dir, name)
     summary = register(server, store_name, path)
     assert plugins_warned(summary) == plugins, summary
     root = zarr.open_group(f"{server.url}/{store_name}", mode="r")

@@ -116,3 +116,54 @@ def test_the_query_and_the_document_must_agree(server, source_dir, store_name):
     resp = requests.put(f"{server.url}/api/v1/stores/{store_name}", params={"codecs": "everything"},
                         json={"nodes": {}}, timeout=60)
     assert resp.status_code == 400 and "portable" in resp.json()["detail"], resp.text
+
+
+# --------------------------------------------------------------------------
+# TIFF (tifffile's LZW, PackBits, predictors) and FITS, read with no plugin
+# --------------------------------------------------------------------------
+
+def test_tiffs_served_portable_are_read_by_zarrita_and_gdal_without_plugins(server, source_dir, store_name,
+                                                                             js_env, tmp_path):  # noqa: F811
+    """Every tifffile image of test_files_tiff.py registered with portable codecs: its arrays are
+    served with portable codecs only (TIFF's LZW, PackBits and horizontal predictor transcoded),
+    but for the floating-point predictor, which zarrgate does not decode (named in the
+    summary's warnings, served as it is). zarrita.js in Node and GDAL (through the v2 view),
+    which have none of imagecodecs' codecs, read tifffile's numbers."""
+    from test_files_tiff import TIFFS, write_tiff
+
+    for name in sorted(TIFFS):
+        path, expected = write_tiff(source_dir, name)
+        store = f"{store_name}-{name.replace('_', '-')}"
+        summary = put_files(server, store, [path.as_uri()], codecs="portable")
+        root = f"{server.url}/{store}"
+        for index, want in enumerate(expected):
+            names = set(codec_names(f"{root}/{index}/zarr.json"))
+            if name == "floatpred_big_endian":
+                assert "numcodecs.imagecodecs_floatpred" in names, names
+                assert any("served with its own codecs" in w for w in summary["warnings"]), summary
+                continue
+            assert names <= PORTABLE, (name, names)
+            got = read(js_env, tmp_path / name, root, str(index), "v3", [None] * want.ndim)
+            np.testing.assert_array_equal(np.array(got["data"], dtype=want.dtype.newbyteorder("=")).reshape(got["shape"]),
+                                          want, err_msg=f"zarrita: {name} page {index}")
+            if want.ndim == 2:
+                with rasterio.open(f'ZARR:"/vsicurl/{server.url}/v2/{store}":/{index}') as ds:
+                    np.testing.assert_array_equal(ds.read(1), want, err_msg=f"GDAL: {name} page {index}")
+        # zstd and no compression are portable as they are; the floating-point predictor stays.
+        as_they_are = name in ("zstd_pages", "uncompressed_float64", "floatpred_big_endian")
+        assert (summary["transcoded_arrays"] == 0) == as_they_are, (name, summary)
+
+
+def test_fits_is_portable_as_it_is(server, source_dir, store_name):
+    """A FITS image is raw big-endian values (the ``bytes`` codec): nothing is transcoded, and GDAL
+    reads it through the v2 view."""
+    from astropy.io import fits
+
+    data = (np.arange(48 * 40, dtype=">f4").reshape(48, 40) / 7).astype(">f4")
+    path = source_dir / "image.fits"
+    fits.PrimaryHDU(data).writeto(path)
+    summary = put_files(server, store_name, [path.as_uri()], codecs="portable")
+    assert summary["transcoded_arrays"] == 0, summary
+    assert set(codec_names(f"{server.url}/{store_name}/PRIMARY/zarr.json")) <= PORTABLE
+    with rasterio.open(f'ZARR:"/vsicurl/{server.url}/v2/{store_name}":/PRIMARY') as ds:
+        np.testing.assert_array_equal(ds.read(1), data.astype("=f4"))
