@@ -559,3 +559,66 @@ async fn portable_codecs_read_by_zarrs_as_the_files_values() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert!(body["detail"].as_str().unwrap().contains("\"portable\""), "{body}");
 }
+
+/// A little-endian TIFF of one strip: `values` (`height` x `width` uint16) with the horizontal
+/// predictor and LZW, as libtiff writes them (tags in order, one IFD).
+fn lzw_predictor_tiff(values: &[u16], height: u32, width: u32) -> Vec<u8> {
+    let mut predicted = values.to_vec();
+    for row in predicted.chunks_exact_mut(width as usize) {
+        for x in (1..row.len()).rev() {
+            row[x] = row[x].wrapping_sub(row[x - 1]);
+        }
+    }
+    let raw: Vec<u8> = predicted.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let strip = weezl::encode::Encoder::with_tiff_size_switch(weezl::BitOrder::Msb, 8).encode(&raw).unwrap();
+    const SHORT: u16 = 3;
+    const LONG: u16 = 4;
+    let data_at = 8u32;
+    let ifd_at = data_at + strip.len() as u32;
+    let entries: [(u16, u16, u32); 11] = [
+        (256, LONG, width),
+        (257, LONG, height),
+        (258, SHORT, 16),
+        (259, SHORT, 5),
+        (262, SHORT, 1),
+        (273, LONG, data_at),
+        (277, SHORT, 1),
+        (278, LONG, height),
+        (279, LONG, strip.len() as u32),
+        (317, SHORT, 2),
+        (339, SHORT, 1),
+    ];
+    let mut file = b"II*\0".to_vec();
+    file.extend_from_slice(&ifd_at.to_le_bytes());
+    file.extend_from_slice(&strip);
+    file.extend_from_slice(&(entries.len() as u16).to_le_bytes());
+    for (tag, kind, value) in entries {
+        file.extend_from_slice(&tag.to_le_bytes());
+        file.extend_from_slice(&kind.to_le_bytes());
+        file.extend_from_slice(&1u32.to_le_bytes());
+        file.extend_from_slice(&value.to_le_bytes());
+    }
+    file.extend_from_slice(&0u32.to_le_bytes());
+    file
+}
+
+/// A TIFF of LZW and the horizontal predictor (imagecodecs' codecs, which zarrs does not have)
+/// registered with `codecs=portable`: zarrs reads its values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiff_served_portable_is_read_by_zarrs() {
+    let server = TestServer::start(common::Backend::Sqlite).await;
+    let (height, width) = (8u32, 6u32);
+    let values: Vec<u16> = (0..height * width).map(|i| (i * 977 % 4001) as u16).collect();
+    let path = server.data.join("image.tif");
+    std::fs::write(&path, lzw_predictor_tiff(&values, height, width)).unwrap();
+    local_object_store(&server).await;
+    let url = url::Url::from_file_path(&path).unwrap();
+    let request = json!({"files": [url.as_str()], "codecs": "portable"});
+    let (status, body) = server.put("/api/v1/stores/tiff?format=files", &request).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["transcoded_arrays"], 1, "{body}");
+    let array = Array::async_open(http_store(&server, "tiff"), "/0").await.unwrap();
+    assert_eq!(array.shape(), [u64::from(height), u64::from(width)]);
+    let read: Vec<u16> = array.async_retrieve_array_subset(&array.subset_all()).await.unwrap();
+    assert_eq!(read, values);
+}

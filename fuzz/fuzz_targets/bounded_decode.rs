@@ -1,6 +1,7 @@
 //! Any bytes as a chunk of arrays whose codecs compress (gzip, zlib, zstd, bz2, blosc, a
-//! checksum, a shard with compressed inner chunks): the bounded decoder answers a whole chunk or
-//! an error, never a panic, and never holds more than the chunk can take.
+//! checksum, a shard with compressed inner chunks, TIFF's LZW and PackBits with its horizontal
+//! predictor, which zarrgate decodes itself): the bounded decoder answers a whole chunk or an
+//! error, never a panic, and never holds more than the chunk can take.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -9,6 +10,8 @@ use zarrgate::zarr::decode::ChunkDecoder;
 
 fn chains() -> Vec<Value> {
     let bytes = json!({"name": "bytes", "configuration": {"endian": "little"}});
+    let delta = json!({"name": "numcodecs.imagecodecs_delta",
+        "configuration": {"axis": -1, "dist": 1, "shape": [8, 8], "dtype": "<u4"}});
     let zstd = json!({"name": "zstd", "configuration": {"level": 1, "checksum": false}});
     let gzip = json!({"name": "gzip", "configuration": {"level": 1}});
     let blosc = json!({"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "typesize": 4, "blocksize": 0}});
@@ -21,8 +24,10 @@ fn chains() -> Vec<Value> {
         json!([bytes.clone(), {"name": "numcodecs.zlib", "configuration": {"level": 1}}]),
         json!([bytes.clone(), {"name": "numcodecs.bz2", "configuration": {"level": 1}}]),
         json!([bytes.clone(), blosc]),
-        json!([bytes, {"name": "crc32c"}, gzip.clone()]),
+        json!([bytes.clone(), {"name": "crc32c"}, gzip.clone()]),
         json!([shard, gzip]),
+        json!([delta.clone(), bytes.clone(), {"name": "numcodecs.imagecodecs_lzw", "configuration": {}}]),
+        json!([delta, bytes, {"name": "numcodecs.imagecodecs_packbits", "configuration": {}}]),
     ]
 }
 
