@@ -40,6 +40,17 @@ pub fn build(
     let shape: Vec<u64> = hdu.axes.iter().rev().copied().collect();
     let item = hdu.bitpix.unsigned_abs() / 8;
     let data_type = data_type(hdu.bitpix);
+    // An image's data unit holds its values (an extension whose GCOUNT is 0, or a header that
+    // repeats GCOUNT with 0 first, declares less: its chunks would reach past the data).
+    let image_bytes = shape.iter().try_fold(item, |n, d| n.checked_mul(*d));
+    if image_bytes.is_none_or(|bytes| bytes > hdu.data_len) {
+        return Err(FormatError::Invalid(format!(
+            "{}: its image of shape {shape:?} ({item} bytes a value) is larger than its data unit of {} bytes (its \
+             PCOUNT and GCOUNT must be 0 and 1)",
+            hdu.label(),
+            hdu.data_len
+        )));
+    }
     let slack = file_len - (hdu.data_start + hdu.data_len);
     let layout = Layout { shape: &shape, item, data_start: hdu.data_start, slack };
     let chunk_shape = chunks::chunk_shape(&layout, limits)?;

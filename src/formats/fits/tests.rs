@@ -250,6 +250,15 @@ fn hostile_headers_are_refused_saying_why() {
     let mut file = hdu(&image_cards(true, 8, &[]), &[]);
     file.extend(hdu(&[card("XTENSIO", "'IMAGE'")], &[]));
     assert!(parsed(&file).warnings[0].contains("not a FITS extension"));
+    // An IMAGE extension whose GCOUNT is 0 (the fuzzer's find: its first GCOUNT card, which is
+    // the one read, says 0) declares no data: its image would be read past the file.
+    let mut file = hdu(&image_cards(true, 8, &[]), &[]);
+    let mut cards = image_cards(false, -64, &[4, 3, 2]);
+    cards.retain(|c| !c.starts_with("GCOUNT"));
+    cards.push(card("GCOUNT", 0));
+    cards.push(card("GCOUNT", 1));
+    file.extend(hdu(&cards, &[]));
+    assert!(invalid(&file).contains("larger than its data unit of 0 bytes"), "{}", invalid(&file));
     let not_simple = hdu(&[card("SIMPLEX", "T")], &[]);
     assert!(invalid(&not_simple).contains("not SIMPLE"));
 }
