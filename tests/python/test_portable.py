@@ -167,3 +167,30 @@ def test_fits_is_portable_as_it_is(server, source_dir, store_name):
     assert set(codec_names(f"{server.url}/{store_name}/PRIMARY/zarr.json")) <= PORTABLE
     with rasterio.open(f'ZARR:"/vsicurl/{server.url}/v2/{store_name}":/PRIMARY') as ds:
         np.testing.assert_array_equal(ds.read(1), data.astype("=f4"))
+
+
+def test_kerchunk_references_served_portable_and_a_patch_keeps_it(server, source_dir, store_name):
+    """The same file as VirtualiZarr's kerchunk references, registered with ``codecs=portable``:
+    GDAL reads it; a PATCH of the store (no ``codecs``) keeps serving it portable."""
+    from virtual import virtual_dataset
+
+    path = fixtures.make_netcdf4_air(source_dir)
+    with netCDF4.Dataset(path) as nc:
+        nc.set_auto_mask(False)
+        raw = nc["air"][...]
+    refs = virtual_dataset(path).vz.to_kerchunk(format="dict")
+    resp = requests.put(f"{server.url}/api/v1/stores/{store_name}", params={"codecs": "portable"},
+                        data=json.dumps(refs), timeout=60)
+    assert resp.status_code == 201, resp.text
+    assert resp.json()["codecs"] == "portable" and resp.json()["transcoded_arrays"] >= 1, resp.json()
+    assert set(codec_names(f"{server.url}/{store_name}/air/zarr.json")) <= PORTABLE
+    with rasterio.open(f'ZARR:"/vsicurl/{server.url}/v2/{store_name}":/air') as ds:
+        np.testing.assert_array_equal(ds.read(), raw)
+    patch = {"nodes": {"air": {"attributes": {"comment": "patched"}}}}
+    resp = requests.patch(f"{server.url}/api/v1/stores/{store_name}", data=json.dumps(patch), timeout=60)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["codecs"] == "portable" and resp.json()["transcoded_arrays"] >= 1, resp.json()
+    served = requests.get(f"{server.url}/{store_name}/air/zarr.json", timeout=30).json()
+    assert served["attributes"]["comment"] == "patched"
+    assert {c["name"] for c in served["codecs"]} <= PORTABLE, served["codecs"]
+    np.testing.assert_array_equal(zarr.open_array(f"{server.url}/{store_name}/air", mode="r")[...], raw)
