@@ -76,9 +76,9 @@ def chunk_urls(server, store, steps):
             for y in range(GRID_YX[0]) for x in range(GRID_YX[1])]
 
 
-def phases(server):
-    return {p: (server.metric("zarrgate_assembled_chunk_seconds_sum", phase=p),
-                server.metric("zarrgate_assembled_chunk_seconds_count", phase=p))
+def phases(server, histogram="zarrgate_assembled_chunk_seconds"):
+    """Each phase's (sum, count) of `histogram` as the server counts them now."""
+    return {p: (server.metric(f"{histogram}_sum", phase=p), server.metric(f"{histogram}_count", phase=p))
             for p in ("read", "wait", "cpu", "decode")}
 
 

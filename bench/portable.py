@@ -26,7 +26,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from assembled import chunk_urls, write  # noqa: E402
+from assembled import chunk_urls, phases, write  # noqa: E402
 from harness import Bench, Server, check_wrk, env_int, log, median, runs, table, wrk  # noqa: E402
 
 import requests  # noqa: E402
@@ -41,12 +41,6 @@ def register(server, root, store, names, codecs):
     if r.status_code >= 300:
         raise RuntimeError(f"PUT {store}: {r.status_code} {r.text[:500]}")
     return r.json()
-
-
-def phases(server):
-    return {p: (server.metric("zarrgate_transcoded_chunk_seconds_sum", phase=p),
-                server.metric("zarrgate_transcoded_chunk_seconds_count", phase=p))
-            for p in ("read", "wait", "cpu", "decode")}
 
 
 def render(data):
@@ -108,7 +102,7 @@ def main():
             # timed chunks were never read by this process.
             for url in portable[cold_n:] + as_is[cold_n:]:
                 requests.get(url, timeout=60)
-            before = phases(server)
+            before = phases(server, "zarrgate_transcoded_chunk_seconds")
             times = {"as-is": [], "portable": []}
             for a, p in zip(as_is[:cold_n], portable[:cold_n]):
                 for kind, url in (("as-is", a), ("portable", p)):
@@ -116,7 +110,7 @@ def main():
                     r = requests.get(url, timeout=60)
                     times[kind].append(time.perf_counter() - started)
                     assert r.status_code == 200, r.status_code
-            after = phases(server)
+            after = phases(server, "zarrgate_transcoded_chunk_seconds")
         mean = {p: (after[p][0] - before[p][0]) / max(after[p][1] - before[p][1], 1) * 1000 for p in after}
         latency = {k: sum(t) / len(t) * 1000 for k, t in times.items()}
         cold[str(level)] = {"as_is_ms": latency["as-is"], "portable_ms": latency["portable"],

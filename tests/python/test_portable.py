@@ -22,6 +22,7 @@ import zarr
 
 import fixtures
 from test_files import assert_same, open_plain, put_files
+from test_files_combine import metric
 from test_zarrita import js_env, read  # noqa: F401  (js_env is a fixture)
 
 rasterio = pytest.importorskip("rasterio")
@@ -31,14 +32,6 @@ PORTABLE = {"bytes", "gzip", "zstd", "blosc", "crc32c", "transpose"}
 
 def codec_names(url: str) -> list[str]:
     return [c["name"] for c in requests.get(url, timeout=30).json()["codecs"]]
-
-
-def metric(server, name: str, **labels: str) -> float:
-    total = 0.0
-    for line in requests.get(f"{server.url}/metrics", timeout=30).text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 @pytest.fixture
