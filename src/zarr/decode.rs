@@ -20,6 +20,8 @@ use zarrs::array::{
 };
 use zarrs::metadata::v3::MetadataV3;
 
+use super::imagecodecs::Predictor;
+
 /// Array-to-bytes codecs whose decoding allocates no more than the chunk shape or the encoded
 /// bytes say (the variable-length ones copy what they are given).
 const BOUNDED_SERIALIZERS: &[&str] = &["bytes", "sharding_indexed", "packbits", "vlen-utf8", "vlen-bytes", "vlen_v2"];
@@ -58,7 +60,7 @@ pub enum DecodeError {
 pub struct ChunkDecoder {
     level: Level,
     /// imagecodecs' array-to-array codecs zarrs does not have, undone after it decoded the rest.
-    filters: Vec<super::imagecodecs::Delta>,
+    filters: Vec<Predictor>,
     /// The chain left once every bytes-to-bytes codec is taken out (at every shard level).
     rest: CodecChain,
     shape: Vec<NonZeroU64>,
@@ -92,7 +94,7 @@ impl ChunkDecoder {
         let codecs = seen.get("codecs").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
         let (data_type, fill) = (array.data_type().clone(), array.fill_value().clone());
         let (level, stripped, _) = Level::plan(codecs, &shape, &data_type, &fill, max_bytes)?;
-        let filters = filters(codecs, shape.len(), data_type.fixed_size())?;
+        let filters = filters(codecs, chunk_shape, data_type.fixed_size())?;
         let rest = chain(&stripped)?;
         Ok(Self { level, filters, rest, shape, data_type, fill })
     }
@@ -132,31 +134,34 @@ fn decoded_here(name: &str) -> bool {
     super::imagecodecs::BYTES_TO_BYTES.contains(&name) || super::imagecodecs::ARRAY_TO_ARRAY.contains(&name)
 }
 
-/// The array-to-array codecs of `codecs` undone here (imagecodecs' `delta`), in chain order;
+/// The array-to-array codecs of `codecs` undone here (imagecodecs' predictors), in chain order;
 /// with other array-to-array codecs beside them the chain is refused (their order would matter).
-fn filters(
-    codecs: &[Value],
-    ndim: usize,
-    element_size: Option<usize>,
-) -> Result<Vec<super::imagecodecs::Delta>, DecodeError> {
+fn filters(codecs: &[Value], shape: &[u64], element_size: Option<usize>) -> Result<Vec<Predictor>, DecodeError> {
     let name = |c: &Value| c.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
     let ours: Vec<&Value> =
         codecs.iter().filter(|c| super::imagecodecs::ARRAY_TO_ARRAY.contains(&name(c).as_str())).collect();
-    if ours.is_empty() {
+    let Some(first) = ours.first().map(|c| name(c)) else {
         return Ok(Vec::new());
-    }
-    let others = codecs
+    };
+    let unsupported = |why: &str| DecodeError::Unsupported(format!("{}: {why}", base(&first)));
+    let array_to_array = codecs
         .iter()
         .take_while(|c| super::codecs::kind(&name(c)) == Some(super::codecs::CodecKind::ArrayToArray))
-        .count()
-        - ours.len();
-    if others > 0 {
-        return Err(DecodeError::Unsupported("imagecodecs_delta beside other array-to-array codecs".into()));
+        .count();
+    if array_to_array > ours.len() {
+        return Err(unsupported("beside other array-to-array codecs"));
     }
-    let size =
-        element_size.ok_or_else(|| DecodeError::Unsupported("imagecodecs_delta of variable-length values".into()))?;
+    let size = element_size.ok_or_else(|| unsupported("of variable-length values"))?;
+    // The order zarrs read the stored bytes in, if a `bytes` codec reads them.
+    let stored_big_endian = codecs
+        .get(array_to_array)
+        .filter(|c| name(c) == "bytes")
+        .map(|c| c.pointer("/configuration/endian").and_then(Value::as_str) == Some("big"));
     ours.into_iter()
-        .map(|c| super::imagecodecs::Delta::new(c.get("configuration"), ndim, size).map_err(DecodeError::Unsupported))
+        .map(|c| {
+            Predictor::new(&name(c), c.get("configuration"), shape, size, stored_big_endian)
+                .map_err(DecodeError::Unsupported)
+        })
         .collect()
 }
 

@@ -1,16 +1,61 @@
 //! The TIFF codecs a file's tiles are written with, as imagecodecs names them and zarrs does
-//! not have: LZW and PackBits (bytes to bytes) and the horizontal predictor `delta` (array to
-//! array). zarrgate decodes them itself, bounded like every other codec (`decode.rs`), so that a
-//! TIFF store served with portable codecs (`?codecs=portable`) is transcoded like any other;
-//! they are never encoded. Pure.
+//! not have: LZW and PackBits (bytes to bytes) and the horizontal and floating-point predictors
+//! `delta` and `floatpred` (array to array). zarrgate decodes them itself, bounded like every
+//! other codec (`decode.rs`), so that a TIFF store served with portable codecs
+//! (`?codecs=portable`) is transcoded like any other; they are never encoded. Pure.
+
+mod floatpred;
 
 use serde_json::Value;
 use weezl::{BitOrder, LzwStatus, decode::Decoder};
 
+pub use floatpred::FloatPred;
+
 /// Bytes-to-bytes codecs decoded here.
 pub const BYTES_TO_BYTES: &[&str] = &["numcodecs.imagecodecs_lzw", "numcodecs.imagecodecs_packbits"];
 /// Array-to-array codecs undone here, after zarrs decoded the rest.
-pub const ARRAY_TO_ARRAY: &[&str] = &["numcodecs.imagecodecs_delta"];
+pub const ARRAY_TO_ARRAY: &[&str] = &["numcodecs.imagecodecs_delta", "numcodecs.imagecodecs_floatpred"];
+
+/// One of the [`ARRAY_TO_ARRAY`] codecs, undone on a chunk zarrs decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Predictor {
+    /// `imagecodecs_delta`: TIFF's horizontal predictor.
+    Delta(Delta),
+    /// `imagecodecs_floatpred`: TIFF's floating-point predictor.
+    FloatPred(FloatPred),
+}
+
+impl Predictor {
+    /// The predictor `name` of `configuration`, for chunks of `chunk_shape` whose values are
+    /// `size` bytes; `stored_big_endian` is the order the chain's `bytes` codec reads them in
+    /// (`None`: its serializer is another).
+    pub fn new(
+        name: &str,
+        configuration: Option<&Value>,
+        chunk_shape: &[u64],
+        size: usize,
+        stored_big_endian: Option<bool>,
+    ) -> Result<Self, String> {
+        match name {
+            "numcodecs.imagecodecs_delta" => Delta::new(configuration, chunk_shape.len(), size).map(Self::Delta),
+            // It reorders the stored bytes: only a `bytes` codec says which they were.
+            "numcodecs.imagecodecs_floatpred" => match stored_big_endian {
+                Some(big) => FloatPred::new(configuration, chunk_shape, size, big).map(Self::FloatPred),
+                None => Err("imagecodecs_floatpred over a serializer other than bytes".into()),
+            },
+            other => Err(format!("{other} is not undone here")),
+        }
+    }
+
+    /// Undoes the predictor in `raw`, a chunk of `shape` as zarrs decoded it (C order, native
+    /// byte order).
+    pub fn undo(&self, raw: &mut [u8], shape: &[u64]) {
+        match self {
+            Self::Delta(delta) => delta.undo(raw, shape),
+            Self::FloatPred(floatpred) => floatpred.undo(raw),
+        }
+    }
+}
 
 /// Decodes `input` with the bytes-to-bytes codec `name` (one of [`BYTES_TO_BYTES`]), stopping
 /// past `bound` bytes: `Ok` holds at most `bound + 1` bytes (one more says it went past).

@@ -76,6 +76,11 @@ TIFFS = {
     "packbits": (RNG.integers(0, 3, (40, 50), dtype="uint8"), dict(compression="packbits", rowsperstrip=8),
                  {"numcodecs.imagecodecs_packbits"}),
     "uncompressed_float64": (RNG.random((30, 20)), dict(rowsperstrip=10), set()),
+    "floatpred_float64": ((RNG.random((48, 30)) * 2e6 - 1e6), dict(rowsperstrip=16, compression="zlib", predictor=3),
+                          {"numcodecs.imagecodecs_floatpred"}),
+    "floatpred_rgb_chunky": ((RNG.random((64, 80, 3), dtype="float32") - 0.5).astype("float32"),
+                             dict(tile=(32, 32), compression="lzw", predictor=3, photometric="rgb"),
+                             {"numcodecs.imagecodecs_floatpred", "numcodecs.imagecodecs_lzw"}),
 }
 
 

@@ -115,35 +115,34 @@ def test_the_query_and_the_document_must_agree(server, source_dir, store_name):
 # TIFF (tifffile's LZW, PackBits, predictors) and FITS, read with no plugin
 # --------------------------------------------------------------------------
 
-def test_tiffs_served_portable_are_read_by_zarrita_and_gdal_without_plugins(server, source_dir, store_name,
-                                                                             js_env, tmp_path):  # noqa: F811
+def test_tiffs_served_portable_are_read_by_zarrita_gdal_and_zarr_python_without_plugins(
+        server, source_dir, store_name, js_env, tmp_path):  # noqa: F811
     """Every tifffile image of test_files_tiff.py registered with portable codecs: its arrays are
-    served with portable codecs only (TIFF's LZW, PackBits and horizontal predictor transcoded),
-    but for the floating-point predictor, which zarrgate does not decode (named in the
-    summary's warnings, served as it is). zarrita.js in Node and GDAL (through the v2 view),
-    which have none of imagecodecs' codecs, read tifffile's numbers."""
+    served with portable codecs only (TIFF's LZW, PackBits, horizontal and floating-point
+    predictors transcoded, in either byte order, chunky samples too). zarrita.js in Node, GDAL
+    (through the v2 view) and zarr-python 3, which have none of imagecodecs' codecs, read
+    tifffile's numbers."""
     from test_files_tiff import TIFFS, write_tiff
 
     for name in sorted(TIFFS):
         path, expected = write_tiff(source_dir, name)
         store = f"{store_name}-{name.replace('_', '-')}"
         summary = put_files(server, store, [path.as_uri()], codecs="portable")
+        assert not [w for w in summary["warnings"] if "served with its own codecs" in w], (name, summary)
         root = f"{server.url}/{store}"
         for index, want in enumerate(expected):
             names = set(codec_names(f"{root}/{index}/zarr.json"))
-            if name == "floatpred_big_endian":
-                assert "numcodecs.imagecodecs_floatpred" in names, names
-                assert any("served with its own codecs" in w for w in summary["warnings"]), summary
-                continue
             assert names <= PORTABLE, (name, names)
             got = read(js_env, tmp_path / name, root, str(index), "v3", [None] * want.ndim)
             np.testing.assert_array_equal(np.array(got["data"], dtype=want.dtype.newbyteorder("=")).reshape(got["shape"]),
                                           want, err_msg=f"zarrita: {name} page {index}")
+            np.testing.assert_array_equal(zarr.open_array(f"{root}/{index}", mode="r")[...], want,
+                                          err_msg=f"zarr-python: {name} page {index}")
             if want.ndim == 2:
                 with rasterio.open(f'ZARR:"/vsicurl/{server.url}/v2/{store}":/{index}') as ds:
                     np.testing.assert_array_equal(ds.read(1), want, err_msg=f"GDAL: {name} page {index}")
-        # zstd and no compression are portable as they are; the floating-point predictor stays.
-        as_they_are = name in ("zstd_pages", "uncompressed_float64", "floatpred_big_endian")
+        # zstd and no compression are portable as they are.
+        as_they_are = name in ("zstd_pages", "uncompressed_float64")
         assert (summary["transcoded_arrays"] == 0) == as_they_are, (name, summary)
 
 

@@ -181,6 +181,25 @@ fn codecs_that_cannot_be_bounded_are_refused() {
 }
 
 #[test]
+fn a_tiff_predictor_is_refused_where_it_would_not_be_undone_right() {
+    let delta = json!({"name": "numcodecs.imagecodecs_delta", "configuration": {"axis": -1, "dtype": "<u4"}});
+    // Inside a shard it works on each inner chunk, which zarrs decodes: not undone, so refused.
+    let inner = json!([delta, {"name": "bytes", "configuration": {"endian": "little"}}]);
+    let m = metadata("uint32", &[8, 8], sharded(inner));
+    assert!(matches!(ChunkDecoder::new(&m, &[8, 8], 1 << 20), Err(DecodeError::Unsupported(_))));
+    // The floating-point predictor reorders stored bytes: only over `bytes`, which says their order.
+    let floatpred = json!({"name": "numcodecs.imagecodecs_floatpred", "configuration": {"axis": -1, "dtype": "<f4"}});
+    let mut chain = vec![floatpred.clone()];
+    chain.extend(sharded(bytes_then(&[])).as_array().unwrap().iter().cloned());
+    let m = metadata("float32", &[8, 8], Value::Array(chain));
+    assert!(
+        matches!(ChunkDecoder::new(&m, &[8, 8], 1 << 20), Err(DecodeError::Unsupported(e)) if e.contains("other than bytes"))
+    );
+    let m = metadata("float32", &[8, 8], json!([floatpred, {"name": "bytes", "configuration": {"endian": "big"}}]));
+    assert!(ChunkDecoder::new(&m, &[8, 8], 1 << 20).is_ok());
+}
+
+#[test]
 fn broken_shards_are_invalid_not_panics() {
     let m = metadata("uint32", &[8, 8], sharded(bytes_then(&[])));
     for bytes in [&[][..], &[0u8; 10], &[0u8; 68], &[0xFF; 68]] {

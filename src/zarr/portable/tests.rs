@@ -149,3 +149,40 @@ fn a_tiff_tile_of_lzw_and_the_horizontal_predictor_is_transcoded_to_its_values()
     let back: Vec<u16> = back.chunks_exact(2).map(|b| u16::from_ne_bytes([b[0], b[1]])).collect();
     assert_eq!(back, values);
 }
+
+#[test]
+fn a_tiff_tile_of_deflate_and_the_floating_point_predictor_is_transcoded_to_its_values() {
+    // A float32 (2, 3) tile as tifffile writes it with predictor 3 (the same bytes in a
+    // little- and a big-endian file), then deflate.
+    let predicted = [
+        0x3F, 0x81, 0x7A, 0x86, 0x50, 0x73, 0x7D, 0x00, 0x12, 0xEE, 0x00, 0x6F, 0x44, 0x07, 0x35, 0x00, 0x64, 0x1C,
+        0x00, 0xE1, 0x1F, 0x00, 0xC0, 0x40,
+    ];
+    let mut zlib = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    std::io::Write::write_all(&mut zlib, &predicted).unwrap();
+    let encoded = zlib.finish().unwrap();
+    for endian in ["little", "big"] {
+        let order = if endian == "big" { ">" } else { "<" };
+        let source = json!({
+            "zarr_format": 3, "node_type": "array", "shape": [2, 3], "data_type": "float32",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 3]}},
+            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+            "fill_value": 0.0,
+            "codecs": [
+                {"name": "numcodecs.imagecodecs_floatpred", "configuration": {"axis": -1, "dist": 1, "shape": [2, 3], "dtype": format!("{order}f4")}},
+                {"name": "bytes", "configuration": {"endian": endian}},
+                {"name": "numcodecs.zlib", "configuration": {"level": 6}},
+            ],
+        });
+        let source = source.as_object().unwrap().clone();
+        let served = served(&source, &[2, 3], 1).unwrap().unwrap();
+        assert_eq!(codec_names(&served), ["bytes", "gzip"]);
+        let out = transcode(&source, &served, &[2, 3], &encoded, 1 << 20, 1).unwrap();
+        let decoder = ChunkDecoder::new(&served, &[2, 3], 1 << 20).unwrap();
+        let back = decoder.decode(&out.bytes).unwrap().into_fixed().unwrap().into_owned();
+        let back: Vec<f32> = back.chunks_exact(4).map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]])).collect();
+        assert_eq!(back, [1.5, -2.25, 1e-3, 1024.0, 3.0e7, -0.0], "{endian}");
+        // A tile that inflates past the chunk is refused within the bound.
+        assert!(transcode(&source, &served, &[2, 3], &encoded, 23, 1).is_err());
+    }
+}
