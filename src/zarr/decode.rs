@@ -234,6 +234,9 @@ impl Level {
             if super::imagecodecs::BYTES_TO_BYTES.contains(&name.as_str())
                 && let Some(r) = represented.as_ref()
             {
+                if base(&name) == "imagecodecs_jpeg" && data_type.fixed_size() != Some(1) {
+                    return Err(failed(&format!("codec {name} of samples wider than 8 bits is not decoded")));
+                }
                 steps.push(Step { bound: size(r, max_bytes), name, codec: None });
                 represented = Some(BytesRepresentation::UnboundedSize);
                 continue;
@@ -310,6 +313,13 @@ impl Step {
                     return Err(DecodeError::TooLarge { codec: name.to_owned(), bound });
                 }
                 self.by_zarrs(input)
+            }
+            "imagecodecs_jpeg" => {
+                let declared = super::imagecodecs::jpeg::declared_size(input).map_err(|e| invalid(&e))?;
+                if declared > bound {
+                    return Err(DecodeError::TooLarge { codec: name.to_owned(), bound });
+                }
+                super::imagecodecs::decode_bytes(name, input, bound).map_err(std::io::Error::other)
             }
             b if SHRINKING.contains(&b) => self.by_zarrs(input),
             _ if decoded_here(name) => {

@@ -1,10 +1,11 @@
 //! The TIFF codecs a file's tiles are written with, as imagecodecs names them and zarrs does
-//! not have: LZW and PackBits (bytes to bytes) and the horizontal and floating-point predictors
-//! `delta` and `floatpred` (array to array). zarrgate decodes them itself, bounded like every
-//! other codec (`decode.rs`), so that a TIFF store served with portable codecs
+//! not have: LZW, PackBits and JPEG (bytes to bytes) and the horizontal and floating-point
+//! predictors `delta` and `floatpred` (array to array). zarrgate decodes them itself, bounded
+//! like every other codec (`decode.rs`), so that a TIFF store served with portable codecs
 //! (`?codecs=portable`) is transcoded like any other; they are never encoded. Pure.
 
 mod floatpred;
+pub mod jpeg;
 
 use serde_json::Value;
 use weezl::{BitOrder, LzwStatus, decode::Decoder};
@@ -12,7 +13,8 @@ use weezl::{BitOrder, LzwStatus, decode::Decoder};
 pub use floatpred::FloatPred;
 
 /// Bytes-to-bytes codecs decoded here.
-pub const BYTES_TO_BYTES: &[&str] = &["numcodecs.imagecodecs_lzw", "numcodecs.imagecodecs_packbits"];
+pub const BYTES_TO_BYTES: &[&str] =
+    &["numcodecs.imagecodecs_lzw", "numcodecs.imagecodecs_packbits", "numcodecs.imagecodecs_jpeg"];
 /// Array-to-array codecs undone here, after zarrs decoded the rest.
 pub const ARRAY_TO_ARRAY: &[&str] = &["numcodecs.imagecodecs_delta", "numcodecs.imagecodecs_floatpred"];
 
@@ -63,6 +65,7 @@ pub fn decode_bytes(name: &str, input: &[u8], bound: u64) -> Result<Vec<u8>, Str
     match name {
         "numcodecs.imagecodecs_lzw" => lzw(input, bound),
         "numcodecs.imagecodecs_packbits" => packbits(input, bound),
+        "numcodecs.imagecodecs_jpeg" => jpeg::decode(input, bound),
         other => Err(format!("{other} is not decoded here")),
     }
 }

@@ -55,6 +55,8 @@ def plugins_warned(summary: dict) -> set[str]:
 # --------------------------------------------------------------------------
 
 U16 = RNG.integers(0, 4000, (256, 300), dtype="uint16")
+# An 8-bit image with edges and texture, as JPEG is meant for.
+SMOOTH = ((np.add.outer(np.arange(64) * 3, np.arange(80) * 2) + RNG.integers(0, 12, (64, 80))) % 256).astype("uint8")
 TIFFS = {
     # name: (values, tifffile.imwrite options, codecs readers need a plugin for)
     "tiled_deflate": (U16, dict(tile=(64, 64), compression="zlib"), set()),
@@ -81,6 +83,14 @@ TIFFS = {
     "floatpred_rgb_chunky": ((RNG.random((64, 80, 3), dtype="float32") - 0.5).astype("float32"),
                              dict(tile=(32, 32), compression="lzw", predictor=3, photometric="rgb"),
                              {"numcodecs.imagecodecs_floatpred", "numcodecs.imagecodecs_lzw"}),
+    # JPEG tiles that are whole JPEG streams (tifffile writes no JPEGTables): grey, and RGB
+    # written without the colour transform (tifffile's default is YCbCr, which is left out).
+    "jpeg_grey": (SMOOTH, dict(tile=(32, 32), compression="jpeg", photometric="minisblack"),
+                  {"numcodecs.imagecodecs_jpeg"}),
+    "jpeg_rgb": (np.stack([SMOOTH, 255 - SMOOTH, SMOOTH // 2 + 40], axis=-1),
+                 dict(tile=(32, 32), compression="jpeg", photometric="rgb", subsampling=(1, 1),
+                      compressionargs={"outcolorspace": "rgb"}),
+                 {"numcodecs.imagecodecs_jpeg"}),
 }
 
 

@@ -112,13 +112,25 @@ def test_the_query_and_the_document_must_agree(server, source_dir, store_name):
 
 
 # --------------------------------------------------------------------------
-# TIFF (tifffile's LZW, PackBits, predictors) and FITS, read with no plugin
+# TIFF (tifffile's LZW, PackBits, JPEG, predictors) and FITS, read with no plugin
 # --------------------------------------------------------------------------
+
+def assert_decoded(got, want, name: str, what: str):
+    """tifffile's values exactly; for JPEG, within one in a few samples: zarrgate decodes with
+    zune-jpeg and tifffile with libjpeg-turbo, whose inverse DCTs round differently (JPEG allows
+    it; the standard does not fix the decoder's arithmetic)."""
+    if not name.startswith("jpeg"):
+        np.testing.assert_array_equal(got, want, err_msg=what)
+        return
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    diff = np.abs(got.astype(np.int16) - want.astype(np.int16))
+    assert diff.max() <= 1 and (diff > 0).mean() < 0.02, (what, diff.max(), (diff > 0).mean())
+
 
 def test_tiffs_served_portable_are_read_by_zarrita_gdal_and_zarr_python_without_plugins(
         server, source_dir, store_name, js_env, tmp_path):  # noqa: F811
     """Every tifffile image of test_files_tiff.py registered with portable codecs: its arrays are
-    served with portable codecs only (TIFF's LZW, PackBits, horizontal and floating-point
+    served with portable codecs only (TIFF's LZW, PackBits, JPEG, horizontal and floating-point
     predictors transcoded, in either byte order, chunky samples too). zarrita.js in Node, GDAL
     (through the v2 view) and zarr-python 3, which have none of imagecodecs' codecs, read
     tifffile's numbers."""
@@ -134,13 +146,13 @@ def test_tiffs_served_portable_are_read_by_zarrita_gdal_and_zarr_python_without_
             names = set(codec_names(f"{root}/{index}/zarr.json"))
             assert names <= PORTABLE, (name, names)
             got = read(js_env, tmp_path / name, root, str(index), "v3", [None] * want.ndim)
-            np.testing.assert_array_equal(np.array(got["data"], dtype=want.dtype.newbyteorder("=")).reshape(got["shape"]),
-                                          want, err_msg=f"zarrita: {name} page {index}")
-            np.testing.assert_array_equal(zarr.open_array(f"{root}/{index}", mode="r")[...], want,
-                                          err_msg=f"zarr-python: {name} page {index}")
+            got = np.array(got["data"], dtype=want.dtype.newbyteorder("=")).reshape(got["shape"])
+            assert_decoded(got, want, name, f"zarrita: {name} page {index}")
+            got = zarr.open_array(f"{root}/{index}", mode="r")[...]
+            assert_decoded(got, want, name, f"zarr-python: {name} page {index}")
             if want.ndim == 2:
                 with rasterio.open(f'ZARR:"/vsicurl/{server.url}/v2/{store}":/{index}') as ds:
-                    np.testing.assert_array_equal(ds.read(1), want, err_msg=f"GDAL: {name} page {index}")
+                    assert_decoded(ds.read(1), want, name, f"GDAL: {name} page {index}")
         # zstd and no compression are portable as they are.
         as_they_are = name in ("zstd_pages", "uncompressed_float64")
         assert (summary["transcoded_arrays"] == 0) == as_they_are, (name, summary)

@@ -101,9 +101,38 @@ fn arrays_that_cannot_be_transcoded_say_why() {
     let why = served(strings.as_object().unwrap(), &[2], 1).unwrap_err();
     assert!(why.contains("variable length"), "{why}");
 
+    // JPEG is decoded to 8-bit samples only (a float32 array of them is not a TIFF's).
     let jpeg = array(json!([{"name": "bytes", "configuration": {"endian": "little"}},
         {"name": "numcodecs.imagecodecs_jpeg"}]));
-    assert!(served(&jpeg, &[4, 3], 1).is_err());
+    let why = served(&jpeg, &[4, 3], 1).unwrap_err();
+    assert!(why.contains("wider than 8 bits"), "{why}");
+    // A codec neither zarrs nor zarrgate decodes.
+    let lerc = array(json!([{"name": "bytes", "configuration": {"endian": "little"}},
+        {"name": "numcodecs.imagecodecs_lerc"}]));
+    let why = served(&lerc, &[4, 3], 1).unwrap_err();
+    assert!(why.contains("numcodecs.imagecodecs_lerc"), "{why}");
+}
+
+#[test]
+fn a_tiff_jpeg_tile_is_transcoded_to_its_samples() {
+    let source = json!({
+        "zarr_format": 3, "node_type": "array", "shape": [16, 16], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [16, 16]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0,
+        "codecs": [{"name": "bytes"}, {"name": "numcodecs.imagecodecs_jpeg", "configuration": {}}],
+    });
+    let source = source.as_object().unwrap().clone();
+    let served = served(&source, &[16, 16], 1).unwrap().unwrap();
+    assert_eq!(codec_names(&served), ["bytes", "gzip"]);
+    let tile = crate::zarr::imagecodecs::jpeg::tifffile_grey_tile();
+    let out = transcode(&source, &served, &[16, 16], &tile, 1 << 20, 1).unwrap();
+    let decoder = ChunkDecoder::new(&served, &[16, 16], 1 << 20).unwrap();
+    let back = decoder.decode(&out.bytes).unwrap().into_fixed().unwrap().into_owned();
+    assert_eq!(back, crate::zarr::imagecodecs::jpeg::decode(&tile, 256).unwrap());
+    // The same tile in an array of 8 x 8 chunks declares four times what a chunk takes.
+    let small = ChunkDecoder::new(&source, &[8, 8], 1 << 20).unwrap();
+    assert!(matches!(small.decode(&tile), Err(crate::zarr::decode::DecodeError::TooLarge { bound: 64, .. })));
 }
 
 #[test]
