@@ -180,9 +180,10 @@ pub fn reader_warnings(path: &str, metadata: &Map<String, Value>) -> Vec<String>
             (true, false) => {
                 warnings.push(format!("{array}: codec {name} is not decoded by zarrs (zarr-python reads it)"))
             }
-            (false, true) => {
-                warnings.push(format!("{array}: codec {name} is not decoded by stock zarr-python (zarrs reads it)"))
-            }
+            (false, true) => warnings.push(format!(
+                "{array}: codec {name} is not decoded by stock zarr-python (zarrs reads it){}",
+                plugin_hint(name)
+            )),
             (false, false) => warnings.push(format!(
                 "{array}: codec {name} is decoded by neither stock zarr-python nor zarrs: readers need a plugin{}",
                 plugin_hint(name)

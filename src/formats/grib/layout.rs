@@ -233,6 +233,10 @@ fn i64s(values: impl IntoIterator<Item = i64>) -> Vec<u8> {
     values.into_iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
+/// Levels some variables share: their values, the variables, and whether they are the second
+/// surface's.
+type LevelSet = (Vec<f64>, Vec<String>, bool);
+
 /// Where a message lies along a dimension: the key of its value there.
 type Place = Box<dyn Fn(&MessageMetadata) -> Option<String>>;
 
@@ -309,7 +313,8 @@ fn build_group(
         }
     }
     // Levels: the first surface's values, or the second's where only it varies.
-    let mut by_name: BTreeMap<String, BTreeMap<String, (Vec<f64>, Vec<String>, bool)>> = BTreeMap::new();
+    // Level type -> set of levels -> (levels, variables on them, whether the second surface's).
+    let mut by_name: BTreeMap<String, BTreeMap<String, LevelSet>> = BTreeMap::new();
     let mut level_attributes: HashMap<String, Value> = HashMap::new();
     for (var, messages) in &kept {
         let first: BTreeSet<String> =
