@@ -165,3 +165,22 @@ def test_a_truncated_grib_file_is_refused_naming_it_and_nothing_is_stored(server
     other.write_bytes(b"\0" * 64 + b"not grib")
     answer = put_files(server, store_name, [other.as_uri()], parser="grib", status=422)
     assert other.as_uri() in answer["detail"] and "GRIB" in answer["detail"], answer
+
+
+def test_forecast_runs_join_along_time(server, source_dir, store_name):
+    """Two runs' files (the same fields a day apart) joined along ``time`` by references only:
+    every group's arrays have both runs' steps, equal to cfgrib's values of each file."""
+    for day in (1, 2):
+        fields = small_fields()
+        for field in fields:
+            field["date"] = 20240100 + day
+        write_grib(source_dir / f"run{day}.grib2", fields)
+    summary = put_files(server, store_name, {"prefix": source_dir.as_uri() + "/", "glob": "run*.grib2"},
+                        combine={"join": "existing", "dim": "time"})
+    assert summary["chunks"]["assembled"] == 0 and summary["chunks"]["virtual"] == 16, summary
+    with xr.open_zarr(f"{server.url}/{store_name}", group="isobar/instant") as ds:
+        ds = ds.load()
+    runs = [cfgrib_datasets(source_dir / f"run{day}.grib2")["isobaricInhPa"] for day in (1, 2)]
+    np.testing.assert_array_equal(ds.time.values, np.concatenate([r.valid_time.values for r in runs]))
+    want = np.concatenate([r.t.sel(isobaricInhPa=500).values for r in runs])
+    np.testing.assert_allclose(ds.tmp.sel(isobar=50000.0).values, want, rtol=1e-6)
