@@ -622,3 +622,52 @@ async fn a_tiff_served_portable_is_read_by_zarrs() {
     let read: Vec<u16> = array.async_retrieve_array_subset(&array.subset_all()).await.unwrap();
     assert_eq!(read, values);
 }
+
+/// A GRIB2 file ecCodes wrote (tests/fixtures/files/small.grib2: surface pressure with a
+/// bitmap among others) registered as it is and with `codecs=portable`: zarrs reads the same
+/// values from both, through gribberish's zarrs codec from the first, with no plugin from the
+/// second (its chunks transcoded to `bytes` + `gzip`); the point the bitmap masks is NaN.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grib2_file_served_portable_is_read_by_zarrs() {
+    let server = TestServer::start(common::Backend::Sqlite).await;
+    let grib = std::fs::read("tests/fixtures/files/small.grib2").unwrap();
+    let path = server.data.join("small.grib2");
+    std::fs::write(&path, &grib).unwrap();
+    local_object_store(&server).await;
+    let url = url::Url::from_file_path(&path).unwrap();
+    for (store, codecs) in [("grib", "as-is"), ("grib-portable", "portable")] {
+        let request = json!({"files": [url.as_str()], "codecs": codecs});
+        let (status, body) = server.put(&format!("/api/v1/stores/{store}?format=files"), &request).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        assert_eq!(body["files"]["files"][0]["parser"], "grib", "{body}");
+    }
+    let served = |store: &'static str| {
+        let server = &server;
+        async move {
+            let array = Array::async_open(http_store(server, store), "/sfc/instant/pres").await.unwrap();
+            assert_eq!(array.shape(), [2, 5, 8]);
+            let metadata: Value =
+                server.get(&format!("/{store}/sfc/instant/pres/zarr.json"), &[]).await.json().await.unwrap();
+            let names: Vec<String> =
+                metadata["codecs"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap().to_owned()).collect();
+            (names, array.async_retrieve_array_subset::<Vec<f64>>(&array.subset_all()).await.unwrap())
+        }
+    };
+    let (stored_codecs, as_is) = served("grib").await;
+    let (portable_codecs, portable) = served("grib-portable").await;
+    assert_eq!(stored_codecs, ["gribberish"]);
+    assert_eq!(portable_codecs, ["bytes", "gzip"]);
+    // The messages of surface pressure (steps 0 and 6) decoded from the file by gribberish.
+    let expected: Vec<f64> = [897usize, 2095]
+        .iter()
+        .flat_map(|offset| gribberish::message::Message::from_data(&grib, *offset).unwrap().data().unwrap())
+        .collect();
+    for values in [&as_is, &portable] {
+        assert_eq!(values.len(), expected.len());
+        for (i, (got, want)) in values.iter().zip(&expected).enumerate() {
+            assert!(got == want || (got.is_nan() && want.is_nan()), "value {i}: {got} != {want}");
+        }
+    }
+    assert!(portable[8 + 2].is_nan() && portable[40 + 8 + 2].is_nan(), "the masked point");
+    assert_eq!(portable.iter().filter(|v| v.is_nan()).count(), 2);
+}

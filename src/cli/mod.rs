@@ -234,6 +234,8 @@ pub enum FileParser {
     Tiff,
     /// FITS image HDUs.
     Fits,
+    /// GRIB2 messages (with the file's `.idx` or `.index` sidecar when it has one).
+    Grib,
 }
 
 /// Formats a store is exported in.

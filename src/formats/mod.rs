@@ -11,6 +11,7 @@
 pub mod cf;
 pub mod dmrpp;
 pub mod fits;
+pub mod grib;
 pub mod hdf5;
 pub mod netcdf3;
 pub mod tiff;
@@ -169,6 +170,8 @@ pub enum Parser {
     Tiff,
     /// FITS: image HDUs (tables are left out).
     Fits,
+    /// GRIB2: one message one chunk (GRIB1 messages are left out).
+    Grib,
 }
 
 /// How many bytes [`Parser::detect`] wants to see: HDF5's signature may sit at 0, 512, 1024,
@@ -177,9 +180,10 @@ pub const DETECT_BYTES: u64 = 8 << 10;
 
 impl Parser {
     /// Every parser, in the order `auto` tries the sidecar first.
-    pub const ALL: [Parser; 5] = [Parser::Hdf5, Parser::NetCdf3, Parser::Dmrpp, Parser::Tiff, Parser::Fits];
+    pub const ALL: [Parser; 6] =
+        [Parser::Hdf5, Parser::NetCdf3, Parser::Dmrpp, Parser::Tiff, Parser::Fits, Parser::Grib];
 
-    /// The name the API and the summary use: `hdf5`, `netcdf3`, `dmrpp`, `tiff`, `fits`.
+    /// The name the API and the summary use: `hdf5`, `netcdf3`, `dmrpp`, `tiff`, `fits`, `grib`.
     pub fn name(self) -> &'static str {
         match self {
             Self::Hdf5 => "hdf5",
@@ -187,6 +191,7 @@ impl Parser {
             Self::Dmrpp => "dmrpp",
             Self::Tiff => "tiff",
             Self::Fits => "fits",
+            Self::Grib => "grib",
         }
     }
 
@@ -209,6 +214,9 @@ impl Parser {
         if head.len() >= 4 && &head[..3] == b"CDF" && matches!(head[3], 1 | 2 | 5) {
             return Some(Self::NetCdf3);
         }
+        if head.starts_with(b"GRIB") {
+            return Some(Self::Grib);
+        }
         if matches!(head.get(..4), Some(b"II*\0" | b"MM\0*" | b"II+\0" | b"MM\0+")) {
             return Some(Self::Tiff);
         }
@@ -227,6 +235,7 @@ impl Parser {
             Self::Dmrpp => dmrpp::parse(&*file, limits),
             Self::Tiff => tiff::parse(&*file, limits),
             Self::Fits => fits::parse(&*file, limits),
+            Self::Grib => grib::parse(&*file, limits, None),
         }
     }
 }

@@ -133,7 +133,7 @@ impl Request {
             None | Some("auto") => Choice::Auto,
             Some(name) => Choice::Only(Parser::from_name(name).ok_or_else(|| {
                 Error::BadRequest(format!(
-                    "parser {name:?} is not one this server has: use auto, hdf5 (HDF5 and netCDF4), netcdf3, dmrpp, tiff or fits; \
+                    "parser {name:?} is not one this server has: use auto, hdf5 (HDF5 and netCDF4), netcdf3, dmrpp, tiff, fits or grib (GRIB2); \
                      nothing was changed"
                 ))
             })?),

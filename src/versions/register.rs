@@ -341,11 +341,16 @@ impl Registrar {
 pub(super) fn portable_summary(nodes: &[ValidNode], summary: &mut Summary) {
     let mut warnings = Vec::new();
     let mut transcoded = 0;
+    // A transcoded array needs no plugin: the warnings that say it does are dropped.
+    let mut plugin_free = Vec::new();
     for node in nodes {
         let NodeKind::Array(layout) = &node.kind else { continue };
         match portable::served(&node.metadata(), layout.grid.chunk_shape(), 1) {
             Ok(None) => {}
-            Ok(Some(_)) => transcoded += 1,
+            Ok(Some(_)) => {
+                transcoded += 1;
+                plugin_free.push(format!("array {:?}: codec ", node.path.as_str()));
+            }
             Err(why) => warnings.push(format!(
                 "array {:?} is served with its own codecs, not portable ones: {why}",
                 node.path.as_str()
@@ -353,6 +358,7 @@ pub(super) fn portable_summary(nodes: &[ValidNode], summary: &mut Summary) {
         }
     }
     summary.transcoded_arrays = transcoded;
+    summary.warnings.retain(|w| !plugin_free.iter().any(|p| w.starts_with(p.as_str())));
     summary.warnings.extend(warnings);
     crate::zarr::codecs::cap(&mut summary.warnings);
 }

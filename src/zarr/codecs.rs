@@ -42,8 +42,8 @@ const ARRAY_TO_ARRAY: &[&str] = &[
     "numcodecs.imagecodecs_quantize",
 ];
 
-/// Codecs that turn an array into bytes. kerchunk's `grib` decodes a whole GRIB message into
-/// the array's values.
+/// Codecs that turn an array into bytes. kerchunk's `grib` and gribberish's `gribberish` decode
+/// a whole GRIB message into the array's values.
 const ARRAY_TO_BYTES: &[&str] = &[
     "bytes",
     "sharding_indexed",
@@ -57,6 +57,7 @@ const ARRAY_TO_BYTES: &[&str] = &[
     "numcodecs.pcodec",
     "numcodecs.zfpy",
     "numcodecs.grib",
+    "gribberish",
 ];
 
 /// What zarr-python 3 decodes with its own dependencies: the core codecs and `numcodecs.zarr3`'s.
@@ -179,9 +180,10 @@ pub fn reader_warnings(path: &str, metadata: &Map<String, Value>) -> Vec<String>
             (true, false) => {
                 warnings.push(format!("{array}: codec {name} is not decoded by zarrs (zarr-python reads it)"))
             }
-            (false, true) => {
-                warnings.push(format!("{array}: codec {name} is not decoded by stock zarr-python (zarrs reads it)"))
-            }
+            (false, true) => warnings.push(format!(
+                "{array}: codec {name} is not decoded by stock zarr-python (zarrs reads it){}",
+                plugin_hint(name)
+            )),
             (false, false) => warnings.push(format!(
                 "{array}: codec {name} is decoded by neither stock zarr-python nor zarrs: readers need a plugin{}",
                 plugin_hint(name)
@@ -195,6 +197,8 @@ pub fn reader_warnings(path: &str, metadata: &Map<String, Value>) -> Vec<String>
 fn plugin_hint(name: &str) -> &'static str {
     if name.starts_with("numcodecs.imagecodecs_") {
         " (imagecodecs' numcodecs codecs, registered with zarr-python as numcodecs.<id>)"
+    } else if name == "gribberish" {
+        " (gribberish's codec: pip install gribberish, then import gribberish.zarr.codec)"
     } else if name == "numcodecs.grib" {
         " (kerchunk.codecs.GRIBCodec with eccodes, registered with zarr-python as numcodecs.grib)"
     } else {

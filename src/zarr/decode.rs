@@ -23,8 +23,11 @@ use zarrs::metadata::v3::MetadataV3;
 use super::imagecodecs::Predictor;
 
 /// Array-to-bytes codecs whose decoding allocates no more than the chunk shape or the encoded
-/// bytes say (the variable-length ones copy what they are given).
-const BOUNDED_SERIALIZERS: &[&str] = &["bytes", "sharding_indexed", "packbits", "vlen-utf8", "vlen-bytes", "vlen_v2"];
+/// bytes say (the variable-length ones copy what they are given). `gribberish` decodes a GRIB2
+/// message to its grid's points, which the `grib` parser checked are the chunk's, and refuses
+/// a message that decodes to another count.
+const BOUNDED_SERIALIZERS: &[&str] =
+    &["bytes", "sharding_indexed", "packbits", "vlen-utf8", "vlen-bytes", "vlen_v2", "gribberish"];
 /// Bytes-to-bytes codecs whose output is never longer than their input (checksums, shuffles).
 const SHRINKING: &[&str] = &["crc32c", "adler32", "fletcher32", "shuffle"];
 /// The smallest zstd window accepted whatever the bound (a streaming compressor may declare an

@@ -23,6 +23,10 @@ pub const PORTABLE: &[&str] = &["bytes", "gzip", "zstd", "blosc", "crc32c", "tra
 /// Portable compressors: the first of them in a chain is kept as it is.
 const PORTABLE_COMPRESSORS: &[&str] = &["gzip", "zstd", "blosc"];
 
+/// Array-to-bytes codecs that pack values into fewer bytes (a GRIB2 message's packed field):
+/// their arrays are served compressed, as a chain with a compressor is.
+const PACKING_SERIALIZERS: &[&str] = &["gribberish", "numcodecs.grib"];
+
 /// Codecs that change bytes without compressing them (checksums, byte shuffles): a chain of only
 /// these is served without a compressor.
 const NOT_COMPRESSING: &[&str] = &[
@@ -63,6 +67,15 @@ pub fn served(
     if is_portable(metadata) {
         return Ok(None);
     }
+    // GRIB2 messages packed as zarrgate's gribberish does not decode (JPEG 2000: its decoder
+    // is a C library, left out of the build); the `grib` parser names the packing.
+    if names(metadata).contains(&"gribberish")
+        && let Some(packing) =
+            metadata.get("attributes").and_then(|a| a.get("GRIB_packingType")).and_then(Value::as_str)
+        && !crate::formats::grib::DECODED_PACKINGS.contains(&packing)
+    {
+        return Err(format!("its GRIB2 messages are packed as {packing}, which zarrgate does not decode"));
+    }
     // The file's chunks must decode (within bounds: zarrs, or `imagecodecs.rs`) to values of
     // fixed size; the served codecs must encode them (checked below).
     let decoder = ChunkDecoder::new(metadata, chunk_shape, u64::MAX).map_err(|e| e.to_string())?;
@@ -86,9 +99,12 @@ pub fn served(
         .find(|c| PORTABLE_COMPRESSORS.contains(&c.get("name").and_then(Value::as_str).unwrap_or_default()))
         .cloned()
         .or_else(|| {
-            let compresses = bytes_to_bytes
-                .iter()
-                .any(|c| !NOT_COMPRESSING.contains(&c.get("name").and_then(Value::as_str).unwrap_or_default()));
+            // A packing serializer (GRIB's messages) compresses as a bytes-to-bytes codec does.
+            let packs = serializer.is_some_and(|at| PACKING_SERIALIZERS.contains(&name(&codecs[at]).as_str()));
+            let compresses = packs
+                || bytes_to_bytes
+                    .iter()
+                    .any(|c| !NOT_COMPRESSING.contains(&c.get("name").and_then(Value::as_str).unwrap_or_default()));
             compresses.then(|| json!({"name": "gzip", "configuration": {"level": deflate_level.min(9)}}))
         });
     let mut out = metadata.clone();
@@ -127,7 +143,11 @@ pub fn transcode(
         return Err(codec(&format!("a chunk would take more than the {max_bytes} bytes allowed decoded")));
     }
     let started = Instant::now();
-    let raw = decoder.decode(encoded).map_err(|e| codec(&e))?.into_fixed().map_err(|e| codec(&e))?.into_owned();
+    // A plugin's decoder (gribberish's) may panic on a hostile chunk: that chunk fails, the
+    // worker lives on.
+    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decoder.decode(encoded)))
+        .unwrap_or_else(|_| Err(super::decode::DecodeError::Invalid("its decoder failed on it (a panic)".into())));
+    let raw = decoded.map_err(|e| codec(&e))?.into_fixed().map_err(|e| codec(&e))?.into_owned();
     let decoding = started.elapsed();
     let bytes = assembled::encode(served, chunk_shape, raw, deflate_level)?;
     Ok(Transcoded { bytes, decoding })

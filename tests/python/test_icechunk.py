@@ -21,6 +21,7 @@ import time
 import uuid
 from pathlib import Path
 
+import netCDF4
 import numpy as np
 import pytest
 import requests
@@ -283,3 +284,35 @@ def test_virtual_chunks_outside_registered_object_stores_are_named(server, tmp_p
     said = problem(server, store_name, {"repository": repo.url}, 422)
     for path in repo.netcdf:
         assert f"{path.as_uri()} is not under any registered object store" in said, said
+
+
+def test_a_repository_served_portable_is_read_without_plugins(server, repo, store_name):
+    """``?codecs=portable`` on an Icechunk store: the virtual arrays of netCDF4 air (zlib +
+    shuffle, whose shuffle GDAL 3.10 lacks) are served with portable codecs, transcoded from
+    the files' chunks Icechunk points at; GDAL (the v2 view) and zarr-python read the netCDF
+    library's numbers. Native chunks already portable are served as Icechunk holds them."""
+    import rasterio
+
+    resp = requests.put(f"{server.url}/api/v1/stores/{store_name}",
+                        params={"format": "icechunk", "codecs": "portable"},
+                        json={"repository": repo.url}, timeout=120)
+    assert resp.status_code == 201, resp.text
+    answer = resp.json()
+    assert answer["codecs"] == "portable" and answer["transcoded_arrays"] >= 1, answer
+    base = f"{server.url}/{store_name}"
+    codecs = requests.get(f"{base}/virtual/file0/air/zarr.json", timeout=30).json()["codecs"]
+    assert {c["name"] for c in codecs} <= {"bytes", "gzip", "zstd", "blosc", "crc32c", "transpose"}, codecs
+    with netCDF4.Dataset(repo.netcdf[0]) as nc:
+        nc.set_auto_mask(False)
+        raw = nc["air"][...]
+    np.testing.assert_array_equal(zarr.open_array(f"{base}/virtual/file0/air", mode="r")[...], raw)
+    with rasterio.open(f'ZARR:"/vsicurl/{server.url}/v2/{store_name}":/virtual/file0/air') as ds:
+        np.testing.assert_array_equal(ds.read(), raw)
+    # A sync (a new commit, a new version) keeps the setting.
+    before = requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).json()["version"]
+    repo.commit("one more")
+    sync(server, store_name)
+    described = requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).json()
+    assert described["version"] > before and described["codecs"] == "portable", described
+    codecs = requests.get(f"{base}/virtual/file0/air/zarr.json", timeout=30).json()["codecs"]
+    assert [c["name"] for c in codecs] == ["bytes", "gzip"], codecs

@@ -89,11 +89,39 @@ pub(super) async fn read_file(
             (facts.clone(), url.to_owned(), facts, head, parser)
         }
     };
+    // A GRIB file's sidecar index, looked for once the file is known to be GRIB.
+    let mut index = None;
+    if sidecar.is_none() && parser.or_else(|| Parser::detect(&head)) == Some(Parser::Grib) {
+        for candidate in formats::grib::index_candidates(url) {
+            requests += 1;
+            match sources.open_prefix(&candidate, first_read).await {
+                Ok((facts, text)) if facts.size.is_some_and(|size| size > text.len() as u64) => {
+                    warnings.push(format!(
+                        "its index {candidate} is longer than files.first_read_bytes: the file was read from its start"
+                    ));
+                }
+                Ok((_, text)) if !text.is_empty() => match String::from_utf8(text.to_vec()) {
+                    Ok(text) => {
+                        sidecar = Some(candidate);
+                        index = Some(text);
+                        break;
+                    }
+                    Err(_) => {
+                        warnings.push(format!("its index {candidate} is not text: the file was read from its start"))
+                    }
+                },
+                Ok(_) => {}
+                Err(SourceError::NotFound { .. }) => {}
+                Err(e) => warnings
+                    .push(format!("its index {candidate} cannot be read ({e}): the file was read from its start")),
+            }
+        }
+    }
     // The parse is remembered under the URL read (the sidecar's, when one is) and its content.
-    let asked = match (&sidecar, choice) {
-        (Some(_), _) => Parser::Dmrpp.name(),
-        (None, Choice::Only(p)) => p.name(),
-        (None, Choice::Auto) => "auto",
+    let asked = match choice {
+        _ if read_url != url => Parser::Dmrpp.name(),
+        Choice::Only(p) => p.name(),
+        Choice::Auto => "auto",
     };
     let key = ParseKey::new(&read_url, &read_facts, asked, config.max_inline_bytes);
     if let Some(key) = &key
@@ -137,7 +165,7 @@ pub(super) async fn read_file(
         ..formats::Limits::default()
     };
     let (parsed, parser, file) = tokio::task::spawn_blocking(move || {
-        let outcome = parse(&file, parser, &limits, first_read);
+        let outcome = parse(&file, parser, &limits, first_read, index.as_deref());
         (outcome, file)
     })
     .await
@@ -160,7 +188,7 @@ pub(super) async fn read_file(
                 tracing::warn!(file = %read_url, cause = %failure, "reading a file to parse failed upstream");
                 return Err(failure.into());
             }
-            let what = if sidecar.is_some() { format!("DMR++ sidecar {read_url}") } else { format!("file {read_url}") };
+            let what = if read_url != url { format!("DMR++ sidecar {read_url}") } else { format!("file {read_url}") };
             let as_what = parser.map_or(String::new(), |p| format!(" as {}", p.name()));
             tracing::info!(file = %read_url, parser = label, problem = %e, "a file was refused");
             return Err(invalid(format!("{what} cannot be read{as_what}: {e}")));
@@ -194,7 +222,8 @@ pub(super) async fn reused(
     record: &FileRecord,
     choice: Choice,
 ) -> Option<ReadFile> {
-    if record.sidecar.is_some() {
+    // A GRIB file's index only tells where its messages are: its parse is the file's.
+    if record.sidecar.is_some() && record.parser != Parser::Grib.name() {
         return None;
     }
     let asked = match choice {
@@ -215,6 +244,7 @@ fn parse(
     parser: Option<Parser>,
     limits: &formats::Limits,
     first_read: u64,
+    grib_index: Option<&str>,
 ) -> std::result::Result<(Parsed, Parser), (FormatError, Option<Parser>)> {
     let head = file.first(first_read).map_err(|e| (e, parser))?;
     let parser = match parser {
@@ -223,12 +253,16 @@ fn parse(
             let shown: String = head.iter().take(8).map(|b| format!("{b:02x}")).collect();
             (
                 FormatError::Invalid(format!(
-                    "it is not a format this server reads (HDF5, netCDF4, netCDF3, TIFF, FITS; its first bytes are {shown})"
+                    "it is not a format this server reads (HDF5, netCDF4, netCDF3, TIFF, FITS, GRIB2; its first bytes are {shown})"
                 )),
                 None,
             )
         })?,
     };
-    let parsed = parser.parse(Arc::clone(file) as Arc<dyn ByteRanges>, limits).map_err(|e| (e, Some(parser)))?;
+    let parsed = match parser {
+        Parser::Grib => formats::grib::parse(&**file, limits, grib_index),
+        _ => parser.parse(Arc::clone(file) as Arc<dyn ByteRanges>, limits),
+    }
+    .map_err(|e| (e, Some(parser)))?;
     Ok((parsed, parser))
 }
