@@ -357,8 +357,8 @@ def test_bad_requests_are_refused_and_change_nothing(server, source_dir, store_n
     assert "not under any registered object store" in outside["detail"], outside
     missing = put_files(server, store_name, [(source_dir / "nope.nc").as_uri()], status=422)
     assert "does not exist" in missing["detail"], missing
-    unknown = put_files(server, store_name, [air.as_uri()], parser="grib", status=400)
-    assert "grib" in unknown["detail"], unknown
+    unknown = put_files(server, store_name, [air.as_uri()], parser="bufr", status=400)
+    assert "bufr" in unknown["detail"] and "grib (GRIB2)" in unknown["detail"], unknown
 
     after = requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).json()["version"]
     assert after == before

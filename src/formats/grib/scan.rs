@@ -159,6 +159,22 @@ fn be(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0u64, |n, b| (n << 8) | u64::from(*b))
 }
 
+/// Checks the reference time of section 1 (year, month, day, hour, minute, second):
+/// gribberish takes it for a date.
+fn reference_time(time: &[u8]) -> Result<(), String> {
+    let (year, month, day) = (be(&time[..2]) as i32, u32::from(time[2]), u32::from(time[3]));
+    let valid =
+        chrono::NaiveDate::from_ymd_opt(year, month, day).is_some() && time[4] < 24 && time[5] < 60 && time[6] < 60;
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "its reference time {year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} is not a time",
+            time[4], time[5], time[6]
+        ))
+    }
+}
+
 /// The message at `offset`: its header read and checked.
 fn read_message(file: &dyn ByteRanges, offset: u64) -> Result<Found, FormatError> {
     let at = |what: &str| format!("the message at byte {offset}: {what}");
@@ -261,6 +277,11 @@ fn read_message(file: &dyn ByteRanges, offset: u64) -> Result<Found, FormatError
             _ => {
                 let section = file.read(position, section_length)?;
                 match number {
+                    1 if section_length >= 19 => {
+                        if let Err(why) = reference_time(&section[12..19]) {
+                            return Ok(Found::Skipped { length, why: at(&format!("{why}; it is left out")) });
+                        }
+                    }
                     3 if section_length >= 14 => {
                         points = Some(be(&section[6..10]));
                     }
@@ -274,7 +295,7 @@ fn read_message(file: &dyn ByteRanges, offset: u64) -> Result<Found, FormatError
                             ))));
                         }
                     }
-                    3 | 5 => {
+                    1 | 3 | 5 => {
                         return Err(FormatError::Invalid(at(&format!(
                             "its section {number} is too short ({section_length} bytes)"
                         ))));

@@ -219,6 +219,25 @@ fn a_grid_too_large_or_a_grib1_message_is_left_out_with_a_warning() {
     assert_eq!(node(&parsed, "isobar/instant/tmp").chunks[1].1, Chunk::Range { offset: 12, length: 299 });
 }
 
+#[test]
+fn a_reference_time_that_is_no_time_leaves_its_message_out() {
+    // The first message's section 1 says 2024-02-30 (gribberish would panic on it).
+    let mut bad = SMALL.to_vec();
+    let section1 = find_section(&bad[..299], 1);
+    bad[section1 + 14] = 2;
+    bad[section1 + 15] = 30;
+    let parsed = parse_bytes(&bad, None).unwrap();
+    assert!(
+        parsed
+            .warnings
+            .iter()
+            .any(|w| w.contains("the message at byte 0") && w.contains("2024-02-30 00:00:00 is not a time")),
+        "{:?}",
+        parsed.warnings
+    );
+    assert_eq!(node(&parsed, "isobar/instant/tmp").chunks.len(), 3);
+}
+
 fn be_u32(bytes: &[u8]) -> u32 {
     u32::from_be_bytes(bytes[..4].try_into().unwrap())
 }
