@@ -62,6 +62,37 @@ impl ParseKey {
         }
     }
 
+    /// The parses remembered under `keys`, in their order, looked up in a few queries and
+    /// decoded side by side off the async workers; `None` where there is none or it cannot be
+    /// had (logged: that file is then parsed again).
+    pub async fn get_many(catalog: &dyn Catalog, keys: &[Self]) -> Vec<Option<(String, Parsed)>> {
+        let keyed: Vec<ParsedKey<'_>> = keys.iter().map(Self::key).collect();
+        let found = match catalog.parsed_files(&keyed).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(files = keys.len(), error = %e, "looking up remembered parses failed: parsing the files");
+                return keys.iter().map(|_| None).collect();
+            }
+        };
+        let urls: Vec<String> = keys.iter().map(|k| k.url.clone()).collect();
+        let decoded = tokio::task::spawn_blocking(move || {
+            use rayon::prelude::*;
+            found
+                .into_par_iter()
+                .zip(urls.into_par_iter())
+                .map(|(data, url)| match decode(&data?) {
+                    Ok(entry) => Some((entry.parser, entry.parsed)),
+                    Err(e) => {
+                        tracing::warn!(file = %url, error = %e, "a remembered parse cannot be read: parsing the file");
+                        None
+                    }
+                })
+                .collect::<Vec<_>>()
+        })
+        .await;
+        decoded.unwrap_or_else(|_| keys.iter().map(|_| None).collect())
+    }
+
     /// A successful parse as the catalog keeps it, to be remembered with the registration's
     /// others ([`remember`]); `None` (logged) when it cannot be encoded.
     pub fn entry(self, parser: &str, parsed: &Parsed) -> Option<(Self, Vec<u8>)> {
