@@ -39,7 +39,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients", "python"))
-from harness import Bench, Server, fmt, log, median, proc_status, runs, table  # noqa: E402
+from harness import Bench, Server, fmt, log, median, perf_record, perf_report, proc_status, runs, table  # noqa: E402
 from remote_latency import LATENCY_MS, S3Upstream  # noqa: E402
 
 import h5py  # noqa: E402
@@ -140,12 +140,25 @@ def virtualizarr_run(upstream, names):
 
 
 def rescan(server, upstream, path, run):
-    """One file more under the prefix, then `POST .../sync`: seconds to its answer."""
+    """One file more under the prefix, then `POST .../sync`: seconds to its answer. With
+    PROFILE_RESCAN=FILE, the server is profiled (`perf record -g`) during the sync, its report
+    written to FILE, and the server's log line of the new version (its phases' seconds) shown."""
     with open(path, "rb") as f:
         obstore.put(upstream.writer, f"run{run}/f{FILES:05d}-new.nc", f.read())
+    profile = os.environ.get("PROFILE_RESCAN")
+    if profile:
+        recorder, data = perf_record(server.proc.pid, 8, profile)
+        time.sleep(0.5)
     started = time.perf_counter()
     r = requests.post(f"{server.base}/api/v1/stores/joined-{run}/sync", timeout=600)
     seconds = time.perf_counter() - started
+    if profile:
+        recorder.wait()
+        perf_report(data, profile)
+        log(f"rescan profile: {profile}")
+        for line in open(server.log_path).read().splitlines()[-400:]:
+            if "store registered" in line or "rescan" in line:
+                log(line[-400:])
     if r.status_code != 200 or len(r.json()["added"]) != 1:
         raise RuntimeError(f"sync: {r.status_code} {r.text[:500]}")
     return seconds

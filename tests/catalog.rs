@@ -181,6 +181,17 @@ both_catalogs! {
         assert_eq!(catalog.parsed_file(key(c, "etag:7", "auto")).await.unwrap().as_deref(), Some(&b"c"[..]));
         assert_eq!(catalog.parsed_file(key(d, "etag:8", "auto")).await.unwrap().as_deref(), Some(&b"d"[..]));
         catalog.put_parsed_files(&[]).await.unwrap();
+        // looked up together (a rescan's unchanged files), in the keys' order, past one batch
+        let wanted = [key(d, "etag:8", "auto"), key(a, "etag:1", "auto"), key(c, "etag:7", "hdf5"), key(b, "etag:1", "auto")];
+        let found = catalog.parsed_files(&wanted).await.unwrap();
+        assert_eq!(found, [Some(b"d".to_vec()), None, None, Some(b"other file".to_vec())]);
+        let urls: Vec<String> = (0..1200).map(|i| format!("s3://b/many/{i}.nc")).collect();
+        let many: Vec<(ParsedKey<'_>, &[u8])> = urls.iter().map(|u| (key(u, "etag:1", "auto"), u.as_bytes())).collect();
+        catalog.put_parsed_files(&many).await.unwrap();
+        let keys: Vec<ParsedKey<'_>> = urls.iter().rev().map(|u| key(u, "etag:1", "auto")).collect();
+        let found = catalog.parsed_files(&keys).await.unwrap();
+        assert!(found.iter().zip(urls.iter().rev()).all(|(f, u)| f.as_deref() == Some(u.as_bytes())));
+        assert!(catalog.parsed_files(&[]).await.unwrap().is_empty());
     }
 
     async fn a_version_reads_back_as_written(catalog) {

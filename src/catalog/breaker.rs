@@ -152,6 +152,9 @@ impl Catalog for Guarded {
     async fn parsed_file(&self, key: ParsedKey<'_>) -> Result<Option<Vec<u8>>, CatalogError> {
         self.guard(self.inner.parsed_file(key)).await
     }
+    async fn parsed_files(&self, keys: &[ParsedKey<'_>]) -> Result<Vec<Option<Vec<u8>>>, CatalogError> {
+        self.guard(self.inner.parsed_files(keys)).await
+    }
     async fn put_parsed_files(&self, entries: &[(ParsedKey<'_>, &[u8])]) -> Result<(), CatalogError> {
         self.guard(self.inner.put_parsed_files(entries)).await
     }

@@ -19,6 +19,9 @@ use crate::zarr::document::SourceFacts;
 
 /// A file's parse, remembered.
 const PARSED_FILE: &str = "select data from parsed_files where url = $1 and validator = $2 and parse_key = $3";
+/// URLs looked up in one query by [`Catalog::parsed_files`] (well under SQLite's and
+/// PostgreSQL's bound on parameters).
+const PARSED_FILES_BATCH: usize = 500;
 /// A rewritten file's parses are of no use: writing one under a new validator forgets them.
 const FORGET_PARSED_FILE: &str = "delete from parsed_files where url = $1 and validator <> $2";
 const PUT_PARSED_FILE: &str = "insert into parsed_files (url, validator, parse_key, data) values ($1, $2, $3, $4) \
@@ -162,6 +165,34 @@ where
         let query = sqlx::query(PARSED_FILE).bind(key.url).bind(key.validator).bind(key.parse_key);
         let row = query.fetch_optional(&self.pool).await?;
         Ok(row.map(|row| row.field("data")).transpose()?)
+    }
+
+    async fn parsed_files(&self, keys: &[ParsedKey<'_>]) -> Result<Vec<Option<Vec<u8>>>, CatalogError> {
+        let mut found: std::collections::HashMap<(String, String, String), Vec<u8>> = std::collections::HashMap::new();
+        // Every parse of a batch's URLs (a URL has a few at most: one per parser asked for and
+        // inline bound), in one query, matched to the keys here.
+        for batch in keys.chunks(PARSED_FILES_BATCH) {
+            let placeholders: Vec<String> = (1..=batch.len()).map(|i| format!("${i}")).collect();
+            // Only placeholders are formatted in: the URLs are bound.
+            let sql = sqlx::AssertSqlSafe(format!(
+                "select url, validator, parse_key, data from parsed_files where url in ({})",
+                placeholders.join(", ")
+            ));
+            let mut query = sqlx::query(sql);
+            for key in batch {
+                query = query.bind(key.url);
+            }
+            for row in query.fetch_all(&self.pool).await? {
+                let url: String = row.field("url")?;
+                let validator: String = row.field("validator")?;
+                let parse_key: String = row.field("parse_key")?;
+                found.insert((url, validator, parse_key), row.field("data")?);
+            }
+        }
+        Ok(keys
+            .iter()
+            .map(|k| found.remove(&(k.url.to_owned(), k.validator.to_owned(), k.parse_key.to_owned())))
+            .collect())
     }
 
     async fn put_parsed_files(&self, entries: &[(ParsedKey<'_>, &[u8])]) -> Result<(), CatalogError> {

@@ -62,6 +62,37 @@ impl ParseKey {
         }
     }
 
+    /// The parses remembered under `keys`, in their order, looked up in a few queries and
+    /// decoded side by side off the async workers; `None` where there is none or it cannot be
+    /// had (logged: that file is then parsed again).
+    pub async fn get_many(catalog: &dyn Catalog, keys: &[Self]) -> Vec<Option<(String, Parsed)>> {
+        let keyed: Vec<ParsedKey<'_>> = keys.iter().map(Self::key).collect();
+        let found = match catalog.parsed_files(&keyed).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(files = keys.len(), error = %e, "looking up remembered parses failed: parsing the files");
+                return keys.iter().map(|_| None).collect();
+            }
+        };
+        let urls: Vec<String> = keys.iter().map(|k| k.url.clone()).collect();
+        let decoded = tokio::task::spawn_blocking(move || {
+            use rayon::prelude::*;
+            found
+                .into_par_iter()
+                .zip(urls.into_par_iter())
+                .map(|(data, url)| match decode(&data?) {
+                    Ok(entry) => Some((entry.parser, entry.parsed)),
+                    Err(e) => {
+                        tracing::warn!(file = %url, error = %e, "a remembered parse cannot be read: parsing the file");
+                        None
+                    }
+                })
+                .collect::<Vec<_>>()
+        })
+        .await;
+        decoded.unwrap_or_else(|_| keys.iter().map(|_| None).collect())
+    }
+
     /// A successful parse as the catalog keeps it, to be remembered with the registration's
     /// others ([`remember`]); `None` (logged) when it cannot be encoded.
     pub fn entry(self, parser: &str, parsed: &Parsed) -> Option<(Self, Vec<u8>)> {
@@ -91,8 +122,22 @@ fn encode(entry: &Entry) -> std::io::Result<Vec<u8>> {
 }
 
 fn decode(data: &[u8]) -> std::io::Result<Entry> {
-    let json = zstd::decode_all(data)?;
-    Ok(serde_json::from_slice(&json)?)
+    use std::io::Read;
+    thread_local! {
+        // One decompression context a thread, kept: making one a parse (its window buffers
+        // allocated and zeroed each time) was a third of a 10,000-file rescan's CPU.
+        static CONTEXT: std::cell::RefCell<zstd::zstd_safe::DCtx<'static>> =
+            std::cell::RefCell::new(zstd::zstd_safe::DCtx::create());
+    }
+    CONTEXT.with(|context| {
+        let mut context = context.borrow_mut();
+        context
+            .reset(zstd::zstd_safe::ResetDirective::SessionOnly)
+            .map_err(|code| std::io::Error::other(zstd::zstd_safe::get_error_name(code).to_owned()))?;
+        let mut json = Vec::with_capacity(data.len() * 8);
+        zstd::stream::read::Decoder::with_context(data, &mut context).read_to_end(&mut json)?;
+        Ok(serde_json::from_slice(&json)?)
+    })
 }
 
 #[cfg(test)]

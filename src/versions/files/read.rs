@@ -211,17 +211,11 @@ pub(super) async fn read_file(
     Ok(ReadFile { parsed, record, remember })
 }
 
-/// A file a rescan found unchanged (the listing shows the content its record was read from),
-/// served from its remembered parse with no request at all; `None` when it must be read
-/// (its parse came from a DMR++ sidecar, whose content a listing of the files does not show,
-/// or its parse is not remembered any more).
-pub(super) async fn reused(
-    catalog: &dyn Catalog,
-    metrics: &Metrics,
-    config: &FilesConfig,
-    record: &FileRecord,
-    choice: Choice,
-) -> Option<ReadFile> {
+/// Where the parse of a file a rescan found unchanged (the listing shows the content its record
+/// was read from) is remembered; `None` when it must be read (its parse came from a DMR++
+/// sidecar, whose content a listing of the files does not show, or its facts cannot tell one
+/// content from another).
+pub(super) fn reuse_key(config: &FilesConfig, record: &FileRecord, choice: Choice) -> Option<ParseKey> {
     // A GRIB file's index only tells where its messages are: its parse is the file's.
     if record.sidecar.is_some() && record.parser != Parser::Grib.name() {
         return None;
@@ -230,12 +224,15 @@ pub(super) async fn reused(
         Choice::Only(p) => p.name(),
         Choice::Auto => "auto",
     };
-    let key = ParseKey::new(&record.url, &record.facts, asked, config.max_inline_bytes)?;
-    let (label, parsed) = key.get(catalog).await?;
-    let label = Parser::from_name(&label).map_or("unknown", Parser::name);
+    ParseKey::new(&record.url, &record.facts, asked, config.max_inline_bytes)
+}
+
+/// The file of `record` served from its remembered parse (by `label`), with no request.
+pub(super) fn reused(metrics: &Metrics, record: &FileRecord, label: &str, parsed: Parsed) -> ReadFile {
+    let label = Parser::from_name(label).map_or("unknown", Parser::name);
     metrics.parse_files_total.with_label_values(&[label, "cached"]).inc();
     let record = FileRecord { parser: label.to_owned(), bytes_read: 0, requests: 0, cached: true, ..record.clone() };
-    Some(ReadFile { parsed, record, remember: None })
+    ReadFile { parsed, record, remember: None }
 }
 
 /// Parses `file` (on a blocking thread) with `parser`, or the one its first bytes show.
