@@ -22,6 +22,7 @@ import netCDF4
 import numpy as np
 import requests
 import xarray as xr
+import zarr
 
 import zarrgate_client
 from conftest import moto_s3, private_server, register_s3_store
@@ -434,6 +435,39 @@ def test_a_prefix_on_s3_rescanned_by_sync_grows_by_new_versions(server, store_na
         # a store made from files is changed through its files, never patched
         patch = requests.patch(f"{server.url}/api/v1/stores/{store_name}", json={"nodes": {}}, timeout=30)
         assert patch.status_code == 409 and "made from files" in patch.json()["detail"], patch.text
+
+
+def test_a_long_prefix_is_rescanned_in_ranges_and_finds_every_change(server, store_name, tmp_path):
+    """1,100 files (more than one page of an S3 listing): files added before the first key,
+    between two keys and after the last, and one removed, are all found by a rescan: the new
+    version has exactly the files under the prefix, in key order."""
+    import concurrent.futures
+
+    day = write_daily(tmp_path / "day.nc", 0).read_bytes()
+    with moto_s3(tmp_path) as (endpoint, bucket):
+        register_s3_store(server, endpoint, bucket)
+        client = s3_client(endpoint)
+
+        def put(key):
+            client.put_object(Bucket=bucket, Key=key, Body=day)
+
+        keys = [f"long/f{i:05d}.nc" for i in range(0, 2200, 2)]
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            list(pool.map(put, keys))
+        files = {"prefix": f"s3://{bucket}/long/", "glob": "*.nc"}
+        first = put_files(server, store_name, files, combine=combine_existing())
+        assert first["files"]["files"][0]["url"].endswith("long/f00000.nc") and len(first["files"]["files"]) == 1100
+        added = ["long/a.nc", "long/f00999.nc", "long/f01501.nc", "long/z.nc"]
+        for key in added:
+            put(key)
+        client.delete_object(Bucket=bucket, Key="long/f01000.nc")
+        grown = sync(server, store_name)
+        assert sorted(grown["added"]) == [f"s3://{bucket}/{k}" for k in added], grown
+        assert grown["removed"] == [f"s3://{bucket}/long/f01000.nc"] and grown["changed"] == [], grown
+        records = requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).json()["files"]["files"]
+        expected = sorted(set(keys) - {"long/f01000.nc"} | set(added))
+        assert [r["url"] for r in records] == [f"s3://{bucket}/{k}" for k in expected]
+        assert zarr.open_array(f"{server.url}/{store_name}/air", mode="r").shape[0] == len(expected)
 
 
 def test_a_file_modified_a_moment_ago_is_left_out_until_it_is_old_enough(server, store_name, tmp_path):
