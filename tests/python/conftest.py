@@ -235,7 +235,9 @@ def moto_s3(workdir: Path):
             try:
                 if requests.get(endpoint, timeout=2).ok:
                     break
-            except requests.ConnectionError:
+            # Not listening yet, or listening but too busy starting to answer (a loaded machine:
+            # seen in CI as a read timeout).
+            except (requests.ConnectionError, requests.Timeout):
                 pass
             assert time.monotonic() < deadline and proc.poll() is None, log_path.read_text()
             time.sleep(0.1)
