@@ -42,4 +42,10 @@ if [[ -z ${ZARRGATE_BIN:-} ]]; then
     export ZARRGATE_BIN="$repo/target/debug/zarrgate"
 fi
 
-exec "$venv/bin/python" -m pytest -q tests/python "$@"
+# GRIB2's tests run in a pytest process of their own: ecCodes (through cfgrib and eccodes,
+# which they use to write and read GRIB files) loaded and used in the same process as GDAL
+# (rasterio) made later GDAL opens crash it (a segmentation fault in rasterio.open, reproduced);
+# they use no GDAL themselves.
+"$venv/bin/python" -m pytest -q tests/python --ignore=tests/python/test_files_grib.py "$@" || status=$?
+"$venv/bin/python" -m pytest -q tests/python/test_files_grib.py "$@" || status=$?
+exit "${status:-0}"

@@ -23,6 +23,9 @@ import zarr
 
 from grib_files import noaa_index, small_fields, write_grib
 from test_files import put_files
+from test_portable import PORTABLE, codec_names
+from test_reach import read_v2, zarr2_python  # noqa: F401  (zarr2_python is a fixture)
+from test_zarrita import js_env, read  # noqa: F401  (js_env is a fixture)
 
 # gribberish's zarr-python codec ("gribberish"), registered on import.
 gribberish_codec = pytest.importorskip("gribberish.zarr.codec")
@@ -184,3 +187,36 @@ def test_forecast_runs_join_along_time(server, source_dir, store_name):
     np.testing.assert_array_equal(ds.time.values, np.concatenate([r.valid_time.values for r in runs]))
     want = np.concatenate([r.t.sel(isobaricInhPa=500).values for r in runs])
     np.testing.assert_allclose(ds.tmp.sel(isobar=50000.0).values, want, rtol=1e-6)
+
+
+def test_grib2_served_portable_is_read_by_zarrita_without_plugins(server, source_dir, store_name,
+                                                                           js_env, tmp_path):  # noqa: F811
+    """A GRIB2 file (ecCodes: simple packing, and surface pressure with a bitmap) registered with
+    portable codecs: its messages are transcoded to ``bytes`` + ``gzip`` float64, which zarrita.js
+    (both views) reads with no plugin (it has no GRIB decoder), equal to
+    cfgrib's values, the masked point NaN."""
+    path = source_dir / "small.grib2"
+    write_grib(path, small_fields())
+    want = cfgrib_datasets(path)["surface"]["sp"].values
+    summary = put_files(server, store_name, [path.as_uri()], codecs="portable")
+    assert summary["transcoded_arrays"] == 3 and not summary.get("warnings"), summary
+    root = f"{server.url}/{store_name}"
+    assert codec_names(f"{root}/sfc/instant/pres/zarr.json") == ["bytes", "gzip"]
+    for fmt, url in (("v3", root), ("v2", f"{server.url}/v2/{store_name}")):
+        got = read(js_env, tmp_path / fmt, url, "sfc/instant/pres", fmt, [None, None, None])
+        values = np.array([np.nan if v is None else v for v in got["data"]], dtype="float64").reshape(got["shape"])
+        np.testing.assert_allclose(values, want, rtol=1e-6, err_msg=f"zarrita {fmt}")
+    # GDAL is not run here: in a process that has used ecCodes, rasterio.open crashes it (a
+    # segmentation fault, reproduced). It read this store equal to cfgrib when run on its own
+    # (stop 46's note); its v2 view is what GDAL reads everywhere else: gzip, no filter.
+    zarray = requests.get(f"{server.url}/v2/{store_name}/sfc/instant/pres/.zarray", timeout=TIMEOUT).json()
+    assert zarray["compressor"]["id"] == "gzip" and zarray["filters"] is None, zarray
+
+
+def test_zarr_python_2_reads_portable_grib(server, source_dir, store_name, tmp_path, zarr2_python):  # noqa: F811
+    """zarr-python 2 (its own venv, through the v2 view) decodes portable GRIB2 with no plugin."""
+    path = source_dir / "small.grib2"
+    write_grib(path, small_fields())
+    put_files(server, store_name, [path.as_uri()], codecs="portable")
+    _, arrays, _ = read_v2(zarr2_python, f"{server.url}/{store_name}", tmp_path / "grib", groups=("sfc/instant",))
+    np.testing.assert_allclose(arrays["sfc/instant/pres"], cfgrib_datasets(path)["surface"]["sp"].values, rtol=1e-6)
