@@ -157,6 +157,21 @@ pub enum Chunk {
     Assembled(crate::zarr::assembled::Recipe),
 }
 
+/// A JSON object's map (an empty one for any other value): the `zarr.json` every parser
+/// writes with `json!`.
+pub(crate) fn object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+/// A group node with `attributes`.
+pub(crate) fn group_node(attributes: Map<String, Value>) -> Node {
+    let metadata = serde_json::json!({"zarr_format": 3, "node_type": "group", "attributes": attributes});
+    Node { metadata: object(metadata), chunks: Vec::new() }
+}
+
 /// A file format zarrgate reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Parser {

@@ -158,17 +158,7 @@ pub fn build(described: Vec<Described>, limits: &Limits, warnings: &mut Vec<Stri
     Ok(parsed)
 }
 
-fn group(attributes: Map<String, Value>) -> Node {
-    let metadata = json!({"zarr_format": 3, "node_type": "group", "attributes": attributes});
-    Node { metadata: object(metadata), chunks: Vec::new() }
-}
-
-fn object(value: Value) -> Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    }
-}
+use crate::formats::{group_node as group, object};
 
 /// An array's metadata: one chunk of `chunk_shape`, codecs `codecs`.
 fn array(

@@ -277,14 +277,4 @@ fn grid_mapping(georef: &Georef) -> Node {
     Node { metadata: object(metadata), chunks: Vec::new() }
 }
 
-fn group(attributes: Map<String, Value>) -> Node {
-    let metadata = json!({"zarr_format": 3, "node_type": "group", "attributes": attributes});
-    Node { metadata: object(metadata), chunks: Vec::new() }
-}
-
-fn object(value: Value) -> Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    }
-}
+use crate::formats::{group_node as group, object};
