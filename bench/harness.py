@@ -804,6 +804,7 @@ def perf_report(data, out, limit=1.5):
     lines = ["by object: " + "; ".join(summary), ""] + lines
     with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")
-    with contextlib.suppress(OSError):
-        os.remove(data)
+    if os.environ.get("PERF_KEEP") != "1":  # PERF_KEEP=1 keeps perf.data for `perf report`
+        with contextlib.suppress(OSError):
+            os.remove(data)
     return lines

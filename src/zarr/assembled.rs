@@ -321,13 +321,31 @@ pub(super) fn encode(
     let codec = |e: &dyn std::fmt::Display| AssembleError::Codec(e.to_string());
     let mut seen = super::metadata::as_zarrs_sees_it(metadata).map_err(|e| codec(&e))?;
     at_fast_levels(&mut seen, deflate_level);
+    // A deflate codec at the end of the chain is run here (`deflate.rs`: faster, the same
+    // stream format), the rest of the chain by zarrs.
+    let last = deflate_last(&mut seen);
     let array = super::metadata::zarrs_array(seen).map_err(|e| codec(&e))?;
     let shape: Vec<NonZeroU64> = chunk_shape.iter().filter_map(|d| NonZeroU64::new(*d)).collect();
     let encoded = array
         .codecs()
         .encode(ArrayBytes::new_flen(raw), &shape, array.data_type(), array.fill_value(), &CodecOptions::default())
         .map_err(|e| codec(&e))?;
-    Ok(encoded.to_vec())
+    Ok(match last {
+        Some(frame) => super::deflate::deflate(&encoded, deflate_level, frame),
+        None => encoded.to_vec(),
+    })
+}
+
+/// Takes the last codec out of `seen`'s chain when it is a deflate codec (and something is
+/// left before it), answering its frame.
+fn deflate_last(seen: &mut Map<String, Value>) -> Option<super::deflate::Frame> {
+    let Some(Value::Array(codecs)) = seen.get_mut("codecs") else { return None };
+    let frame = codecs.last().and_then(|c| c.get("name")).and_then(Value::as_str).and_then(super::deflate::Frame::of);
+    if frame.is_some() && codecs.len() > 1 {
+        codecs.pop();
+        return frame;
+    }
+    None
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ pub mod chunk_check;
 pub mod codecs;
 pub mod consolidated;
 pub mod decode;
+pub mod deflate;
 pub mod document;
 pub mod fill;
 pub mod grid;
