@@ -156,9 +156,10 @@ def rescan(server, upstream, path, run):
         recorder.wait()
         perf_report(data, profile)
         log(f"rescan profile: {profile}")
-        for line in open(server.log_path).read().splitlines()[-400:]:
-            if "store registered" in line or "rescan" in line:
-                log(line[-400:])
+    # The server's own account of the rescan (its phases' seconds).
+    for line in open(server.log_path).read().splitlines()[-400:]:
+        if "store registered" in line or "rescan" in line:
+            log(line[-400:])
     if r.status_code != 200 or len(r.json()["added"]) != 1:
         raise RuntimeError(f"sync: {r.status_code} {r.text[:500]}")
     # The floor under any rescan: the same prefix listed directly (obstore, the same proxy).

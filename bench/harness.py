@@ -787,7 +787,9 @@ def repeat_quietly(quiet, what, fn, attempts=5):
 def perf_record(pid, seconds, out):
     """`perf record -g` of `pid` for `seconds`, then the top of its report in `out` (text)."""
     data = out + ".data"
-    rec = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-p", str(pid), "-o", data, "--", "sleep",
+    # PERF_CALLGRAPH=dwarf: whole stacks (the release build keeps no frame pointers), larger data.
+    graph = ["--call-graph", os.environ["PERF_CALLGRAPH"]] if os.environ.get("PERF_CALLGRAPH") else ["-g"]
+    rec = subprocess.Popen(["perf", "record", "-F", "499", *graph, "-p", str(pid), "-o", data, "--", "sleep",
                             str(seconds)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return rec, data
 

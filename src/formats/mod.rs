@@ -135,8 +135,10 @@ pub struct Parsed {
 pub struct Node {
     /// The node's `zarr.json` (Zarr v3): `zarr_format`, `node_type`, `attributes`, and for an
     /// array `shape`, `data_type`, `chunk_grid`, `chunk_key_encoding`, `fill_value`, `codecs`,
-    /// `dimension_names`.
-    pub metadata: Map<String, Value>,
+    /// `dimension_names`. Shared: the files of one archive hold the same metadata many times
+    /// over, and a parse read back from the catalog shares each distinct text's map
+    /// (`versions/files/parsed.rs`); change it through `Arc::make_mut`.
+    pub metadata: Arc<Map<String, Value>>,
     /// An array's chunks by grid index (one index per dimension; `[]` for a 0-d array). A chunk
     /// not listed is missing: it reads as the fill value.
     pub chunks: Vec<(Vec<u64>, Chunk)>,
@@ -169,7 +171,7 @@ pub(crate) fn object(value: Value) -> Map<String, Value> {
 /// A group node with `attributes`.
 pub(crate) fn group_node(attributes: Map<String, Value>) -> Node {
     let metadata = serde_json::json!({"zarr_format": 3, "node_type": "group", "attributes": attributes});
-    Node { metadata: object(metadata), chunks: Vec::new() }
+    Node { metadata: object(metadata).into(), chunks: Vec::new() }
 }
 
 /// A file format zarrgate reads.

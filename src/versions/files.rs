@@ -411,14 +411,24 @@ fn node_manifest(
         return Ok(None);
     }
     let mut manifest = doc.new_manifest();
+    // The URL of the chunk before and its number: a joined array's chunks come file by file.
+    let mut last: Option<(&str, u32)> = None;
     for (index, chunk) in &node.chunks {
         match chunk {
             Chunk::Range { offset, length } => {
                 manifest.push(index, RawRef::Virtual { url: file, offset: *offset, length: *length });
             }
             Chunk::Elsewhere { url, offset, length } => {
-                let url = normalize_source_url(url).map_err(|e| invalid(format!("chunk URL {url:?}: {e}")))?;
-                let number = doc.urls.intern(url);
+                let number = match last {
+                    Some((before, number)) if before == url.as_str() => number,
+                    _ => {
+                        let normal =
+                            normalize_source_url(url).map_err(|e| invalid(format!("chunk URL {url:?}: {e}")))?;
+                        let number = doc.urls.intern(normal);
+                        last = Some((url.as_str(), number));
+                        number
+                    }
+                };
                 manifest.push(index, RawRef::Virtual { url: number, offset: *offset, length: *length });
             }
             Chunk::Inline(bytes) => manifest.push_inline(index, bytes),

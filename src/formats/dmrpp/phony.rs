@@ -48,7 +48,7 @@ pub(super) fn name_dimensions(parsed: &mut Parsed, groups: &[String]) {
                     json!(phony.get(&size).and_then(|names| names.get(*k - 1)).cloned().unwrap_or_default())
                 })
                 .collect();
-            node.metadata.insert("dimension_names".into(), Value::Array(names));
+            std::sync::Arc::make_mut(&mut node.metadata).insert("dimension_names".into(), Value::Array(names));
         }
     }
 }

@@ -181,7 +181,7 @@ impl Variable {
         let names: Vec<Value> =
             self.dims.iter().map(|(name, _)| name.as_deref().map_or(Value::Null, |n| json!(n))).collect();
         metadata.insert("dimension_names".into(), Value::Array(names));
-        Ok(Outcome::Array(super::super::Node { metadata, chunks }))
+        Ok(Outcome::Array(super::super::Node { metadata: metadata.into(), chunks }))
     }
 
     /// The bytes-to-bytes codecs of `compressionType`, in the order the file applied them.

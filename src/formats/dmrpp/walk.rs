@@ -317,7 +317,7 @@ impl<'a> Walk<'a> {
                 metadata.insert("zarr_format".into(), json!(3));
                 metadata.insert("node_type".into(), json!("group"));
                 metadata.insert("attributes".into(), Value::Object(attributes::to_json(&attributes, None)));
-                self.insert(path, Node { metadata, chunks: Vec::new() })?;
+                self.insert(path, Node { metadata: metadata.into(), chunks: Vec::new() })?;
             }
             Frame::Chunks | Frame::Chunk | Frame::Vlsa | Frame::Skip => {}
         }

@@ -80,7 +80,7 @@ pub fn build(
         Json::Object(map) => map,
         _ => Map::new(),
     };
-    Ok(Node { metadata, chunks })
+    Ok(Node { metadata: metadata.into(), chunks })
 }
 
 /// BSCALE and BZERO as `scale_factor` and `add_offset` (left out when they change nothing, as

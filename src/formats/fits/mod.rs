@@ -38,7 +38,7 @@ pub fn parse(file: &dyn ByteRanges, limits: &Limits) -> Result<Parsed, FormatErr
         _ => Map::new(),
     };
     let root = json!({"zarr_format": 3, "node_type": "group", "attributes": primary_attributes});
-    parsed.nodes.insert(String::new(), Node { metadata: object(root), chunks: Vec::new() });
+    parsed.nodes.insert(String::new(), Node { metadata: object(root).into(), chunks: Vec::new() });
     let mut dimensions = Dimensions::default();
     for hdu in &hdus {
         limits.check_time()?;

@@ -212,7 +212,7 @@ fn inline(
         object(attributes),
         dimensions,
     );
-    Ok(Node { metadata, chunks: vec![(vec![0; shape.len()], Chunk::Inline(values))] })
+    Ok(Node { metadata: metadata.into(), chunks: vec![(vec![0; shape.len()], Chunk::Inline(values))] })
 }
 
 fn f64s(values: &[f64]) -> Vec<u8> {
@@ -462,7 +462,7 @@ fn build_group(
                 &spatial,
             );
             let chunk = Chunk::Range { offset: first.message.offset, length: first.message.length };
-            out.push((name.into(), Node { metadata, chunks: vec![(vec![0, 0], chunk)] }, true));
+            out.push((name.into(), Node { metadata: metadata.into(), chunks: vec![(vec![0, 0], chunk)] }, true));
         }
     }
     let mapping = grid_mapping(&meta.projector.proj_name(), &meta.projector.proj_params());
@@ -574,7 +574,7 @@ fn build_group(
             attributes,
             &names,
         );
-        out.push((var.to_string(), Node { metadata, chunks: chunks.into_iter().collect() }, false));
+        out.push((var.to_string(), Node { metadata: metadata.into(), chunks: chunks.into_iter().collect() }, false));
     }
     Ok(out)
 }

@@ -120,7 +120,7 @@ impl<'a> Builder<'a> {
             "attributes": attributes,
             "dimension_names": dimension_names,
         });
-        Ok(Ok(Node { metadata: object(metadata), chunks: chunking.chunks }))
+        Ok(Ok(Node { metadata: object(metadata).into(), chunks: chunking.chunks }))
     }
 
     /// Counts a compact dataset's inline bytes against the file's budget.

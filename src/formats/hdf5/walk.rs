@@ -189,7 +189,7 @@ fn build(
     let shown = if group.path.is_empty() { "the root group".to_string() } else { format!("group {}", group.path) };
     let attributes = attrs::attributes(&group.attributes, &shown, None, builder.limits, &mut parsed.warnings)?;
     let metadata = json!({"zarr_format": 3, "node_type": "group", "attributes": attributes});
-    parsed.nodes.insert(group.path.clone(), Node { metadata: object(metadata), chunks: Vec::new() });
+    parsed.nodes.insert(group.path.clone(), Node { metadata: object(metadata).into(), chunks: Vec::new() });
 
     let members: Vec<Member> = group.datasets.iter().map(|d| member(d, builder.hdf5)).collect();
     chain.push(dims::group_dimensions(&members, phony_count));

@@ -44,7 +44,7 @@ pub fn build(header: &Header, file_len: u64, limits: &Limits) -> Result<Parsed, 
     let mut parsed = Parsed::default();
     let attributes = group_attributes(&header.attributes, &mut parsed.warnings);
     let root = json!({"zarr_format": 3, "node_type": "group", "attributes": attributes});
-    parsed.nodes.insert(String::new(), Node { metadata: object(root), chunks: Vec::new() });
+    parsed.nodes.insert(String::new(), Node { metadata: object(root).into(), chunks: Vec::new() });
     let file = File { header, file_len, numrecs, recsize, limits };
     for (variable, extent) in header.variables.iter().zip(&extents) {
         if parsed.nodes.contains_key(&variable.name) {
@@ -140,7 +140,7 @@ impl File<'_> {
             "attributes": variable_attributes(variable, warnings),
             "dimension_names": dimensions.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
         });
-        Ok(Node { metadata: object(metadata), chunks: self.chunks(variable, extent)? })
+        Ok(Node { metadata: object(metadata).into(), chunks: self.chunks(variable, extent)? })
     }
 
     fn chunks(&self, variable: &Variable, extent: &Extent) -> Result<Vec<(Vec<u64>, Chunk)>, FormatError> {

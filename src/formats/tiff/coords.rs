@@ -45,5 +45,5 @@ fn axis(dimension: &str, axis: &str, standard_name: &str, length: u64, value: im
         "attributes": {"axis": axis, "standard_name": standard_name},
         "dimension_names": [dimension],
     });
-    Node { metadata: super::object(metadata), chunks: vec![(vec![0], Chunk::Inline(bytes))] }
+    Node { metadata: super::object(metadata).into(), chunks: vec![(vec![0], Chunk::Inline(bytes))] }
 }

@@ -231,7 +231,7 @@ fn add_group(parsed: &mut Parsed, path: &str, attributes: Map<String, Value>, se
             "attributes": attributes,
             "dimension_names": image.dimension_names,
         });
-        parsed.nodes.insert(join(&name), Node { metadata: object(metadata), chunks: image.chunks });
+        parsed.nodes.insert(join(&name), Node { metadata: object(metadata).into(), chunks: image.chunks });
     }
 }
 
@@ -274,7 +274,7 @@ fn grid_mapping(georef: &Georef) -> Node {
         "attributes": attributes,
         "dimension_names": [],
     });
-    Node { metadata: object(metadata), chunks: Vec::new() }
+    Node { metadata: object(metadata).into(), chunks: Vec::new() }
 }
 
 use crate::formats::{group_node as group, object};

@@ -2,10 +2,15 @@
 //! content's validator and what shapes a parse's output, so a rescan, a re-registration with one
 //! more file, or a second store over the same files (through any replica) parses only what is new.
 
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
 use crate::catalog::{Catalog, ParsedKey};
-use crate::formats::Parsed;
+use crate::formats::{Chunk, Node, Parsed};
 use crate::zarr::source::SourceFacts;
 
 /// A parse as the catalog keeps it (JSON, zstd-compressed).
@@ -16,6 +21,36 @@ struct Entry {
     /// What it found, its warnings included.
     parsed: Parsed,
 }
+
+/// An [`Entry`] as read back, each node's metadata still its JSON text ([`decode`] shares one
+/// map among the nodes whose text is the same).
+#[derive(Deserialize)]
+struct RawEntry<'a> {
+    parser: String,
+    #[serde(borrow)]
+    parsed: RawParsed<'a>,
+}
+
+/// A [`Parsed`] as read back.
+#[derive(Deserialize)]
+struct RawParsed<'a> {
+    #[serde(borrow)]
+    nodes: BTreeMap<String, RawNode<'a>>,
+    warnings: Vec<String>,
+}
+
+/// A [`Node`] as read back.
+#[derive(Deserialize)]
+struct RawNode<'a> {
+    #[serde(borrow)]
+    metadata: &'a RawValue,
+    chunks: Vec<(Vec<u64>, Chunk)>,
+}
+
+/// Node metadata already read, by its JSON text: the files of an archive repeat the same
+/// metadata (every file's `time`, `lat`, `lon` and variables alike), and a rescan of 10,000
+/// files read back 50,000 maps of a few distinct texts, a third of its time (allocating them).
+type Shared = HashMap<Box<str>, Arc<Map<String, Value>>>;
 
 /// Where one file's parse is remembered: the URL read, which content of it, and which parse.
 #[derive(Debug, Clone)]
@@ -53,7 +88,7 @@ impl ParseKey {
                 return None;
             }
         };
-        match decode(&data) {
+        match decode(&data, &mut Shared::new()) {
             Ok(entry) => Some((entry.parser, entry.parsed)),
             Err(e) => {
                 tracing::warn!(file = %self.url, error = %e, "a remembered parse cannot be read: parsing the file");
@@ -80,7 +115,7 @@ impl ParseKey {
             found
                 .into_par_iter()
                 .zip(urls.into_par_iter())
-                .map(|(data, url)| match decode(&data?) {
+                .map_init(Shared::new, |shared, (data, url)| match decode(&data?, shared) {
                     Ok(entry) => Some((entry.parser, entry.parsed)),
                     Err(e) => {
                         tracing::warn!(file = %url, error = %e, "a remembered parse cannot be read: parsing the file");
@@ -121,7 +156,9 @@ fn encode(entry: &Entry) -> std::io::Result<Vec<u8>> {
     zstd::encode_all(&json[..], 3)
 }
 
-fn decode(data: &[u8]) -> std::io::Result<Entry> {
+/// An entry read back, the metadata of its nodes taken from `shared` where the same text was
+/// read before (and added to it where not).
+fn decode(data: &[u8], shared: &mut Shared) -> std::io::Result<Entry> {
     use std::io::Read;
     thread_local! {
         // One decompression context a thread, kept: making one a parse (its window buffers
@@ -136,7 +173,21 @@ fn decode(data: &[u8]) -> std::io::Result<Entry> {
             .map_err(|code| std::io::Error::other(zstd::zstd_safe::get_error_name(code).to_owned()))?;
         let mut json = Vec::with_capacity(data.len() * 8);
         zstd::stream::read::Decoder::with_context(data, &mut context).read_to_end(&mut json)?;
-        Ok(serde_json::from_slice(&json)?)
+        let raw: RawEntry<'_> = serde_json::from_slice(&json)?;
+        let mut nodes = BTreeMap::new();
+        for (path, node) in raw.parsed.nodes {
+            let text = node.metadata.get();
+            let metadata = match shared.get(text) {
+                Some(metadata) => Arc::clone(metadata),
+                None => {
+                    let metadata: Arc<Map<String, Value>> = Arc::new(serde_json::from_str(text)?);
+                    shared.insert(text.into(), Arc::clone(&metadata));
+                    metadata
+                }
+            };
+            nodes.insert(path, Node { metadata, chunks: node.chunks });
+        }
+        Ok(Entry { parser: raw.parser, parsed: Parsed { nodes, warnings: raw.parsed.warnings } })
     })
 }
 
@@ -155,10 +206,21 @@ mod tests {
             (vec![2], Chunk::Inline(vec![1, 2, 3])),
         ];
         let metadata = metadata.as_object().cloned().unwrap_or_default();
-        parsed.nodes.insert("t".into(), Node { metadata, chunks });
+        parsed.nodes.insert("t".into(), Node { metadata: metadata.into(), chunks });
         let data = encode(&Entry { parser: "hdf5".into(), parsed: parsed.clone() }).unwrap();
-        let entry = decode(&data).unwrap();
-        assert_eq!((entry.parser.as_str(), entry.parsed), ("hdf5", parsed));
+        let mut shared = Shared::new();
+        let entry = decode(&data, &mut shared).unwrap();
+        assert_eq!((entry.parser.as_str(), entry.parsed), ("hdf5", parsed.clone()));
+        // A second file with the same metadata shares its map; other metadata does not.
+        let again = decode(&data, &mut shared).unwrap();
+        let first = decode(&data, &mut shared).unwrap();
+        assert!(Arc::ptr_eq(&again.parsed.nodes["t"].metadata, &first.parsed.nodes["t"].metadata));
+        let mut other = parsed;
+        Arc::make_mut(&mut other.nodes.get_mut("t").unwrap().metadata).insert("shape".into(), serde_json::json!([3]));
+        let data = encode(&Entry { parser: "hdf5".into(), parsed: other.clone() }).unwrap();
+        let third = decode(&data, &mut shared).unwrap();
+        assert_eq!(third.parsed, other);
+        assert!(!Arc::ptr_eq(&third.parsed.nodes["t"].metadata, &first.parsed.nodes["t"].metadata));
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! The combine rules on small hierarchies made by hand.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use super::{Combine, CombineError, Nodes};
@@ -31,7 +33,7 @@ fn array(dims: &[(&str, u64)], chunk: &[u64], codecs: Value) -> Node {
         }
         break;
     }
-    Node { metadata: metadata.as_object().cloned().unwrap(), chunks }
+    Node { metadata: metadata.as_object().cloned().unwrap().into(), chunks }
 }
 
 fn bytes() -> Value {
@@ -40,7 +42,11 @@ fn bytes() -> Value {
 
 fn group() -> Node {
     Node {
-        metadata: json!({"zarr_format": 3, "node_type": "group", "attributes": {}}).as_object().cloned().unwrap(),
+        metadata: json!({"zarr_format": 3, "node_type": "group", "attributes": {}})
+            .as_object()
+            .cloned()
+            .unwrap()
+            .into(),
         chunks: vec![],
     }
 }
@@ -48,7 +54,8 @@ fn group() -> Node {
 /// A file of `steps` time steps: `t(time)` and `air(time, x)` chunked `chunk` along time, and `x(x)`.
 fn daily(steps: u64, chunk: u64) -> Nodes {
     let mut t = array(&[("time", steps)], &[chunk], bytes());
-    t.metadata.insert("attributes".into(), json!({"units": "days since 2000-01-01", "calendar": "standard"}));
+    Arc::make_mut(&mut t.metadata)
+        .insert("attributes".into(), json!({"units": "days since 2000-01-01", "calendar": "standard"}));
     Nodes::from([
         (String::new(), group()),
         ("time".to_owned(), t),
@@ -131,9 +138,9 @@ fn a_file_chunked_otherwise_along_the_axis_is_cut_from_its_own_chunks() {
 #[test]
 fn strings_of_variable_length_spanning_a_seam_are_refused() {
     let mut a = daily(3, 2);
-    a.get_mut("air").unwrap().metadata.insert("data_type".into(), json!("string"));
+    Arc::make_mut(&mut a.get_mut("air").unwrap().metadata).insert("data_type".into(), json!("string"));
     let mut b = daily(3, 2);
-    b.get_mut("air").unwrap().metadata.insert("data_type".into(), json!("string"));
+    Arc::make_mut(&mut b.get_mut("air").unwrap().metadata).insert("data_type".into(), json!("string"));
     let files = vec![("s3://b/a.nc".to_owned(), a), ("s3://b/b.nc".to_owned(), b)];
     let why = refusal(spec(json!({"join": "existing", "dim": "time"})).unwrap().apply(files));
     assert!(why.contains("variable air") && why.contains("cannot be assembled"), "{why}");
@@ -154,10 +161,7 @@ fn disagreeing_codecs_units_and_shapes_name_both_files() {
     );
 
     let mut hours = daily(2, 1);
-    hours
-        .get_mut("time")
-        .unwrap()
-        .metadata
+    Arc::make_mut(&mut hours.get_mut("time").unwrap().metadata)
         .insert("attributes".into(), json!({"units": "hours since 2000-01-01", "calendar": "standard"}));
     let files = vec![("s3://b/a.nc".to_owned(), daily(2, 1)), ("s3://b/b.nc".to_owned(), hours)];
     let why = refusal(spec(json!({"join": "existing", "dim": "time"})).unwrap().apply(files));

@@ -95,7 +95,7 @@ pub fn joined(dim: &str, parts: &[(String, Node, Vec<f64>)]) -> Result<Node, Com
             })?);
         }
     }
-    let mut metadata = first.metadata.clone();
+    let mut metadata = (*first.metadata).clone();
     let integral = values.iter().all(|v| v.fract() == 0.0 && v.abs() < 9.0e15);
     let data_type = metadata.get("data_type").and_then(Value::as_str).unwrap_or("float64").to_owned();
     let (data_type, bytes): (&str, Vec<u8>) = match data_type.as_str() {
@@ -123,7 +123,7 @@ pub fn joined(dim: &str, parts: &[(String, Node, Vec<f64>)]) -> Result<Node, Com
         metadata.insert(key.into(), value);
     }
     let chunks = if values.is_empty() { Vec::new() } else { vec![(vec![0], Chunk::Inline(bytes))] };
-    Ok(Node { metadata, chunks })
+    Ok(Node { metadata: metadata.into(), chunks })
 }
 
 /// The values of a 1-d coordinate `node` from its chunks' encoded bytes (`chunks`: each chunk's
@@ -222,7 +222,7 @@ mod tests {
             "fill_value": 0, "codecs": [{"name": "numcodecs.zlib"}], "dimension_names": ["time"],
             "attributes": {"units": units, "calendar": calendar, "standard_name": "time"},
         });
-        Node { metadata: metadata.as_object().cloned().unwrap(), chunks: vec![] }
+        Node { metadata: metadata.as_object().cloned().unwrap().into(), chunks: vec![] }
     }
 
     #[test]
