@@ -107,6 +107,10 @@ def zarrgate_run(server, upstream, names, run):
                        combine={"join": "existing", "dim": "time"})]
     if MODE != "each":
         assert answers[0]["chunks"]["virtual"] == len(names) * (4 * NT + 1), answers[0]["chunks"]
+        # The server's own account of the registration (its phases' seconds).
+        for line in open(server.log_path).read().splitlines()[-2000:]:
+            if "files registered: phases" in line and f"joined-{run} " in line:
+                log(line[line.index("files="):])
     seconds = time.perf_counter() - started
     parse_bytes = server.metric("zarrgate_parse_bytes_total") - before[0]
     reads = server.metric("zarrgate_parse_requests_total") - before[1]

@@ -15,8 +15,9 @@ pub struct AssembleConfig {
     /// Bytes one assembled chunk may take decoded; an array whose chunks are larger is answered
     /// with 500 naming this bound (its chunks are never decoded past it).
     pub max_chunk_bytes: u64,
-    /// The level assembled chunks of gzip or zlib arrays are encoded at (0-9: any decodes the
-    /// same); 1 is fast, 0 (stored) as fast as a copy and as large as the data.
+    /// The level assembled (and transcoded) chunks of gzip or zlib arrays are encoded at (0-9:
+    /// any decodes the same); 1 is fast, 0 (stored) as fast as a copy and as large as the data.
+    /// At 1 to 9, stretches whose bytes look random are stored (`zarr/deflate.rs`).
     pub deflate_level: u32,
 }
 

@@ -202,11 +202,21 @@ impl Registrar {
         let reading = Instant::now();
         let scan = target.scan(&self.sources, &self.settings.files, false).await?;
         let tracked = self.progress.start(name, scan.files.len() as u64);
+        let listed = reading.elapsed();
         let mut files = self.read_files(target, &scan, &HashMap::new(), &tracked.counts).await?;
+        let read = reading.elapsed();
         let values = self.joined_values(&mut files, target).await?;
         let _turn = self.turn().await?;
+        let count = files.len();
         let built = build(files, values, &self.settings.scratch(), target, &scan)?;
-        self.store_files(name, built, serving, reading, how.expected).await
+        let joined = reading.elapsed();
+        let registered = self.store_files(name, built, serving, reading, how.expected).await?;
+        // Where a registration's time goes: listing (or naming) the files, reading them (parsed,
+        // or their parses looked up), joining (coordinates, the document built), storing.
+        tracing::info!(store = %name, files = count, list_seconds = listed.as_secs_f64(),
+            read_seconds = (read - listed).as_secs_f64(), build_seconds = (joined - read).as_secs_f64(),
+            store_seconds = (reading.elapsed() - joined).as_secs_f64(), "files registered: phases");
+        Ok(registered)
     }
 
     /// Where a registration (or rescan) of store `name` from files under way on this replica

@@ -112,12 +112,18 @@ trait PointerIn {
 }
 
 impl PointerIn for serde_json::Map<String, Value> {
+    /// Walked segment by segment (no `~` escapes: the pointers are this module's own), with no
+    /// allocation: a join of 10,000 files asks for each one's shapes.
     fn pointer_in(&self, pointer: &str) -> Option<&Value> {
-        let mut parts = pointer.trim_start_matches('/').splitn(2, '/');
-        let value = self.get(parts.next()?)?;
-        match parts.next() {
-            Some(rest) => value.pointer(&format!("/{rest}")),
-            None => Some(value),
+        let mut parts = pointer.trim_start_matches('/').split('/');
+        let mut value = self.get(parts.next()?)?;
+        for part in parts {
+            value = match value {
+                Value::Object(map) => map.get(part)?,
+                Value::Array(items) => items.get(part.parse::<usize>().ok()?)?,
+                _ => return None,
+            };
         }
+        Some(value)
     }
 }
