@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+import zlib
 from pathlib import Path
 
 import netCDF4
@@ -258,6 +259,38 @@ def test_combine_yearly_files_whose_chunks_span_the_seams(server, source_dir, st
     assert 'id="files-list"' in page and all(p.as_uri() in page for p in paths), page[:2000]
     array = requests.get(f"{server.url}/{store_name}/air/", headers={"Accept": "text/html"}, timeout=30).text
     assert "36 virtual, 0 inline, 74 assembled" in array, array[:3000]
+
+
+def test_assembled_chunks_of_noisy_floats_read_back_exactly(server, source_dir, store_name):
+    # Chunks of 256 KiB of noisy float32, shuffled: the two low mantissa byte planes are random,
+    # and zarrgate stores those stretches instead of deflating them (zarr/deflate.rs). The
+    # stream it writes, stored and deflated blocks mixed, must read back exactly.
+    rng = np.random.default_rng(5)
+    paths, first = [], 0
+    for i, steps in enumerate([6, 6, 5]):
+        path = source_dir / f"noisy_{i}.nc"
+        with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+            nc.createDimension("time", None)
+            nc.createDimension("y", 128)
+            nc.createDimension("x", 128)
+            t = nc.createVariable("time", "f8", ("time",))
+            t.units, t.calendar = "days since 2000-01-01", "standard"
+            t[:] = np.arange(first, first + steps)
+            air = nc.createVariable("air", "f4", ("time", "y", "x"), chunksizes=(4, 128, 128), zlib=True,
+                                    shuffle=True, complevel=4)
+            air[:] = (280 + rng.random((steps, 128, 128))).astype("f4")
+        paths.append(path)
+        first += steps
+    answer = put_files(server, store_name, [p.as_uri() for p in paths], combine=combine_existing())
+    assert answer["chunks"]["assembled"] >= 3, answer["chunks"]
+    served = open_plain(f"{server.url}/{store_name}")
+    assert served.sizes["time"] == 17
+    assert_same(served, mfdataset(paths, "time"))
+    # An assembled chunk (steps 4-7: two of the first file's, two of the second's) inflates with
+    # zlib itself (C, not the decoder zarr-python used above) to its 256 KiB, and is smaller.
+    raw = requests.get(f"{server.url}/{store_name}/air/c/1/0/0", timeout=30).content
+    assert len(zlib.decompress(raw, wbits=47)) == 4 * 128 * 128 * 4
+    assert len(raw) < 4 * 128 * 128 * 4, len(raw)
 
 
 def test_combine_monthly_files_of_daily_data_chunked_seven(server, source_dir, store_name):
