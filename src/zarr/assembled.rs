@@ -196,7 +196,7 @@ pub fn can_assemble(metadata: &Map<String, Value>, chunk_shape: &[u64]) -> Resul
 
 /// The chunk `recipe` makes, for an array `metadata` describes with chunks of `chunk_shape`:
 /// `pieces[i]` is the encoded source chunk of `recipe.pieces[i]`. Nothing decoded is larger than
-/// `max_bytes`; gzip and zlib encode at `deflate_level` ([`DEFLATE`]).
+/// `max_bytes`; gzip and zlib encode at `deflate_level`.
 pub fn assemble(
     metadata: &Map<String, Value>,
     chunk_shape: &[u64],
@@ -285,21 +285,19 @@ pub struct Assembled {
     pub decoding: Duration,
 }
 
-/// Deflate compressors (gzip, zlib), whose level is the encoder's choice alone: any level
-/// decodes the same. Assembled chunks are encoded at `assemble.deflate_level` (1 by default: a
-/// chunk is encoded while a reader waits, and zlib at level 9 is some 20 times slower than at 1;
-/// 0 stores the bytes deflated in name only, as fast as a copy, twice as large).
-const DEFLATE: &[&str] = &["gzip", "numcodecs.gzip", "numcodecs.zlib", "zlib"];
-/// zstd likewise, at its fast level 1.
+/// zstd compressors, encoded at their fast level 1 (any level decodes the same).
 const ZSTD: &[&str] = &["zstd", "numcodecs.zstd"];
 
-/// `seen`'s codecs with every compressor of [`DEFLATE`] at `deflate_level`, of [`ZSTD`] at 1.
+/// `seen`'s codecs with every deflate compressor (gzip, zlib: those
+/// [`Frame::of`](super::deflate::Frame::of) names) at `deflate_level`, of [`ZSTD`] at 1. A chunk
+/// is encoded while a reader waits, and zlib at level 9 is some 20 times slower than at 1 (the
+/// default); 0 stores the bytes deflated in name only, as fast as a copy, twice as large.
 fn at_fast_levels(seen: &mut Map<String, Value>, deflate_level: u32) {
     let Some(Value::Array(codecs)) = seen.get_mut("codecs") else { return };
     for c in codecs {
         let name = c.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
         let level = match name.as_str() {
-            n if DEFLATE.contains(&n) => i64::from(deflate_level.min(9)),
+            n if super::deflate::Frame::of(n).is_some() => i64::from(deflate_level.min(9)),
             n if ZSTD.contains(&n) => 1,
             _ => continue,
         };

@@ -20,7 +20,7 @@ use gribberish::templates::product::tables::ProbabilityType;
 use serde_json::{Map, Value, json};
 
 use super::meta::{DECODED, Described, packing_name};
-use crate::formats::{Chunk, FormatError, Limits, Node, Parsed, cf};
+use crate::formats::{Chunk, FormatError, Limits, Node, Parsed, cf, group_node as group, object};
 
 /// The kind of product a message is: its statistical process (with its period), derived
 /// ensemble product, probability, percentile, anomaly and wave period band; `instant` for a
@@ -157,8 +157,6 @@ pub fn build(described: Vec<Described>, limits: &Limits, warnings: &mut Vec<Stri
     }
     Ok(parsed)
 }
-
-use crate::formats::{group_node as group, object};
 
 /// An array's metadata: one chunk of `chunk_shape`, codecs `codecs`.
 fn array(

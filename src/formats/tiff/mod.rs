@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 use super::cf;
-use super::{ByteRanges, FormatError, Limits, Node, Parsed};
+use super::{ByteRanges, FormatError, Limits, Node, Parsed, group_node as group, object};
 use geo::Georef;
 use image::Image;
 
@@ -276,5 +276,3 @@ fn grid_mapping(georef: &Georef) -> Node {
     });
     Node { metadata: object(metadata).into(), chunks: Vec::new() }
 }
-
-use crate::formats::{group_node as group, object};
