@@ -42,7 +42,7 @@ impl SourceRegistry {
     /// (flight.rs).
     pub async fn fetch(&self, url: &str, range: Range<u64>, check: &SourceCheck<'_>) -> Result<Fetched, SourceError> {
         let len = range.end.saturating_sub(range.start);
-        if let SourceCheck::ETag(etag) = check
+        if matches!(check, SourceCheck::ETag(_) | SourceCheck::Digest(_))
             && len > 0
             && len <= self.settings.buffer_bytes
             && let Some(entry) = self.resolve(url)
@@ -51,7 +51,7 @@ impl SourceRegistry {
             let meters = self.metrics.as_ref().map(|m| meters(m, &entry));
             let remote = self.remote(&entry, url)?;
             let wait = (self.settings.timeout, self.settings.max_concurrent);
-            let bytes = blocks.read(&entry.slots, remote, range, etag, wait, meters).await?;
+            let bytes = blocks.read(&entry.slots, remote, range, check, wait, meters).await?;
             if let Some(meters) = meters {
                 meters.served.inc_by(len);
             }

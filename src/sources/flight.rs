@@ -8,9 +8,10 @@
 //! each block is handed to every waiter as it completes, and an error to every waiter of the
 //! blocks not yet complete. Errors are never cached.
 //!
-//! Blocks are keyed by the source URL and the ETag recorded in the manifest, and every request
-//! is conditional on that ETag (and its answer checked against it), so the bytes of two versions
-//! of an object are never mixed: a read whose source changed gets `source-modified`, and the
+//! Blocks are keyed by the source URL and the ETag recorded in the manifest (or its digest, as a
+//! cached block holds a long one), every answer is checked against it before its bytes are
+//! used, and a request is conditional on it (`If-Match`) when the whole ETag is at hand, so the
+//! bytes of two versions of an object are never mixed: a read whose source changed gets `source-modified`, and the
 //! version registered next has other keys. Sources recorded without an ETag are read as asked.
 
 use std::collections::{HashMap, VecDeque};
@@ -195,7 +196,8 @@ impl Blocks {
         Self { settings, done, flying: Arc::default(), retired }
     }
 
-    /// Reads `range` of the object `remote` names, whose recorded ETag is `etag`: the bytes,
+    /// Reads `range` of the object `remote` names, recorded with ETag `check` (an ETag or its
+    /// digest): the bytes,
     /// exactly, or the error of the upstream request that was to bring them. Upstream requests
     /// take one of `slots` each, waiting up to `wait.0` (then `source-busy`, naming the limit
     /// `wait.1`).
@@ -204,7 +206,7 @@ impl Blocks {
         slots: &Arc<tokio::sync::Semaphore>,
         remote: Remote,
         range: Range<u64>,
-        etag: &str,
+        check: &SourceCheck<'_>,
         wait: (Duration, usize),
         meters: Option<&StoreMeters>,
     ) -> Result<Bytes, SourceError> {
@@ -212,7 +214,10 @@ impl Blocks {
             let _ = self.retired.waste.set(m.wasted.clone());
         }
         let gap = self.settings.gap;
-        let object: Arc<str> = format!("{}\n{etag}", remote.url).into();
+        let object: Arc<str> = match check {
+            SourceCheck::Digest(d) => format!("{}\n#{d:016x}", remote.url).into(),
+            other => format!("{}\n{other}", remote.url).into(),
+        };
         let key = |index| BlockKey { object: object.clone(), index };
         let (first, last) = (range.start / gap, (range.end - 1) / gap);
         // Looked up under the in-flight lock, which a run holds to hand over a block (cache,
@@ -233,7 +238,7 @@ impl Blocks {
                 m.hits.inc();
             }
         }
-        let check = SourceCheck::ETag(etag.to_owned().into());
+        let check = check.clone().into_owned();
         let busy =
             SourceError::Busy { url: url.clone(), store: store.clone(), limit: wait.1, seconds: wait.0.as_secs() };
         for (keys, senders) in runs {

@@ -72,10 +72,14 @@ impl Remote {
         if check.contradicted_by(result.meta.e_tag.as_deref(), result.meta.size, strict) {
             tracing::warn!(url = %self.url, store = %self.store, recorded = %check, etag = ?result.meta.e_tag,
                 size = result.meta.size, "source answered for another object than the one registered");
+            let now = match &result.meta.e_tag {
+                Some(etag) => format!("ETag {etag}"),
+                None => format!("no ETag, {} bytes", result.meta.size),
+            };
             return Err(SourceError::Modified {
                 url: self.url.clone(),
                 store: self.store.clone(),
-                recorded: check.to_string(),
+                recorded: format!("{check}; it now answers {now}"),
             });
         }
         let meta = result.meta.clone();

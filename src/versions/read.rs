@@ -15,7 +15,7 @@ use super::view::{VersionView, etag};
 use crate::catalog::{Catalog, StoreHead, VersionHead};
 use crate::config::{AssembleConfig, LimitsConfig};
 use crate::metrics::Metrics;
-use crate::sources::{Fetched, SourceRegistry};
+use crate::sources::{Fetched, SourceError, SourceRegistry};
 use crate::zarr::block::BlockSource;
 use crate::zarr::hierarchy::Node;
 use crate::zarr::metadata::NodeKind;
@@ -57,18 +57,22 @@ pub struct VirtualChunk {
     /// Its strong ETag, named by what the source was recorded as: new bytes get a new tag only
     /// when that is known.
     pub etag: String,
+    /// Where its block is stored (version, array, tile): a refused read names the whole
+    /// recorded ETag from there, where the cached block holds only its digest.
+    stored: Box<(i64, String, u64)>,
 }
 
 impl VirtualChunk {
-    fn new(block: Arc<ManifestBlock>, slot: u32) -> Option<Self> {
+    fn new(block: Arc<ManifestBlock>, slot: u32, stored: Box<(i64, String, u64)>) -> Option<Self> {
         let ChunkRef::Virtual { source, offset, length } = block.get(slot) else { return None };
         let identity = match &source.check {
             SourceCheck::ETag(e) => format!("{}\n{offset}\n{length}\n{e}", source.url),
             SourceCheck::Size(n) => format!("{}\n{offset}\n{length}\nsize {n}", source.url),
+            SourceCheck::Digest(d) => format!("{}\n{offset}\n{length}\ndigest {d:016x}", source.url),
             SourceCheck::Unchecked => format!("{}\n{offset}\n{length}\n", source.url),
         };
         let etag = etag('v', identity.as_bytes());
-        Some(Self { block, slot, offset, length, etag })
+        Some(Self { block, slot, offset, length, etag, stored })
     }
 
     /// The source object it lies in.
@@ -209,7 +213,7 @@ impl Reader {
 
     /// The block holding `tile` of array `node` in version `head`, cached.
     pub async fn block(&self, head: &VersionHead, node: &Node, tile: u64) -> Result<Arc<ManifestBlock>> {
-        let load = move || async move { self.load_block(head, node, tile).await.map(Arc::new) };
+        let load = move || async move { self.load_block(head, node, tile).await.map(|b| Arc::new(b.for_serving())) };
         self.caches.blocks.get_or_load((head.id, node.index, tile), load).await
     }
 
@@ -220,7 +224,7 @@ impl Reader {
         node: &Node,
         tile: u64,
     ) -> Result<Arc<ManifestBlock>> {
-        let load = move || async move { self.load_block(head, node, tile).await.map(Arc::new) };
+        let load = move || async move { self.load_block(head, node, tile).await.map(|b| Arc::new(b.for_serving())) };
         self.caches.blocks.load(&(head.id, node.index, tile), load).await
     }
 
@@ -265,14 +269,46 @@ impl Reader {
     pub(super) async fn fetch_all(&self, chunk: &VirtualChunk) -> Result<Bytes> {
         let source = chunk.source().ok_or_else(|| Error::Internal("a virtual chunk without a source".into()))?;
         let range = chunk.offset..chunk.offset + chunk.length;
-        Ok(self.sources.fetch_bytes(&source.url, range, &source.check).await?)
+        match self.sources.fetch_bytes(&source.url, range, &source.check).await {
+            Ok(bytes) => Ok(bytes),
+            Err(e) => Err(self.naming_recorded(chunk, &source.check, e).await.into()),
+        }
     }
 
     /// Reads `range` (relative to the chunk) of a virtual chunk from its source.
     pub async fn fetch(&self, chunk: &VirtualChunk, range: std::ops::Range<u64>) -> Result<Fetched> {
         let source = chunk.source().ok_or_else(|| Error::Internal("a virtual chunk without a source".into()))?;
         let range = chunk.offset + range.start..chunk.offset + range.end;
-        Ok(self.sources.fetch(&source.url, range, &source.check).await?)
+        match self.sources.fetch(&source.url, range, &source.check).await {
+            Ok(fetched) => Ok(fetched),
+            Err(e) => Err(self.naming_recorded(chunk, &source.check, e).await.into()),
+        }
+    }
+
+    /// `e`, with the whole recorded ETag in place of its digest when it says the source changed:
+    /// read from the stored block, which a refused read is rare enough to afford.
+    async fn naming_recorded(&self, chunk: &VirtualChunk, check: &SourceCheck<'_>, e: SourceError) -> SourceError {
+        let SourceError::Modified { url, store, recorded } = e else { return e };
+        let whole = match check {
+            SourceCheck::Digest(_) => {
+                let (version, node, tile) = &*chunk.stored;
+                match self.catalog.block(*version, node, *tile).await {
+                    Ok(Some(bytes)) => {
+                        ManifestBlock::decode(&bytes).ok().and_then(|block| match block.get(chunk.slot) {
+                            ChunkRef::Virtual { source, .. } => Some(source.check.to_string()),
+                            _ => None,
+                        })
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        let recorded = match whole {
+            Some(whole) => recorded.replacen(&check.to_string(), &whole, 1),
+            None => recorded,
+        };
+        SourceError::Modified { url, store, recorded }
     }
 
     /// The chunk of fill values of array `node` in version `head`, encoded with its codecs, or
@@ -328,9 +364,11 @@ pub(super) fn chunk_in(
         ChunkRef::Missing => return Ok(InBlock::Chunk(Chunk::Missing)),
         ChunkRef::Inline(bytes) => Chunk::Bytes { etag: etag('i', &bytes), bytes },
         ChunkRef::Assembled(recipe) => return Ok(InBlock::Assembled(recipe)),
-        ChunkRef::Virtual { .. } => VirtualChunk::new(block.clone(), at.slot)
-            .map(Chunk::Virtual)
-            .ok_or_else(|| Error::Internal("a virtual reference read back as another kind".into()))?,
+        ChunkRef::Virtual { .. } => {
+            VirtualChunk::new(block.clone(), at.slot, Box::new((view.head.id, node.path.as_str().to_owned(), at.tile)))
+                .map(Chunk::Virtual)
+                .ok_or_else(|| Error::Internal("a virtual reference read back as another kind".into()))?
+        }
     };
     Ok(if node.transcoded().is_some() { InBlock::Transcode(chunk) } else { InBlock::Chunk(chunk) })
 }

@@ -1,12 +1,14 @@
 //! Manifest blocks: the chunk references of one tile of an array's chunk grid, in a compact
-//! binary form (16 bytes per reference) that is both the stored row and the cached value.
+//! binary form (the records bit-packed, a few bytes per reference) that is both the stored row
+//! and the cached value.
 //!
-//! Layout (little-endian): `"ZGB" 2`, flags (bit 0: sparse), tile length, source count,
+//! Layout (little-endian): `"ZGB" 3`, flags (bit 0: sparse), tile length, source count,
 //! record count, inline length, the source dictionary's length and the dictionary itself
-//! ([`sources`]); for sparse blocks the sorted slots; the records `(offset u64, length u32,
-//! source u32)`; inline bytes. Version 1 blocks (a plain list of URL and ETag strings) are
-//! still read.
+//! ([`sources`]); for sparse blocks the sorted slots; the records ([`records`]); inline bytes.
+//! Version 2 blocks (records of a fixed 16 bytes, `offset u64, length u32, source u32`) and
+//! version 1 blocks (also a plain list of URL and ETag strings) are still read.
 
+mod records;
 mod sources;
 
 use std::collections::HashMap;
@@ -16,7 +18,8 @@ use bytes::Bytes;
 pub use sources::{BlockSource, SourceCheck, SourceTable};
 
 const MAGIC_V1: &[u8; 4] = b"ZGB\x01";
-const MAGIC: &[u8; 4] = b"ZGB\x02";
+const MAGIC_V2: &[u8; 4] = b"ZGB\x02";
+const MAGIC: &[u8; 4] = b"ZGB\x03";
 const MISSING: u32 = u32::MAX;
 const INLINE: u32 = u32::MAX - 1;
 /// An assembled chunk: its recipe is in the inline bytes.
@@ -24,7 +27,7 @@ const ASSEMBLED: u32 = u32::MAX - 2;
 /// The largest number of distinct sources in one block.
 pub const MAX_SOURCES: usize = (u32::MAX - 3) as usize;
 
-/// One chunk reference in its fixed-width form.
+/// One chunk reference, unpacked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Record {
     offset: u64,
@@ -54,7 +57,7 @@ pub struct ManifestBlock {
     sources: SourceTable,
     /// Sorted slots of the records when sparse; `None` when `records` covers every slot.
     slots: Option<Box<[u32]>>,
-    records: Box<[Record]>,
+    records: records::Packed,
     inline: Bytes,
 }
 
@@ -85,7 +88,7 @@ impl ManifestBlock {
             tile_len,
             sources: SourceTable::default(),
             slots: Some(Box::new([])),
-            records: Box::new([]),
+            records: records::Packed::pack(&[]),
             inline: Bytes::new(),
         }
     }
@@ -96,7 +99,7 @@ impl ManifestBlock {
             None => self.records.get(slot as usize),
             Some(slots) => slots.binary_search(&slot).ok().and_then(|i| self.records.get(i)),
         };
-        record.map_or(ChunkRef::Missing, |r| self.resolve(r))
+        record.map_or(ChunkRef::Missing, |r| self.resolve(&r))
     }
 
     /// Every stored reference with its slot, in slot order (missing chunks skipped).
@@ -106,7 +109,7 @@ impl ManifestBlock {
                 Some(slots) => slots[i],
                 None => i as u32,
             };
-            (slot, self.resolve(r))
+            (slot, self.resolve(&r))
         })
     }
 
@@ -145,7 +148,7 @@ impl ManifestBlock {
         size_of::<Self>()
             + self.sources.weight()
             + self.slots.as_ref().map_or(0, |s| s.len() * 4)
-            + self.records.len() * size_of::<Record>()
+            + self.records.weight()
             + self.inline.len()
     }
 
@@ -165,10 +168,20 @@ impl ManifestBlock {
         }
     }
 
+    /// The form the block cache keeps: recorded ETags held as their digests where that is
+    /// smaller ([`SourceCheck::Digest`]). Reads check the answer's ETag against the digest; an
+    /// export or a PATCH reads the stored block, whose ETags are whole.
+    pub fn for_serving(mut self) -> Self {
+        if let Some(sources) = self.sources.digested() {
+            self.sources = sources;
+        }
+        self
+    }
+
     /// Serialises the block for storage.
     pub fn encode(&self) -> Vec<u8> {
         let table = self.sources.as_bytes();
-        let mut out = Vec::with_capacity(32 + table.len() + self.records.len() * 20 + self.inline.len());
+        let mut out = Vec::with_capacity(64 + table.len() + self.records.weight() + self.inline.len());
         out.extend_from_slice(MAGIC);
         out.push(u8::from(self.slots.is_some()));
         for n in [self.tile_len, self.sources.len() as u32, self.records.len() as u32] {
@@ -180,11 +193,7 @@ impl ManifestBlock {
         for slot in self.slots.iter().flat_map(|s| s.iter()) {
             out.extend_from_slice(&slot.to_le_bytes());
         }
-        for r in self.records.iter() {
-            out.extend_from_slice(&r.offset.to_le_bytes());
-            out.extend_from_slice(&r.length.to_le_bytes());
-            out.extend_from_slice(&r.source.to_le_bytes());
-        }
+        self.records.encode(&mut out);
         out.extend_from_slice(&self.inline);
         out
     }
@@ -193,7 +202,8 @@ impl ManifestBlock {
     pub fn decode(data: &[u8]) -> Result<Self, BlockError> {
         let mut r = Reader(data);
         let version = match r.take(4)? {
-            m if m == MAGIC => 2,
+            m if m == MAGIC => 3,
+            m if m == MAGIC_V2 => 2,
             m if m == MAGIC_V1 => 1,
             _ => return Err(BlockError("unknown format")),
         };
@@ -215,7 +225,11 @@ impl ManifestBlock {
             SourceTable::build(listed.iter().zip(&checks).map(|((url, _), check)| (&**url, check)))
         } else {
             let table_len = r.u32()? as usize;
-            SourceTable::decode(Bytes::copy_from_slice(r.take(table_len)?), n_sources)?
+            SourceTable::decode(
+                Bytes::copy_from_slice(r.take(table_len)?),
+                n_sources,
+                if version == 3 { 2 } else { 1 },
+            )?
         };
         let slots = if sparse {
             let raw = r.take(n_records.checked_mul(4).ok_or(BlockError("too many records"))?)?;
@@ -227,27 +241,29 @@ impl ManifestBlock {
         } else {
             None
         };
-        let raw = r.take(n_records.checked_mul(16).ok_or(BlockError("too many records"))?)?;
-        let records: Box<[Record]> = raw
-            .chunks_exact(16)
-            .map(|c| Record { offset: le_u64(&c[..8]), length: le_u32(&c[8..12]), source: le_u32(&c[12..]) })
-            .collect();
+        let records = if version == 3 {
+            let (records, rest) = records::Packed::decode(r.0, n_records)?;
+            r.0 = rest;
+            records
+        } else {
+            let raw = r.take(n_records.checked_mul(16).ok_or(BlockError("too many records"))?)?;
+            let fixed: Vec<Record> = raw
+                .chunks_exact(16)
+                .map(|c| Record { offset: le_u64(&c[..8]), length: le_u32(&c[8..12]), source: le_u32(&c[12..]) })
+                .collect();
+            // Sentinels and sources out of the dictionary are refused before packing.
+            for rec in &fixed {
+                if !matches!(rec.source, MISSING | INLINE | ASSEMBLED) && rec.source as usize >= sources.len() {
+                    return Err(BlockError("record points outside the block"));
+                }
+            }
+            records::Packed::pack(&fixed)
+        };
         let inline = Bytes::copy_from_slice(r.take(inline_len)?);
         if !r.0.is_empty() {
             return Err(BlockError("trailing bytes"));
         }
-        for rec in records.iter() {
-            let ok = match rec.source {
-                MISSING => true,
-                INLINE | ASSEMBLED => {
-                    rec.offset.checked_add(u64::from(rec.length)).is_some_and(|end| end <= inline_len as u64)
-                }
-                s => (s as usize) < sources.len(),
-            };
-            if !ok {
-                return Err(BlockError("record points outside the block"));
-            }
-        }
+        records.check(sources.len(), inline_len as u64)?;
         Ok(Self { tile_len, sources, slots, records, inline })
     }
 }
@@ -374,10 +390,11 @@ impl BlockBuilder {
             for (slot, r) in &self.entries {
                 records[*slot as usize] = *r;
             }
-            (None, records.into_boxed_slice())
+            (None, records::Packed::pack(&records))
         } else {
             let slots = self.entries.iter().map(|(s, _)| *s).collect();
-            (Some(slots), self.entries.iter().map(|(_, r)| *r).collect())
+            let records: Vec<Record> = self.entries.iter().map(|(_, r)| *r).collect();
+            (Some(slots), records::Packed::pack(&records))
         };
         ManifestBlock { tile_len: self.tile_len, sources, slots, records, inline: self.inline.into() }
     }
@@ -491,10 +508,65 @@ mod tests {
         let good = sample(10, 10).encode();
         assert!(ManifestBlock::decode(&good[..good.len() - 1]).is_err());
         assert!(ManifestBlock::decode(b"nope").is_err());
-        let mut bad_source = sample(2, 2).encode();
-        let n = bad_source.len();
-        bad_source[n - 6 - 1] = 9; // the last record's source index (before 6 inline bytes)
-        assert!(ManifestBlock::decode(&bad_source).is_err());
+        let (good, bad_source) = (v2_block(0), v2_block(1));
+        assert!(ManifestBlock::decode(&good).is_ok());
+        assert!(ManifestBlock::decode(&bad_source).is_err(), "record names source 1 of 1");
+    }
+
+    /// A version 2 block of one source and two records (the second's source `source`).
+    fn v2_block(source: u32) -> Vec<u8> {
+        let mut v2 = MAGIC_V2.to_vec();
+        v2.push(0);
+        for n in [2u32, 1, 2] {
+            v2.extend_from_slice(&n.to_le_bytes());
+        }
+        v2.extend_from_slice(&0u64.to_le_bytes());
+        let check = SourceCheck::ETag("\"0123456789abcdef0123456789abcdef\"".into());
+        let table = SourceTable::build([("s3://b/a.nc", &check)]);
+        v2.extend_from_slice(&(table.as_bytes().len() as u32).to_le_bytes());
+        v2.extend_from_slice(table.as_bytes());
+        for (offset, length, source) in [(8u64, 4u32, 0u32), (100, 7, source)] {
+            v2.extend_from_slice(&offset.to_le_bytes());
+            v2.extend_from_slice(&length.to_le_bytes());
+            v2.extend_from_slice(&source.to_le_bytes());
+        }
+        v2
+    }
+
+    #[test]
+    fn version_2_blocks_are_read_and_written_again_as_version_3() {
+        let block = ManifestBlock::decode(&v2_block(0)).unwrap();
+        match block.get(1) {
+            ChunkRef::Virtual { source, offset, length } => {
+                assert_eq!((&*source.url, offset, length), ("s3://b/a.nc", 100, 7));
+            }
+            other => panic!("{other:?}"),
+        }
+        let again = block.encode();
+        assert_eq!(&again[..4], MAGIC);
+        assert!(again.len() < v2_block(0).len());
+        assert_eq!(ManifestBlock::decode(&again).unwrap(), block);
+    }
+
+    #[test]
+    fn cached_blocks_hold_long_etags_as_digests() {
+        let block = ManifestBlock::decode(&v2_block(0)).unwrap();
+        let etag = "\"0123456789abcdef0123456789abcdef\"";
+        let served = block.clone().for_serving();
+        assert!(served.weight() + 8 <= block.weight(), "{} vs {}", served.weight(), block.weight());
+        match (block.get(0), served.get(0)) {
+            (ChunkRef::Virtual { source: whole, .. }, ChunkRef::Virtual { source: digest, .. }) => {
+                assert_eq!(whole.check, SourceCheck::ETag(etag.into()));
+                assert_eq!(digest.check, SourceCheck::Digest(crate::zarr::source::etag_digest(etag)));
+                assert!(!digest.check.contradicted_by(Some(etag), 0, true));
+                assert!(digest.check.contradicted_by(Some("\"0123456789abcdef0123456789abcdee\""), 0, false));
+                assert!(digest.check.contradicted_by(None, 0, true));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Short ETags stay whole (and are sent as If-Match).
+        let short = sample(10, 10);
+        assert_eq!(short.clone().for_serving(), short);
     }
 
     proptest! {

@@ -84,6 +84,16 @@ pub enum SourceCheck<'a> {
     ETag(Cow<'a, str>),
     /// The size recorded at registration, for an object store that gives no ETag.
     Size(u64),
+    /// The 64-bit digest ([`etag_digest`]) of the ETag recorded at registration: how a cached
+    /// block holds an ETag that would take more room (an S3 MD5 takes 16 bytes). A read cannot
+    /// send it as `If-Match`; it compares the answer's ETag instead, before any byte is served.
+    Digest(u64),
+}
+
+/// The digest a [`SourceCheck::Digest`] holds of an ETag: XXH3-64 of its text, quotes included
+/// (a fixed algorithm: every replica and release computes the same one).
+pub fn etag_digest(etag: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(etag.as_bytes())
 }
 
 impl<'a> SourceCheck<'a> {
@@ -102,6 +112,15 @@ impl<'a> SourceCheck<'a> {
             Self::Unchecked => SourceCheck::Unchecked,
             Self::ETag(e) => SourceCheck::ETag(Cow::Borrowed(e)),
             Self::Size(n) => SourceCheck::Size(*n),
+            Self::Digest(d) => SourceCheck::Digest(*d),
+        }
+    }
+
+    /// The same check with an ETag that packs into more than 8 bytes held as its digest.
+    pub fn digested(self) -> Self {
+        match self {
+            Self::ETag(e) if e.len() > 8 => Self::Digest(etag_digest(&e)),
+            other => other,
         }
     }
 
@@ -111,6 +130,8 @@ impl<'a> SourceCheck<'a> {
         match self {
             Self::ETag(expected) if strict => etag != Some(expected.as_ref()),
             Self::ETag(expected) => etag.is_some_and(|e| e != expected.as_ref()),
+            Self::Digest(expected) if strict => etag.map(etag_digest) != Some(*expected),
+            Self::Digest(expected) => etag.is_some_and(|e| etag_digest(e) != *expected),
             Self::Size(recorded) => size != *recorded,
             Self::Unchecked => false,
         }
@@ -122,6 +143,7 @@ impl<'a> SourceCheck<'a> {
             Self::Unchecked => SourceCheck::Unchecked,
             Self::ETag(e) => SourceCheck::ETag(Cow::Owned(e.into_owned())),
             Self::Size(n) => SourceCheck::Size(n),
+            Self::Digest(d) => SourceCheck::Digest(d),
         }
     }
 }
@@ -131,6 +153,7 @@ impl std::fmt::Display for SourceCheck<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::ETag(e) => write!(f, "ETag {e}"),
+            Self::Digest(d) => write!(f, "an ETag whose XXH3-64 is {d:016x}"),
             Self::Size(n) => write!(f, "size {n} bytes"),
             Self::Unchecked => f.write_str("nothing"),
         }

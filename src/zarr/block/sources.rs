@@ -1,11 +1,23 @@
-//! The source dictionary of a manifest block: each source object's URL, front-coded against the
-//! one before it, and what a read checks the object against (its recorded ETag, packed when it
-//! is hex, or its size when it has no ETag). It stays in this encoded form in memory and is
+//! The source dictionary of a manifest block: each source object's URL, coded against the one
+//! before it, and what a read checks the object against (its recorded ETag, packed when it is
+//! hex, or its size when it has no ETag). It stays in this encoded form in memory and is
 //! decoded on access from the nearest restart point, so a block whose chunks lie in a thousand
 //! daily files costs a few bytes per file instead of a URL and an ETag string each.
 //!
-//! Entry: varint bytes shared with the previous URL (0 at every restart point), varint suffix
-//! length, suffix, check kind, check payload.
+//! A URL is coded one of two ways, whichever is shorter:
+//! - front-coded: the bytes it shares with the previous URL, and the rest;
+//! - by its numbers: when it has the previous URL's shape (the same text between runs of digits,
+//!   and runs of the same widths), only the runs that differ from their prediction, each as the
+//!   difference. A run is predicted to change by its step: how much it changed the first time
+//!   since the last front-coded URL (none before that). Names made of
+//!   times (`..._s20230010000204_e20230010009512_c20230010009587.nc`, every ten minutes) then
+//!   cost a few bytes each, where front coding leaves most of their last 40 characters.
+//!
+//! Entry (format 2, the blocks of version 3): varint header; when even, the bytes shared with
+//! the previous URL (0 at every restart point) doubled, then varint suffix length and suffix;
+//! when odd, the mask of the runs that differ from their prediction (bit 0: the last run),
+//! shifted left once, then a zigzag varint difference for each of them, first run first. Then the check: kind, payload. Format 1 (version
+//! 2 blocks) is front coding only: varint shared bytes, varint suffix length, suffix, check.
 
 use std::borrow::Cow;
 use std::fmt::Write;
@@ -16,8 +28,13 @@ use super::BlockError;
 pub use crate::zarr::source::SourceCheck;
 use crate::zarr::spill::{get_varint, put_varint};
 
-/// Every `RESTART`-th entry carries its whole URL: a lookup decodes at most this many entries.
-const RESTART: usize = 16;
+/// Every `RESTART`-th entry carries its whole URL: a lookup decodes at most this many entries
+/// (a URL of 100 bytes then costs 3 bytes an entry).
+const RESTART: usize = 32;
+/// Runs of digits a numbers-coded URL may have (one bit each in the header).
+const MAX_RUNS: usize = 62;
+/// The widest run of digits read as a number (10^18 fits in an i64).
+const MAX_DIGITS: usize = 18;
 
 const UNCHECKED: u8 = 0;
 /// An ETag as it is (weak ones, and any other shape).
@@ -30,6 +47,8 @@ const HEX_PARTS: u8 = 3;
 const HEX_TRIPLE: u8 = 4;
 /// No ETag; the object's size.
 const SIZE: u8 = 5;
+/// The digest of an ETag ([`SourceCheck::Digest`]), 8 bytes: only in cached blocks.
+const DIGEST: u8 = 6;
 
 /// A source object as a block refers to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +59,7 @@ pub struct BlockSource<'a> {
     pub check: SourceCheck<'a>,
 }
 
-/// The encoded dictionary of one block.
+/// The encoded dictionary of one block (always format 2 in memory).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SourceTable {
     data: Bytes,
@@ -49,51 +68,268 @@ pub struct SourceTable {
     len: u32,
 }
 
+/// A run of digits of a URL: where it is, how wide, its value, and its step (how much it
+/// changed in the first numbers-coded URL of this chain).
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    start: usize,
+    width: usize,
+    value: u64,
+    step: Option<i64>,
+}
+
+/// The runs of digits of `url`, or `None` when it has too many or one too wide to code by
+/// numbers.
+fn runs(url: &str) -> Option<Vec<Run>> {
+    let b = url.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if !b[i].is_ascii_digit() {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        if i - start > MAX_DIGITS || out.len() == MAX_RUNS {
+            return None;
+        }
+        let value = b[start..i].iter().fold(0u64, |v, d| v * 10 + u64::from(d - b'0'));
+        out.push(Run { start, width: i - start, value, step: None });
+    }
+    Some(out)
+}
+
+impl Run {
+    fn predicted(&self) -> i128 {
+        i128::from(self.value) + i128::from(self.step.unwrap_or(0))
+    }
+
+    /// Moves to `value`. The first step seen is kept: a jump (a new hour, day or year in a
+    /// name of times) costs its one entry, and the next is predicted with the usual step again.
+    fn advance(&mut self, value: u64) {
+        self.step = self.step.or(Some(value as i64 - self.value as i64));
+        self.value = value;
+    }
+}
+
+/// The URL before, and its runs once a numbers-coded entry needed them: what the next entry is
+/// coded against.
+#[derive(Default)]
+struct Previous {
+    url: String,
+    runs: Option<Vec<Run>>,
+}
+
+impl Previous {
+    fn restart(&mut self) {
+        self.url.clear();
+        self.runs = None;
+    }
+
+    fn front(&mut self, shared: usize, suffix: &str) {
+        self.url.truncate(shared);
+        self.url.push_str(suffix);
+        self.runs = None;
+    }
+
+    /// Applies a numbers-coded entry: `mask` and the differences read by `next`.
+    fn numbers(&mut self, mask: u64, mut next: impl FnMut() -> Result<i64, BlockError>) -> Result<(), BlockError> {
+        let runs = match &mut self.runs {
+            Some(r) => r,
+            None => self.runs.insert(runs(&self.url).ok_or(BlockError("source URL cannot be coded by its numbers"))?),
+        };
+        if runs.len() < 64 && mask >> runs.len() != 0 {
+            return Err(BlockError("source URL changes a run of digits it does not have"));
+        }
+        // SAFETY of the text: only ASCII digits are overwritten, with ASCII digits.
+        let mut bytes = std::mem::take(&mut self.url).into_bytes();
+        // Bit 0 is the last run: the runs that change most (times in file names) come last.
+        let n = runs.len();
+        for (i, run) in runs.iter_mut().enumerate() {
+            let mut value = run.predicted();
+            if mask >> (n - 1 - i) & 1 == 1 {
+                value += i128::from(next()?);
+            }
+            let limit = 10i128.pow(run.width as u32);
+            if !(0..limit).contains(&value) {
+                return Err(BlockError("source URL's number does not fit its digits"));
+            }
+            let value = value as u64;
+            run.advance(value);
+            let mut v = value;
+            for d in bytes[run.start..run.start + run.width].iter_mut().rev() {
+                *d = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+        }
+        self.url = String::from_utf8(bytes).map_err(|_| BlockError("source is not UTF-8"))?;
+        Ok(())
+    }
+
+    /// The numbers coding of `url` against this one: header mask and differences, when `url`
+    /// has the same shape.
+    fn code_numbers(&mut self, url: &str) -> Option<(u64, Vec<i64>, Vec<u64>)> {
+        if self.runs.is_none() {
+            self.runs = Some(runs(&self.url)?);
+        }
+        let before = self.runs.as_ref()?;
+        let after = runs(url)?;
+        if before.len() != after.len() || before.is_empty() {
+            return None;
+        }
+        let mut from = 0;
+        for (a, b) in before.iter().zip(&after) {
+            if a.start != b.start
+                || a.width != b.width
+                || self.url.as_bytes()[from..a.start] != url.as_bytes()[from..b.start]
+            {
+                return None;
+            }
+            from = a.start + a.width;
+        }
+        if self.url.as_bytes()[from..] != url.as_bytes()[from..] {
+            return None;
+        }
+        let mut mask = 0u64;
+        let mut differences = Vec::new();
+        let n = before.len();
+        for (i, (a, b)) in before.iter().zip(&after).enumerate() {
+            let difference = i128::from(b.value) - a.predicted();
+            if difference != 0 {
+                mask |= 1 << (n - 1 - i);
+                differences.push(i64::try_from(difference).ok()?);
+            }
+        }
+        Some((mask, differences, after.iter().map(|r| r.value).collect()))
+    }
+
+    /// Moves to `url`, coded by its numbers `values` against this one (as [`Self::numbers`]
+    /// decodes it).
+    fn numbered(&mut self, url: &str, values: &[u64]) {
+        if let Some(runs) = &mut self.runs {
+            runs.iter_mut().zip(values).for_each(|(run, v)| run.advance(*v));
+        }
+        self.url.clear();
+        self.url.push_str(url);
+    }
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    (v >> 1) as i64 ^ -((v & 1) as i64)
+}
+
+fn varint_len(v: u64) -> usize {
+    (64 - v.leading_zeros() as usize).max(1).div_ceil(7)
+}
+
+/// Reads entries one after another from a restart point.
+struct Walker<'a> {
+    r: &'a [u8],
+    previous: Previous,
+}
+
+impl<'a> Walker<'a> {
+    /// Reads the next entry's URL into `self.previous.url`, returning the check's bytes still in
+    /// `self.r`. `restart`: the entry is at a restart point.
+    fn url(&mut self, restart: bool, format: u8) -> Result<(), BlockError> {
+        if restart {
+            self.previous.restart();
+        }
+        let header = get_varint(&mut self.r).map_err(|_| BlockError("truncated source dictionary"))?;
+        let (numbers, shared) = if format == 1 { (false, header) } else { (header & 1 == 1, header >> 1) };
+        if numbers {
+            if restart {
+                return Err(BlockError("source URL coded by numbers at a restart point"));
+            }
+            let mut r = self.r;
+            let next = || get_varint(&mut r).map(unzigzag).map_err(|_| BlockError("truncated source dictionary"));
+            self.previous.numbers(shared, next)?;
+            self.r = r;
+            return Ok(());
+        }
+        let shared = usize::try_from(shared).map_err(|_| BlockError("source dictionary length out of range"))?;
+        if (restart && shared != 0) || shared > self.previous.url.len() || !self.previous.url.is_char_boundary(shared) {
+            return Err(BlockError("source URL shares more than the previous one has"));
+        }
+        let suffix_len = read_len(&mut self.r)?;
+        let suffix = take(&mut self.r, suffix_len)?;
+        let suffix = std::str::from_utf8(suffix).map_err(|_| BlockError("source is not UTF-8"))?;
+        self.previous.front(shared, suffix);
+        Ok(())
+    }
+}
+
 impl SourceTable {
     /// The dictionary of `sources`, in this order (a block's records refer to them by position).
     pub fn build<'s>(sources: impl IntoIterator<Item = (&'s str, &'s SourceCheck<'s>)>) -> Self {
         let mut data = Vec::new();
         let mut restarts = Vec::new();
-        let mut previous = "";
+        let mut previous = Previous::default();
         let mut len = 0u32;
         for (i, (url, check)) in sources.into_iter().enumerate() {
-            let shared = if i % RESTART == 0 {
+            if i % RESTART == 0 {
                 restarts.push(data.len() as u32);
-                0
-            } else {
-                shared_prefix(previous, url)
-            };
-            put_varint(&mut data, shared as u64);
-            put_varint(&mut data, (url.len() - shared) as u64);
-            data.extend_from_slice(&url.as_bytes()[shared..]);
+                previous.restart();
+            }
+            let shared = if i % RESTART == 0 { 0 } else { shared_prefix(&previous.url, url) };
+            let front_cost =
+                varint_len(shared as u64 * 2) + varint_len((url.len() - shared) as u64) + url.len() - shared;
+            let numbers = if i % RESTART == 0 { None } else { previous.code_numbers(url) };
+            match numbers {
+                Some((mask, differences, values))
+                    if varint_len(mask << 1 | 1)
+                        + differences.iter().map(|d| varint_len(zigzag(*d))).sum::<usize>()
+                        < front_cost =>
+                {
+                    put_varint(&mut data, mask << 1 | 1);
+                    for d in &differences {
+                        put_varint(&mut data, zigzag(*d));
+                    }
+                    previous.numbered(url, &values);
+                }
+                _ => {
+                    put_varint(&mut data, shared as u64 * 2);
+                    put_varint(&mut data, (url.len() - shared) as u64);
+                    data.extend_from_slice(&url.as_bytes()[shared..]);
+                    previous.front(shared, &url[shared..]);
+                }
+            }
             put_check(&mut data, check);
-            previous = url;
             len += 1;
         }
         Self { data: data.into(), restarts: restarts.into(), len }
     }
 
-    /// Reads a stored dictionary of `len` entries, checking every entry.
-    pub fn decode(data: Bytes, len: u32) -> Result<Self, BlockError> {
+    /// Reads a stored dictionary of `len` entries in `format` (1: version 2 blocks, 2: version
+    /// 3), checking every entry. A format 1 dictionary is coded again in format 2.
+    pub fn decode(data: Bytes, len: u32, format: u8) -> Result<Self, BlockError> {
         let mut restarts = Vec::with_capacity((len as usize).div_ceil(RESTART).min(data.len()));
-        let mut r: &[u8] = &data;
-        let mut url = String::new();
+        let mut walker = Walker { r: &data, previous: Previous::default() };
+        let mut entries = Vec::new();
         for i in 0..len as usize {
             if i % RESTART == 0 {
-                restarts.push((data.len() - r.len()) as u32);
+                restarts.push((data.len() - walker.r.len()) as u32);
             }
-            let shared = read_len(&mut r)?;
-            if (i % RESTART == 0 && shared != 0) || shared > url.len() || !url.is_char_boundary(shared) {
-                return Err(BlockError("source URL shares more than the previous one has"));
+            walker.url(i % RESTART == 0, format)?;
+            if format == 1 {
+                let check = read_check(&mut walker.r)?.into_owned();
+                entries.push((walker.previous.url.clone(), check));
+            } else {
+                skip_check(&mut walker.r)?;
             }
-            let suffix_len = read_len(&mut r)?;
-            let suffix = take(&mut r, suffix_len)?;
-            url.truncate(shared);
-            url.push_str(std::str::from_utf8(suffix).map_err(|_| BlockError("source is not UTF-8"))?);
-            skip_check(&mut r)?;
         }
-        if !r.is_empty() {
+        if !walker.r.is_empty() {
             return Err(BlockError("trailing bytes in the source dictionary"));
+        }
+        if format == 1 {
+            return Ok(Self::build(entries.iter().map(|(u, c)| (u.as_str(), c))));
         }
         Ok(Self { data, restarts: restarts.into(), len })
     }
@@ -118,34 +354,34 @@ impl SourceTable {
         self.data.len() + self.restarts.len() * 4
     }
 
+    /// The same dictionary with every ETag longer than its digest held as the digest
+    /// ([`SourceCheck::digested`]): the form a cached block keeps (an S3 MD5 costs 9 bytes
+    /// instead of 18). `None` when no entry would change.
+    pub fn digested(&self) -> Option<Self> {
+        let entries: Vec<BlockSource<'_>> = (0..self.len).filter_map(|i| self.get(i)).collect();
+        if !entries.iter().any(|e| matches!(&e.check, SourceCheck::ETag(t) if t.len() > 8)) {
+            return None;
+        }
+        let checks: Vec<SourceCheck<'_>> = entries.iter().map(|e| e.check.as_borrowed().digested()).collect();
+        Some(Self::build(entries.iter().zip(&checks).map(|(e, c)| (&*e.url, c))))
+    }
+
     /// Source `i`, decoded from its restart point (the table was checked when it was decoded).
     pub fn get(&self, i: u32) -> Option<BlockSource<'_>> {
         if i >= self.len {
             return None;
         }
         let start = *self.restarts.get(i as usize / RESTART)? as usize;
-        let mut r: &[u8] = self.data.get(start..)?;
+        let mut walker = Walker { r: self.data.get(start..)?, previous: Previous::default() };
         let target = i as usize % RESTART;
-        let mut url = String::new();
         for step in 0..=target {
-            let shared = read_len(&mut r).ok()?;
-            let suffix_len = read_len(&mut r).ok()?;
-            let suffix = std::str::from_utf8(take(&mut r, suffix_len).ok()?).ok()?;
+            walker.url(step == 0, 2).ok()?;
             if step < target {
-                skip_check(&mut r).ok()?;
-                url.truncate(shared);
-                url.push_str(suffix);
-                continue;
+                skip_check(&mut walker.r).ok()?;
             }
-            let check = read_check(&mut r).ok()?;
-            if target == 0 {
-                return Some(BlockSource { url: Cow::Borrowed(suffix), check });
-            }
-            url.truncate(shared);
-            url.push_str(suffix);
-            return Some(BlockSource { url: Cow::Owned(url), check });
         }
-        None
+        let check = read_check(&mut walker.r).ok()?;
+        Some(BlockSource { url: Cow::Owned(walker.previous.url), check })
     }
 }
 
@@ -174,6 +410,10 @@ fn put_check(out: &mut Vec<u8>, check: &SourceCheck<'_>) {
         SourceCheck::Size(n) => {
             out.push(SIZE);
             put_varint(out, *n);
+        }
+        SourceCheck::Digest(d) => {
+            out.push(DIGEST);
+            out.extend_from_slice(&d.to_le_bytes());
         }
         SourceCheck::ETag(etag) => {
             let mut packed = Vec::new();
@@ -261,6 +501,9 @@ fn skip_check(r: &mut &[u8]) -> Result<(), BlockError> {
         SIZE => {
             varint(r)?;
         }
+        DIGEST => {
+            take(r, 8)?;
+        }
         _ => return Err(BlockError("unknown source check")),
     }
     Ok(())
@@ -294,6 +537,11 @@ fn read_check<'a>(r: &mut &'a [u8]) -> Result<SourceCheck<'a>, BlockError> {
             SourceCheck::ETag(Cow::Owned(format!("{a:x}-{b:x}-{c:x}")))
         }
         SIZE => SourceCheck::Size(get_varint(r).map_err(|_| BlockError("truncated source dictionary"))?),
+        DIGEST => {
+            let mut d = [0u8; 8];
+            d.copy_from_slice(take(r, 8)?);
+            SourceCheck::Digest(u64::from_le_bytes(d))
+        }
         _ => return Err(BlockError("unknown source check")),
     })
 }
@@ -323,7 +571,78 @@ mod tests {
             assert_eq!((got.url.as_ref(), &got.check), (url.as_str(), check));
         }
         assert_eq!(t.get(1000), None);
-        assert_eq!(SourceTable::decode(t.data.clone(), 1000).unwrap(), t);
+        assert_eq!(SourceTable::decode(t.data.clone(), 1000, 2).unwrap(), t);
+    }
+
+    /// GOES ABI names, every ten minutes for five days: start, end and creation times.
+    fn goes_names(n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| {
+                let minutes = i * 10;
+                let (day, hour, minute) = (1 + minutes / 1440, minutes / 60 % 24, minutes % 60);
+                let jitter = (i * 7919) % 900;
+                format!(
+                    "s3://noaa-goes16/ABI-L2-CMIPF/2023/{day:03}/{hour:02}/OR_ABI-L2-CMIPF-M6C13_G16_s2023{day:03}{hour:02}{minute:02}204_e2023{day:03}{hour:02}{:02}{:03}_c2023{day:03}{hour:02}{:02}{:03}.nc",
+                    minute + 9,
+                    512,
+                    minute + 9,
+                    100 + jitter,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn names_made_of_times_cost_a_few_bytes_each() {
+        let names = goes_names(720);
+        let checks: Vec<SourceCheck<'static>> = (0..names.len()).map(|_| SourceCheck::Unchecked).collect();
+        let t = SourceTable::build(names.iter().map(String::as_str).zip(&checks));
+        let per_name = t.weight() as f64 / names.len() as f64;
+        // Front coding alone: about 45 bytes a name.
+        // 8.5 here: a whole URL every 32 entries, 4 bytes an entry between, 1 of check.
+        assert!(per_name < 10.0, "{per_name:.1} bytes a name");
+        for (i, name) in names.iter().enumerate() {
+            assert_eq!(t.get(i as u32).unwrap().url, name.as_str(), "entry {i}");
+        }
+        assert_eq!(SourceTable::decode(t.data.clone(), names.len() as u32, 2).unwrap(), t);
+    }
+
+    #[test]
+    fn numbers_that_change_width_or_shape_fall_back_to_front_coding() {
+        let names = [
+            "s3://b/f9.nc",
+            "s3://b/f10.nc",
+            "s3://b/f11.nc",
+            "s3://b/g11.nc",
+            "s3://b/g12.nc",
+            "s3://b/g13.nc",
+            "s3://b/99999999999999999999/1.nc",
+            "s3://b/99999999999999999999/2.nc",
+            "s3://b/0.nc",
+            "s3://b/9.nc",
+            "s3://b/5.nc",
+            "s3://b/0.nc",
+        ];
+        let checks: Vec<SourceCheck<'static>> = (0..names.len()).map(|i| SourceCheck::Size(i as u64)).collect();
+        let t = SourceTable::build(names.iter().copied().zip(&checks));
+        for (i, name) in names.iter().enumerate() {
+            let got = t.get(i as u32).unwrap();
+            assert_eq!((got.url.as_ref(), got.check), (*name, SourceCheck::Size(i as u64)));
+        }
+        assert_eq!(SourceTable::decode(t.data.clone(), names.len() as u32, 2).unwrap(), t);
+    }
+
+    #[test]
+    fn version_2_dictionaries_are_read() {
+        // Format 1: shared bytes, suffix length, suffix, check.
+        let mut v1 = Vec::new();
+        for (shared, suffix) in [(0u8, "s3://b/a1.nc"), (8, "2.nc")] {
+            v1.extend_from_slice(&[shared, suffix.len() as u8]);
+            v1.extend_from_slice(suffix.as_bytes());
+            v1.extend_from_slice(&[SIZE, 3]);
+        }
+        let t = SourceTable::decode(v1.into(), 2, 1).unwrap();
+        assert_eq!(t.get(1).unwrap(), BlockSource { url: "s3://b/a2.nc".into(), check: SourceCheck::Size(3) });
     }
 
     #[test]
@@ -366,7 +685,7 @@ mod tests {
                 .map(|(u, e, n)| (u, match e { Some(e) => SourceCheck::ETag(e.into()), None => SourceCheck::Size(n) }))
                 .collect();
             let t = table(&sources);
-            let decoded = SourceTable::decode(t.data.clone(), sources.len() as u32).unwrap();
+            let decoded = SourceTable::decode(t.data.clone(), sources.len() as u32, 2).unwrap();
             prop_assert_eq!(&decoded, &t);
             for (i, (url, check)) in sources.iter().enumerate() {
                 let got = decoded.get(i as u32).unwrap();
@@ -376,8 +695,33 @@ mod tests {
         }
 
         #[test]
+        fn related_names_round_trip(
+            steps in proptest::collection::vec((0usize..4, -30i64..300, any::<bool>()), 1..70)
+        ) {
+            // Names whose numbers move by steps, sometimes past their width, sometimes renamed.
+            let mut numbers = [7i64, 120, 30_000, 5];
+            let mut names = Vec::new();
+            for (which, step, rename) in steps {
+                numbers[which] = (numbers[which] + step).max(0);
+                let [a, b, c, d] = numbers;
+                let stem = if rename { "x" } else { "y" };
+                names.push(format!("s3://b{d}/{a:03}/{stem}_{b:04}_{c:06}.nc"));
+            }
+            let checks: Vec<SourceCheck<'static>> = names.iter().map(|_| SourceCheck::Unchecked).collect();
+            let t = SourceTable::build(names.iter().map(String::as_str).zip(&checks));
+            prop_assert_eq!(&SourceTable::decode(t.data.clone(), names.len() as u32, 2).unwrap(), &t);
+            for (i, name) in names.iter().enumerate() {
+                let got = t.get(i as u32).unwrap();
+                prop_assert_eq!(got.url.as_ref(), name.as_str());
+            }
+        }
+
+        #[test]
         fn decode_never_panics(data in proptest::collection::vec(any::<u8>(), 0..120), len in 0u32..40) {
-            if let Ok(t) = SourceTable::decode(data.into(), len) {
+            if let Ok(t) = SourceTable::decode(data.clone().into(), len, 2) {
+                for i in 0..len + 2 { let _ = t.get(i); }
+            }
+            if let Ok(t) = SourceTable::decode(data.into(), len, 1) {
                 for i in 0..len + 2 { let _ = t.get(i); }
             }
         }

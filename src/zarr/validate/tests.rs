@@ -127,13 +127,13 @@ fn decoded_blocks(store: &ValidatedStore) -> Vec<(u64, ManifestBlock)> {
 
 #[test]
 fn spilling_to_disk_gives_the_same_blocks_as_memory() {
-    let text = big(20_011, false);
+    let text = big(120_011, false);
     let in_memory = validate_tiled(parse_slice(text.as_bytes()).unwrap(), &|_| true, 1000, &Limits::default()).unwrap();
     let scratch = Scratch::new(0, None);
     let doc = crate::zarr::native::parse_reader(text.as_bytes(), &scratch).unwrap();
     let spilled = validate_tiled(doc, &|_| true, 1000, &Limits::default()).unwrap();
     assert_eq!(spilled.summary, in_memory.summary);
-    assert_eq!(spilled.summary.chunks.virtual_ + spilled.summary.chunks.inline, 20_011);
+    assert_eq!(spilled.summary.chunks.virtual_ + spilled.summary.chunks.inline, 120_011);
     assert!(spilled.blocks.spilled(), "a zero budget puts the blocks on disk");
     assert_eq!(decoded_blocks(&spilled), decoded_blocks(&in_memory));
     let (_, first) = &decoded_blocks(&spilled)[0];
