@@ -4,21 +4,25 @@
 //!   cargo run --release --example block_encoding            # prints a table, writes bench/results/block_encoding.json
 //!
 //! Encodings:
-//! - `fixed`: what zarrgate stores, 16 bytes per reference (offset u64, length u32, source u32)
-//!   after the block's source dictionary; decoding is a copy into the same fixed-width records
-//!   the cache keeps, so a lookup is an index.
+//! - `packed`: what zarrgate stores (block version 3): the records bit-packed, each field from the
+//!   block's smallest value in the bits its range needs, after the block's source dictionary
+//!   (URLs front-coded or coded by their numbers); the cache keeps the same form with long ETags
+//!   as digests (`memory B/ref`), and a lookup unpacks one record and decodes its URL from the
+//!   nearest restart point (`lookup ns`, a reference with its URL, mean over the block). Until
+//!   stop 48 it was `fixed`: 16 bytes per reference (offset u64, length u32, source u32).
 //! - `varint`: LEB128 source, length, and offset as the zigzag difference from where the previous
 //!   chunk ended (consecutive chunks of one file cost one byte for it).
-//! - `fixed+zstd`, `varint+zstd`: the same, compressed with zstd level 3.
+//! - `packed+zstd`, `varint+zstd`: the same, compressed with zstd level 3.
 //!
 //! - `fixed (v1 strings)`: the previous source dictionary, for the `file per chunk` layout: a URL
 //!   and an ETag string per source, kept as two heap strings each in memory.
 //!
-//! Three layouts of references: `sequential` (chunks one after the other in a few files, as in
+//! Four layouts of references: `sequential` (chunks one after the other in a few files, as in
 //! the netCDF/HDF5 files VirtualiZarr indexes, lengths 8-16 KiB like compressed chunks),
-//! `scattered` (each chunk in one of 64 files at a random offset: the worst case for deltas) and
+//! `scattered` (each chunk in one of 64 files at a random offset: the worst case for deltas),
 //! `file per chunk` (each chunk the one chunk of a daily file with an S3 MD5 ETag: contiguous
-//! netCDF3/HDF5 time series). `memory B/ref` is the decoded block's weight in the cache.
+//! netCDF3/HDF5 time series) and `GOES names` (the same, the files named as GOES ABI files are,
+//! every ten minutes, with start, end and creation times). `memory B/ref` is the decoded block's weight in the cache.
 //! Every figure is the median of 7 runs.
 
 use std::time::Instant;
@@ -42,6 +46,7 @@ enum Layout {
     Sequential,
     Scattered,
     FilePerChunk,
+    GoesNames,
 }
 
 impl Layout {
@@ -50,6 +55,7 @@ impl Layout {
             Self::Sequential => "sequential",
             Self::Scattered => "scattered",
             Self::FilePerChunk => "file per chunk",
+            Self::GoesNames => "GOES names",
         }
     }
 }
@@ -60,6 +66,19 @@ fn block(n: u32, layout: Layout) -> ManifestBlock {
     let mut offset = 4096u64;
     for slot in 0..n {
         let length = 8192 + (rng.next() % 8192) as u32;
+        if layout == Layout::GoesNames {
+            let minutes = slot * 10;
+            let (day, hour, minute) = (1 + minutes / 1440, minutes / 60 % 24, minutes % 60);
+            let created = 100 + rng.next() % 900;
+            let url = format!(
+                "s3://noaa-goes16/ABI-L2-CMIPF/2023/{day:03}/{hour:02}/OR_ABI-L2-CMIPF-M6C13_G16_s2023{day:03}{hour:02}{minute:02}204_e2023{day:03}{hour:02}{:02}512_c2023{day:03}{hour:02}{:02}{created:03}.nc",
+                minute + 9,
+                minute + 9
+            );
+            let etag = format!("\"{:016x}{:016x}\"", rng.next(), rng.next());
+            b.push_virtual(slot, &url, SourceCheck::ETag(etag.into()), 4096, length);
+            continue;
+        }
         if layout == Layout::FilePerChunk {
             let url = format!("s3://era5-archive/reanalysis/2t/era5_2t_{:06}.nc", 20_000 + slot);
             let etag = format!("\"{:016x}{:016x}\"", rng.next(), rng.next());
@@ -189,29 +208,39 @@ fn time(mut f: impl FnMut()) -> f64 {
 fn main() {
     let mut rows = Vec::new();
     println!(
-        "{:<15} {:>7} {:<19} {:>10} {:>10} {:>12} {:>12} {:>12}",
-        "layout", "refs", "encoding", "bytes", "B/ref", "memory B/ref", "encode us", "decode us"
+        "{:<15} {:>7} {:<19} {:>10} {:>10} {:>12} {:>12} {:>12} {:>10}",
+        "layout", "refs", "encoding", "bytes", "B/ref", "memory B/ref", "encode us", "decode us", "lookup ns"
     );
-    let mut row = |layout: Layout, n: u32, name: &str, bytes: usize, memory: Option<usize>, enc: f64, dec: f64| {
+    let mut row = |layout: Layout,
+                   n: u32,
+                   name: &str,
+                   bytes: usize,
+                   memory: Option<usize>,
+                   enc: f64,
+                   dec: f64,
+                   lookup: f64| {
         let per_ref = bytes as f64 / f64::from(n);
         let memory = memory.map(|m| m as f64 / f64::from(n));
         let shown = memory.map_or("-".to_owned(), |m| format!("{m:.2}"));
         let layout = layout.name();
         println!(
-            "{layout:<15} {n:>7} {name:<19} {bytes:>10} {per_ref:>10.2} {shown:>12} {:>12.1} {:>12.1}",
+            "{layout:<15} {n:>7} {name:<19} {bytes:>10} {per_ref:>10.2} {shown:>12} {:>12.1} {:>12.1} {:>10.0}",
             enc / 1e3,
-            dec / 1e3
+            dec / 1e3,
+            lookup
         );
         let memory = memory.map_or("null".to_owned(), |m| format!("{m:.3}"));
         let us = |x: f64| if x.is_nan() { "null".to_owned() } else { format!("{:.2}", x / 1e3) };
         rows.push(format!(
-            r#"{{"layout": "{layout}", "refs": {n}, "encoding": "{name}", "bytes": {bytes}, "bytes_per_ref": {per_ref:.3}, "memory_bytes_per_ref": {memory}, "encode_us": {}, "decode_us": {}}}"#,
+            r#"{{"layout": "{layout}", "refs": {n}, "encoding": "{name}", "bytes": {bytes}, "bytes_per_ref": {per_ref:.3}, "memory_bytes_per_ref": {memory}, "encode_us": {}, "decode_us": {}, "lookup_ns": {}}}"#,
             us(enc),
-            us(dec)
+            us(dec),
+            if lookup.is_nan() { "null".to_owned() } else { format!("{lookup:.0}") }
         ));
     };
-    for layout in [Layout::Sequential, Layout::Scattered, Layout::FilePerChunk] {
-        let sizes: &[u32] = if layout == Layout::FilePerChunk { &[1024, 4096] } else { &[1024, 4096, 16_384, 65_536] };
+    for layout in [Layout::Sequential, Layout::Scattered, Layout::FilePerChunk, Layout::GoesNames] {
+        let one_file_each = matches!(layout, Layout::FilePerChunk | Layout::GoesNames);
+        let sizes: &[u32] = if one_file_each { &[1024, 4096] } else { &[1024, 4096, 16_384, 65_536] };
         for &n in sizes {
             let b = block(n, layout);
             let mut urls: Vec<String> = b
@@ -226,30 +255,36 @@ fn main() {
             let fixed = b.encode();
             let enc = time(|| drop(std::hint::black_box(b.encode())));
             let dec = time(|| drop(std::hint::black_box(ManifestBlock::decode(&fixed))));
-            row(layout, n, "fixed", fixed.len(), Some(b.weight()), enc, dec);
-            if layout == Layout::FilePerChunk {
+            let served = b.clone().for_serving();
+            let lookup = time(|| {
+                for slot in 0..n {
+                    drop(std::hint::black_box(served.get(slot)));
+                }
+            }) / f64::from(n);
+            row(layout, n, "packed", fixed.len(), Some(served.weight()), enc, dec, lookup);
+            if one_file_each {
                 let (stored, memory) = v1_sizes(&b, n);
-                row(layout, n, "fixed (v1 strings)", stored, Some(memory), f64::NAN, f64::NAN);
+                row(layout, n, "fixed (v1 strings)", stored, Some(memory), f64::NAN, f64::NAN, f64::NAN);
                 continue;
             }
             let varint = varint_encode(&b, &urls);
             let enc = time(|| drop(std::hint::black_box(varint_encode(&b, &urls))));
             let dec = time(|| drop(std::hint::black_box(varint_decode(&varint))));
-            row(layout, n, "varint", varint.len(), None, enc, dec);
+            row(layout, n, "varint", varint.len(), None, enc, dec, f64::NAN);
             let z = zstd::bulk::compress(&fixed, 3).unwrap_or_default();
             let enc = time(|| drop(std::hint::black_box(zstd::bulk::compress(&b.encode(), 3))));
             let dec = time(|| {
                 let raw = zstd::bulk::decompress(&z, fixed.len()).unwrap_or_default();
                 drop(std::hint::black_box(ManifestBlock::decode(&raw)));
             });
-            row(layout, n, "fixed+zstd", z.len(), None, enc, dec);
+            row(layout, n, "packed+zstd", z.len(), None, enc, dec, f64::NAN);
             let z = zstd::bulk::compress(&varint, 3).unwrap_or_default();
             let enc = time(|| drop(std::hint::black_box(zstd::bulk::compress(&varint_encode(&b, &urls), 3))));
             let dec = time(|| {
                 let raw = zstd::bulk::decompress(&z, varint.len()).unwrap_or_default();
                 drop(std::hint::black_box(varint_decode(&raw)));
             });
-            row(layout, n, "varint+zstd", z.len(), None, enc, dec);
+            row(layout, n, "varint+zstd", z.len(), None, enc, dec, f64::NAN);
         }
     }
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/results/block_encoding.json");

@@ -28,7 +28,7 @@ fn million(file: &Path) -> Vec<u8> {
         let comma = if i == 0 { "" } else { "," };
         // Offsets scattered over 2^40 bytes (registered unverified): packed blocks take about 5 MB,
         // more than SQLite's page cache, so the transaction writes to the WAL before it commits.
-        let offset = (i as u64).wrapping_mul(2_654_435_761) % (1 << 40) & !3;
+        let offset = ((i as u64).wrapping_mul(2_654_435_761) % (1 << 40)) & !3;
         write!(body, r#"{comma}"{i}":{{"path":"{path}","offset":{offset},"length":4}}"#).unwrap();
     }
     body.push_str("}}}}");

@@ -123,6 +123,20 @@ both_backends! {
         assert_eq!(air, [once.clone(), once].concat());
         let (_, run) = read_all::<i64>(&server, "runs", "/run").await;
         assert_eq!(run, [1_704_067_200, 1_704_067_200 + 12 * 3600]);
+
+        // The summary lists the files a page at a time.
+        let listed = |answer: &Value| -> Vec<String> {
+            answer["files"]["files"].as_array().unwrap().iter().map(|f| f["url"].as_str().unwrap().to_owned()).collect()
+        };
+        let all: Value = server.get("/api/v1/stores/along", &[]).await.json().await.unwrap();
+        assert_eq!(listed(&all), files);
+        assert!(all["files"].get("files_total").is_none(), "every file is listed: {all}");
+        let second: Value = server.get("/api/v1/stores/along?files_offset=1&files_limit=1", &[]).await.json().await.unwrap();
+        assert_eq!(listed(&second), files[1..]);
+        assert_eq!((second["files"]["files_total"].as_u64(), second["files"]["files_offset"].as_u64()), (Some(2), Some(1)));
+        let refused = server.get("/api/v1/stores/along?files_limit=10001", &[]).await;
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+        assert!(refused.text().await.unwrap().contains("page through the files with files_offset"));
     }
 }
 

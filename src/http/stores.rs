@@ -183,7 +183,8 @@ async fn register_files(app: &AppState, name: &str, body: Body, how: Registratio
     let registered = app.registrar.register_files(name, &target, how).await?;
     let status = if registered.created { StatusCode::CREATED } else { StatusCode::OK };
     let mut answer = registered_json(&registered);
-    if let (Some(origin), Some(answer)) = (app.registrar.files_origin(name).await?, answer.as_object_mut()) {
+    let first = app.registrar.files_origin(name, 0, FILES_PER_ANSWER).await?;
+    if let (Some(origin), Some(answer)) = (first, answer.as_object_mut()) {
         answer.insert("files".into(), origin.to_json());
     }
     let location = format!("/api/v1/stores/{name}");
@@ -315,8 +316,33 @@ async fn verify(State(app): State<AppState>, Path(name): Path<String>) -> Result
     })))
 }
 
-async fn describe(State(app): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
-    let Described { record, origin, files } = app.stores.describe(&name).await?.ok_or_else(|| no_store(&name))?;
+/// Files an answer lists by default (`files_limit`), and at most.
+const FILES_PER_ANSWER: usize = 1000;
+const MOST_FILES_PER_ANSWER: usize = 10_000;
+
+/// `GET /api/v1/stores/{store}?files_offset=N&files_limit=M`: which files of a store made from
+/// files the summary lists (a 100,000-file store's whole list is tens of megabytes).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DescribeParams {
+    files_offset: Option<usize>,
+    files_limit: Option<usize>,
+}
+
+async fn describe(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    Query(params): Query<DescribeParams>,
+) -> Result<Response, ApiError> {
+    let limit = params.files_limit.unwrap_or(FILES_PER_ANSWER);
+    if limit > MOST_FILES_PER_ANSWER {
+        return Err(ApiError::BadRequest(format!(
+            "files_limit {limit} is more than {MOST_FILES_PER_ANSWER}: page through the files with files_offset"
+        )));
+    }
+    let files = (params.files_offset.unwrap_or(0), limit);
+    let Described { record, origin, files } =
+        app.stores.describe(&name, files).await?.ok_or_else(|| no_store(&name))?;
     let tag = preconditions::etag(record.head.id);
     let mut answer = record_json(&record);
     if let Some(answer) = answer.as_object_mut() {

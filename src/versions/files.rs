@@ -23,7 +23,7 @@ use serde_json::Value;
 
 pub use self::combine::{Combine, CombineError};
 pub use self::listing::{Prefix, Scan};
-pub use self::origin::{FileRecord, Origin};
+pub use self::origin::{FileRecord, Origin, OriginPage};
 use self::read::{ReadFile, read_file};
 pub use self::remote::{ReadCost, RemoteFile};
 pub use self::rescan::{Changes, Rescanned};
@@ -339,11 +339,12 @@ impl Registrar {
         self.store_document(name, doc, storing).await
     }
 
-    /// The files origin of store `name`'s current version, if it was made from files.
-    pub async fn files_origin(&self, name: &str) -> Result<Option<Origin>> {
+    /// Files `offset..offset + limit` of the origin of store `name`'s current version, if it was
+    /// made from files (the others not read).
+    pub async fn files_origin(&self, name: &str, offset: usize, limit: usize) -> Result<Option<OriginPage>> {
         let Some(head) = self.catalog.current_version(name).await? else { return Ok(None) };
         let text = self.catalog.origin(head.id).await?;
-        Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+        Ok(text.and_then(|t| Origin::page(&t, offset, limit)))
     }
 }
 

@@ -28,8 +28,8 @@ pub struct Described {
     /// The Icechunk repository the current version was read from, if any (an origin that cannot
     /// be read is left out).
     pub origin: Option<Origin>,
-    /// The files the current version was read from (`?format=files`), if it was.
-    pub files: Option<super::files::Origin>,
+    /// The files the current version was read from (`?format=files`), if it was: a page of them.
+    pub files: Option<super::files::OriginPage>,
 }
 
 /// A page of a store's versions, newest first.
@@ -67,13 +67,13 @@ impl Stores {
         Ok(self.catalog.store(name).await?)
     }
 
-    /// Store `name`'s record with the Icechunk repository it follows; `None` when there is no
-    /// such store.
-    pub async fn describe(&self, name: &str) -> Result<Option<Described>> {
+    /// Store `name`'s record with the Icechunk repository it follows, or files
+    /// `files.0..files.0 + files.1` of those it was read from; `None` when there is no such store.
+    pub async fn describe(&self, name: &str, files: (usize, usize)) -> Result<Option<Described>> {
         let Some(record) = self.catalog.store(name).await? else { return Ok(None) };
         let text = self.catalog.origin(record.head.id).await?;
         let origin = text.as_deref().and_then(|text| serde_json::from_str(text).ok());
-        let files = text.as_deref().and_then(|text| serde_json::from_str(text).ok());
+        let files = text.as_deref().and_then(|text| super::files::Origin::page(text, files.0, files.1));
         Ok(Some(Described { record, origin, files }))
     }
 

@@ -1,7 +1,7 @@
 //! The "Files" section of the root page of a store made from files (`?format=files`): the files
 //! of the version shown, a page of them at a time (`?files_page=N`), each with the parser that
-//! read it, its size and ETag, and how they were joined. The full list is in
-//! `GET /api/v1/stores/{store}`.
+//! read it, its size and ETag, and how they were joined (the other pages' files are not read).
+//! The API pages them too: `GET /api/v1/stores/{store}?files_offset=N&files_limit=M`.
 
 use std::fmt::Write;
 
@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::super::html::escape;
 use crate::app::AppState;
 use crate::versions::VersionView;
-use crate::versions::files::Origin;
+use crate::versions::files::{Origin, OriginPage};
 
 /// Files listed on one page.
 pub(super) const PER_PAGE: usize = 100;
@@ -28,18 +28,21 @@ pub(super) fn page_of(query: Option<&str>) -> usize {
 
 /// Writes the section for `view` when its version was made from files; nothing otherwise.
 pub(super) async fn section(out: &mut String, app: &AppState, view: &VersionView, page: usize) {
-    let origin = match app.catalog.origin(view.head.id).await {
-        Ok(Some(text)) => serde_json::from_str::<Origin>(&text).ok(),
-        Ok(None) => None,
+    let text = match app.catalog.origin(view.head.id).await {
+        Ok(text) => text,
         Err(e) => {
             let _ = writeln!(out, "<h3>Files</h3>\n<p>The files cannot be listed now: {}</p>", escape(&e.to_string()));
             return;
         }
     };
-    let Some(origin) = origin else { return };
-    let total = origin.files.len();
+    // The page's files only: the others are skipped unread.
+    let Some(total) = text.as_deref().and_then(|t| Origin::page(t, 0, 0)).map(|p| p.total) else { return };
     let pages = total.div_ceil(PER_PAGE).max(1);
     let page = page.min(pages);
+    let first = (page - 1) * PER_PAGE;
+    let Some(OriginPage { origin, .. }) = text.as_deref().and_then(|t| Origin::page(t, first, PER_PAGE)) else {
+        return;
+    };
     let join = match &origin.combine {
         Some(spec) => format!("joined as <code>{}</code>", escape(&Value::to_string(spec))),
         None => "one file".to_owned(),
@@ -53,8 +56,7 @@ pub(super) async fn section(out: &mut String, app: &AppState, view: &VersionView
     out.push_str(
         "<table id=\"files-list\"><tr><th>#</th><th>file</th><th>parser</th><th>bytes</th><th>ETag</th></tr>\n",
     );
-    let first = (page - 1) * PER_PAGE;
-    for (i, file) in origin.files.iter().enumerate().skip(first).take(PER_PAGE) {
+    for (i, file) in origin.files.iter().enumerate().map(|(i, f)| (first + i, f)) {
         let size = file.facts.size.map_or_else(String::new, |s| s.to_string());
         let etag = file.facts.etag.as_deref().unwrap_or("");
         let parser = if file.cached { format!("{} (parsed before)", file.parser) } else { file.parser.clone() };

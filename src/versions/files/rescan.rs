@@ -96,7 +96,7 @@ impl Registrar {
     /// Rescans store `name` if it is made from files (`None` if it is not, or does not exist),
     /// waiting at most `wait` for a rescan of it under way elsewhere to end (then a 409).
     pub async fn rescan_files(&self, name: &str, wait: Duration) -> Result<Option<Rescanned>> {
-        if self.files_origin(name).await?.is_none() {
+        if self.files_origin(name, 0, 0).await?.is_none() {
             return Ok(None);
         }
         let Some(lock) = self.rescan_lock(name, wait).await? else {
