@@ -35,6 +35,16 @@ const RESTART: usize = 32;
 const MAX_RUNS: usize = 62;
 /// The widest run of digits read as a number (10^18 fits in an i64).
 const MAX_DIGITS: usize = 18;
+/// 10^n, for n up to [`MAX_DIGITS`]: the first value a run of n digits cannot hold.
+const POW10: [i128; MAX_DIGITS + 1] = {
+    let mut table = [1i128; MAX_DIGITS + 1];
+    let mut n = 1;
+    while n <= MAX_DIGITS {
+        table[n] = table[n - 1] * 10;
+        n += 1;
+    }
+    table
+};
 
 const UNCHECKED: u8 = 0;
 /// An ETag as it is (weak ones, and any other shape).
@@ -121,15 +131,37 @@ impl Run {
 struct Previous {
     url: String,
     runs: Option<Vec<Run>>,
+    /// The runs' values are newer than their digits in `url` (written once, when needed).
+    stale: bool,
 }
 
 impl Previous {
     fn restart(&mut self) {
         self.url.clear();
         self.runs = None;
+        self.stale = false;
+    }
+
+    /// Writes the runs' values into `url`, each as wide as it was.
+    fn render(&mut self) {
+        if !std::mem::take(&mut self.stale) {
+            return;
+        }
+        for run in self.runs.iter().flatten() {
+            let mut digits = [b'0'; MAX_DIGITS];
+            let mut v = run.value;
+            for d in digits[..run.width].iter_mut().rev() {
+                *d = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+            if let Ok(text) = std::str::from_utf8(&digits[..run.width]) {
+                self.url.replace_range(run.start..run.start + run.width, text);
+            }
+        }
     }
 
     fn front(&mut self, shared: usize, suffix: &str) {
+        self.render();
         self.url.truncate(shared);
         self.url.push_str(suffix);
         self.runs = None;
@@ -144,8 +176,6 @@ impl Previous {
         if runs.len() < 64 && mask >> runs.len() != 0 {
             return Err(BlockError("source URL changes a run of digits it does not have"));
         }
-        // SAFETY of the text: only ASCII digits are overwritten, with ASCII digits.
-        let mut bytes = std::mem::take(&mut self.url).into_bytes();
         // Bit 0 is the last run: the runs that change most (times in file names) come last.
         let n = runs.len();
         for (i, run) in runs.iter_mut().enumerate() {
@@ -153,19 +183,13 @@ impl Previous {
             if mask >> (n - 1 - i) & 1 == 1 {
                 value += i128::from(next()?);
             }
-            let limit = 10i128.pow(run.width as u32);
-            if !(0..limit).contains(&value) {
+            if !(0..POW10[run.width]).contains(&value) {
                 return Err(BlockError("source URL's number does not fit its digits"));
             }
             let value = value as u64;
             run.advance(value);
-            let mut v = value;
-            for d in bytes[run.start..run.start + run.width].iter_mut().rev() {
-                *d = b'0' + (v % 10) as u8;
-                v /= 10;
-            }
         }
-        self.url = String::from_utf8(bytes).map_err(|_| BlockError("source is not UTF-8"))?;
+        self.stale = true;
         Ok(())
     }
 
@@ -372,8 +396,19 @@ impl SourceTable {
             return None;
         }
         let start = *self.restarts.get(i as usize / RESTART)? as usize;
-        let mut walker = Walker { r: self.data.get(start..)?, previous: Previous::default() };
         let target = i as usize % RESTART;
+        if target == 0 {
+            // A restart point carries its whole URL: borrowed, not copied.
+            let mut r = self.data.get(start..)?;
+            if get_varint(&mut r).ok()? != 0 {
+                return None;
+            }
+            let len = read_len(&mut r).ok()?;
+            let url = std::str::from_utf8(take(&mut r, len).ok()?).ok()?;
+            let check = read_check(&mut r).ok()?;
+            return Some(BlockSource { url: Cow::Borrowed(url), check });
+        }
+        let mut walker = Walker { r: self.data.get(start..)?, previous: Previous::default() };
         for step in 0..=target {
             walker.url(step == 0, 2).ok()?;
             if step < target {
@@ -381,6 +416,7 @@ impl SourceTable {
             }
         }
         let check = read_check(&mut walker.r).ok()?;
+        walker.previous.render();
         Some(BlockSource { url: Cow::Owned(walker.previous.url), check })
     }
 }
