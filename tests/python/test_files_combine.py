@@ -489,7 +489,9 @@ def test_a_long_prefix_is_rescanned_in_ranges_and_finds_every_change(server, sto
             list(pool.map(put, keys))
         files = {"prefix": f"s3://{bucket}/long/", "glob": "*.nc"}
         first = put_files(server, store_name, files, combine=combine_existing())
-        assert first["files"]["files"][0]["url"].endswith("long/f00000.nc") and len(first["files"]["files"]) == 1100
+        # The answer lists the first 1,000 files and says how many there are.
+        assert first["files"]["files"][0]["url"].endswith("long/f00000.nc") and len(first["files"]["files"]) == 1000
+        assert (first["files"]["files_total"], first["files"]["files_offset"]) == (1100, 0), first["files"].keys()
         added = ["long/a.nc", "long/f00999.nc", "long/f01501.nc", "long/z.nc"]
         for key in added:
             put(key)
@@ -497,7 +499,12 @@ def test_a_long_prefix_is_rescanned_in_ranges_and_finds_every_change(server, sto
         grown = sync(server, store_name)
         assert sorted(grown["added"]) == [f"s3://{bucket}/{k}" for k in added], grown
         assert grown["removed"] == [f"s3://{bucket}/long/f01000.nc"] and grown["changed"] == [], grown
-        records = requests.get(f"{server.url}/api/v1/stores/{store_name}", timeout=30).json()["files"]["files"]
+        # The summary's files, a page at a time.
+        summary = f"{server.url}/api/v1/stores/{store_name}"
+        pages = [requests.get(summary, params={"files_offset": offset, "files_limit": 600}, timeout=30).json()["files"]
+                 for offset in (0, 600)]
+        assert [p["files_total"] for p in pages] == [1103, 1103], [p.get("files_total") for p in pages]
+        records = pages[0]["files"] + pages[1]["files"]
         expected = sorted(set(keys) - {"long/f01000.nc"} | set(added))
         assert [r["url"] for r in records] == [f"s3://{bucket}/{k}" for k in expected]
         assert zarr.open_array(f"{server.url}/{store_name}/air", mode="r").shape[0] == len(expected)
