@@ -214,10 +214,7 @@ impl Blocks {
             let _ = self.retired.waste.set(m.wasted.clone());
         }
         let gap = self.settings.gap;
-        let object: Arc<str> = match check {
-            SourceCheck::Digest(d) => format!("{}\n#{d:016x}", remote.url).into(),
-            other => format!("{}\n{other}", remote.url).into(),
-        };
+        let object: Arc<str> = format!("{}\n{check}", remote.url).into();
         let key = |index| BlockKey { object: object.clone(), index };
         let (first, last) = (range.start / gap, (range.end - 1) / gap);
         // Looked up under the in-flight lock, which a run holds to hand over a block (cache,

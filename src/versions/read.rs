@@ -16,7 +16,7 @@ use crate::catalog::{Catalog, StoreHead, VersionHead};
 use crate::config::{AssembleConfig, LimitsConfig};
 use crate::metrics::Metrics;
 use crate::sources::{Fetched, SourceError, SourceRegistry};
-use crate::zarr::block::BlockSource;
+use crate::zarr::block::{BlockAddress, BlockSource};
 use crate::zarr::hierarchy::Node;
 use crate::zarr::metadata::NodeKind;
 use crate::zarr::portable;
@@ -57,13 +57,10 @@ pub struct VirtualChunk {
     /// Its strong ETag, named by what the source was recorded as: new bytes get a new tag only
     /// when that is known.
     pub etag: String,
-    /// Where its block is stored (version, array, tile): a refused read names the whole
-    /// recorded ETag from there, where the cached block holds only its digest.
-    stored: Box<(i64, String, u64)>,
 }
 
 impl VirtualChunk {
-    fn new(block: Arc<ManifestBlock>, slot: u32, stored: Box<(i64, String, u64)>) -> Option<Self> {
+    fn new(block: Arc<ManifestBlock>, slot: u32) -> Option<Self> {
         let ChunkRef::Virtual { source, offset, length } = block.get(slot) else { return None };
         let identity = match &source.check {
             SourceCheck::ETag(e) => format!("{}\n{offset}\n{length}\n{e}", source.url),
@@ -72,7 +69,7 @@ impl VirtualChunk {
             SourceCheck::Unchecked => format!("{}\n{offset}\n{length}\n", source.url),
         };
         let etag = etag('v', identity.as_bytes());
-        Some(Self { block, slot, offset, length, etag, stored })
+        Some(Self { block, slot, offset, length, etag })
     }
 
     /// The source object it lies in.
@@ -213,7 +210,7 @@ impl Reader {
 
     /// The block holding `tile` of array `node` in version `head`, cached.
     pub async fn block(&self, head: &VersionHead, node: &Node, tile: u64) -> Result<Arc<ManifestBlock>> {
-        let load = move || async move { self.load_block(head, node, tile).await.map(|b| Arc::new(b.for_serving())) };
+        let load = move || self.load_block_for_cache(head, node, tile);
         self.caches.blocks.get_or_load((head.id, node.index, tile), load).await
     }
 
@@ -224,8 +221,16 @@ impl Reader {
         node: &Node,
         tile: u64,
     ) -> Result<Arc<ManifestBlock>> {
-        let load = move || async move { self.load_block(head, node, tile).await.map(|b| Arc::new(b.for_serving())) };
+        let load = move || self.load_block_for_cache(head, node, tile);
         self.caches.blocks.load(&(head.id, node.index, tile), load).await
+    }
+
+    /// [`Reader::load_block`] in the form the cache keeps: long ETags as digests, and where it is
+    /// stored.
+    async fn load_block_for_cache(&self, head: &VersionHead, node: &Node, tile: u64) -> Result<Arc<ManifestBlock>> {
+        let block = self.load_block(head, node, tile).await?;
+        let at = BlockAddress { version: head.id, node: node.path.as_str().to_owned(), tile };
+        Ok(Arc::new(block.for_serving().at(at)))
     }
 
     /// The block holding `tile` of array `node` in version `head`, read from the catalog (not
@@ -290,9 +295,8 @@ impl Reader {
     async fn naming_recorded(&self, chunk: &VirtualChunk, check: &SourceCheck<'_>, e: SourceError) -> SourceError {
         let SourceError::Modified { url, store, recorded } = e else { return e };
         let whole = match check {
-            SourceCheck::Digest(_) => {
-                let (version, node, tile) = &*chunk.stored;
-                match self.catalog.block(*version, node, *tile).await {
+            SourceCheck::Digest(_) if let Some(at) = chunk.block.stored_at() => {
+                match self.catalog.block(at.version, &at.node, at.tile).await {
                     Ok(Some(bytes)) => {
                         ManifestBlock::decode(&bytes).ok().and_then(|block| match block.get(chunk.slot) {
                             ChunkRef::Virtual { source, .. } => Some(source.check.to_string()),
@@ -364,11 +368,9 @@ pub(super) fn chunk_in(
         ChunkRef::Missing => return Ok(InBlock::Chunk(Chunk::Missing)),
         ChunkRef::Inline(bytes) => Chunk::Bytes { etag: etag('i', &bytes), bytes },
         ChunkRef::Assembled(recipe) => return Ok(InBlock::Assembled(recipe)),
-        ChunkRef::Virtual { .. } => {
-            VirtualChunk::new(block.clone(), at.slot, Box::new((view.head.id, node.path.as_str().to_owned(), at.tile)))
-                .map(Chunk::Virtual)
-                .ok_or_else(|| Error::Internal("a virtual reference read back as another kind".into()))?
-        }
+        ChunkRef::Virtual { .. } => VirtualChunk::new(block.clone(), at.slot)
+            .map(Chunk::Virtual)
+            .ok_or_else(|| Error::Internal("a virtual reference read back as another kind".into()))?,
     };
     Ok(if node.transcoded().is_some() { InBlock::Transcode(chunk) } else { InBlock::Chunk(chunk) })
 }

@@ -59,6 +59,20 @@ pub struct ManifestBlock {
     slots: Option<Box<[u32]>>,
     records: records::Packed,
     inline: Bytes,
+    /// Where a cached block is stored ([`ManifestBlock::at`]).
+    stored: Option<Box<BlockAddress>>,
+}
+
+/// Where a block is stored: its version, array and tile. A cached block keeps it, so that a read
+/// refused for a source's ETag can name the whole ETag from the stored block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockAddress {
+    /// The version's id.
+    pub version: i64,
+    /// The array's path.
+    pub node: String,
+    /// The tile.
+    pub tile: u64,
 }
 
 /// Counts of a block's stored references by kind.
@@ -90,6 +104,7 @@ impl ManifestBlock {
             slots: Some(Box::new([])),
             records: records::Packed::pack(&[]),
             inline: Bytes::new(),
+            stored: None,
         }
     }
 
@@ -150,6 +165,7 @@ impl ManifestBlock {
             + self.slots.as_ref().map_or(0, |s| s.len() * 4)
             + self.records.weight()
             + self.inline.len()
+            + self.stored.as_ref().map_or(0, |a| size_of::<BlockAddress>() + a.node.len())
     }
 
     fn resolve(&self, r: &Record) -> ChunkRef<'_> {
@@ -176,6 +192,18 @@ impl ManifestBlock {
             self.sources = sources;
         }
         self
+    }
+
+    /// The block, knowing where it is stored.
+    #[must_use]
+    pub fn at(mut self, address: BlockAddress) -> Self {
+        self.stored = Some(Box::new(address));
+        self
+    }
+
+    /// Where the block is stored, when it was told ([`Self::at`]).
+    pub fn stored_at(&self) -> Option<&BlockAddress> {
+        self.stored.as_deref()
     }
 
     /// Serialises the block for storage.
@@ -264,7 +292,7 @@ impl ManifestBlock {
             return Err(BlockError("trailing bytes"));
         }
         records.check(sources.len(), inline_len as u64)?;
-        Ok(Self { tile_len, sources, slots, records, inline })
+        Ok(Self { tile_len, sources, slots, records, inline, stored: None })
     }
 }
 
@@ -396,7 +424,7 @@ impl BlockBuilder {
             let records: Vec<Record> = self.entries.iter().map(|(_, r)| *r).collect();
             (Some(slots), records::Packed::pack(&records))
         };
-        ManifestBlock { tile_len: self.tile_len, sources, slots, records, inline: self.inline.into() }
+        ManifestBlock { tile_len: self.tile_len, sources, slots, records, inline: self.inline.into(), stored: None }
     }
 }
 

@@ -35,14 +35,17 @@ pub(super) async fn section(out: &mut String, app: &AppState, view: &VersionView
             return;
         }
     };
-    // The page's files only: the others are skipped unread.
-    let Some(total) = text.as_deref().and_then(|t| Origin::page(t, 0, 0)).map(|p| p.total) else { return };
+    // The page's files only: the others are skipped unread (a page past the last reads the last).
+    let Some(text) = text else { return };
+    let read = |page: usize| Origin::page(&text, (page - 1) * PER_PAGE, PER_PAGE);
+    let Some(OriginPage { mut origin, mut total, .. }) = read(page) else { return };
     let pages = total.div_ceil(PER_PAGE).max(1);
     let page = page.min(pages);
+    if origin.files.is_empty() && total > 0 {
+        let Some(last) = read(page) else { return };
+        (origin, total) = (last.origin, last.total);
+    }
     let first = (page - 1) * PER_PAGE;
-    let Some(OriginPage { origin, .. }) = text.as_deref().and_then(|t| Origin::page(t, first, PER_PAGE)) else {
-        return;
-    };
     let join = match &origin.combine {
         Some(spec) => format!("joined as <code>{}</code>", escape(&Value::to_string(spec))),
         None => "one file".to_owned(),

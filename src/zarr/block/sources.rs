@@ -383,10 +383,10 @@ impl SourceTable {
     /// instead of 18). `None` when no entry would change.
     pub fn digested(&self) -> Option<Self> {
         let entries: Vec<BlockSource<'_>> = (0..self.len).filter_map(|i| self.get(i)).collect();
-        if !entries.iter().any(|e| matches!(&e.check, SourceCheck::ETag(t) if t.len() > 8)) {
+        let checks: Vec<SourceCheck<'_>> = entries.iter().map(|e| e.check.as_borrowed().digested()).collect();
+        if entries.iter().zip(&checks).all(|(e, c)| e.check == *c) {
             return None;
         }
-        let checks: Vec<SourceCheck<'_>> = entries.iter().map(|e| e.check.as_borrowed().digested()).collect();
         Some(Self::build(entries.iter().zip(&checks).map(|(e, c)| (&*e.url, c))))
     }
 
