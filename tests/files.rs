@@ -154,7 +154,8 @@ both_backends! {
         assert_eq!(status, StatusCode::CREATED, "{answer}");
         // air: 2 x 4 x 2 chunks; along lat chunk 0 is the first file's, 1-3 assembled (2 x 3 x 2).
         assert_eq!(answer["chunks"]["assembled"].as_u64(), Some(12), "{answer}");
-        assert_eq!(answer["chunks"]["virtual"].as_u64(), Some(4 + 2), "air's first lat chunks, and lat's two: {answer}");
+        assert_eq!(answer["chunks"]["virtual"].as_u64(), Some(4), "air's first lat chunks: {answer}");
+        assert_eq!(answer["chunks"]["inline"].as_u64(), Some(1), "lat, read and concatenated: {answer}");
         let once: Vec<f32> = (0..120).map(|i| i as f32).collect();
         let joined: Vec<f32> = (0..4 * 10 * 6)
             .map(|i| {

@@ -101,7 +101,7 @@ fn name_of(path: &str) -> &str {
 }
 
 /// A coordinate: a 1-d array named as its only dimension.
-fn is_coordinate(path: &str, node: &Node) -> bool {
+pub(super) fn is_coordinate(path: &str, node: &Node) -> bool {
     is_array(node) && dimension_names(node) == [name_of(path)]
 }
 

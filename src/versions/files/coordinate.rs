@@ -1,53 +1,131 @@
-//! The joined coordinate's values, read when `combine` needs them: files joined with `"order":
-//! "coordinate"` are sorted by its first value, and files that write it in different units have
-//! it converted into the first file's (`combine/time.rs`). Only then: a join by references reads
-//! no data.
+//! The joined coordinate's values, read for `{"join": "existing"}`: concatenated and stored
+//! inline (a client opening the store reads them in one request, not one piece per file), files
+//! joined with `"order": "coordinate"` sorted by its first value, and files that write it in
+//! different units converted into the first file's (`combine/time.rs`). Its chunks are read from
+//! the bytes each file's parse already held where they can be ([`hold`]): a join by references
+//! otherwise reads no data.
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
+use serde_json::Value;
 
-use super::combine::{Combine, time};
+use super::combine::{Combine, is_coordinate, time};
 use super::invalid;
 use super::read::ReadFile;
-use crate::formats::{Chunk, Node};
+use super::remote::RemoteFile;
+use crate::formats::{Chunk, Node, Parsed};
 use crate::sources::SourceRegistry;
 use crate::versions::error::Result;
 
 /// Coordinates read at once.
 const CONCURRENCY: usize = 16;
 
+/// A file's coordinate values, or why they cannot be decoded.
+type Decoded = std::result::Result<Vec<f64>, String>;
+
+/// Chunks a file's coordinate may have to be read.
+const MAX_CHUNKS: usize = 4096;
+
+/// Values a joined coordinate may have (across every file) to be stored inline when nothing
+/// else needs it read: 8 MiB as float64. Past it, the coordinate is joined as the other
+/// variables are.
+const MAX_INLINE_VALUES: u64 = 1 << 20;
+
+/// Encoded bytes of one coordinate's chunks, and of all of one file's coordinates, that a parse
+/// keeps for a join ([`hold`]).
+const HOLD_BYTES: u64 = 64 << 10;
+const HOLD_FILE_BYTES: u64 = 256 << 10;
+
+/// Keeps in `parsed.held` the encoded bytes of its small 1-d coordinates' chunks that `file`
+/// already holds (read with the metadata around them), so that a join along one of them reads
+/// its values with no request: 100,000 GOES files joined along time would otherwise cost
+/// 100,000 more GETs, or 100,000 pieces of assembled chunks for a client opening the store.
+/// `file` must be the file the chunks' ranges are in (not a DMR++ sidecar).
+pub(super) fn hold(file: &RemoteFile, parsed: &mut Parsed) {
+    let Parsed { nodes, held, .. } = parsed;
+    let mut budget = HOLD_FILE_BYTES;
+    for (path, node) in nodes.iter() {
+        if !is_coordinate(path, node) || node.chunks.len() > MAX_CHUNKS {
+            continue;
+        }
+        let ranges: Vec<(u64, u64, u64)> = node
+            .chunks
+            .iter()
+            .filter_map(|(index, chunk)| match (index.first(), chunk) {
+                (Some(j), Chunk::Range { offset, length }) => Some((*j, *offset, *length)),
+                _ => None,
+            })
+            .collect();
+        let total: u64 = ranges.iter().map(|(_, _, length)| *length).sum();
+        if ranges.is_empty() || total > HOLD_BYTES.min(budget) {
+            continue;
+        }
+        let kept: Vec<(u64, Vec<u8>)> = ranges
+            .iter()
+            .filter_map(|(j, offset, length)| file.already_read(*offset, *length).map(|b| (*j, b.to_vec())))
+            .collect();
+        if !kept.is_empty() {
+            budget -= kept.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
+            held.insert(path.clone(), kept);
+        }
+    }
+}
+
 /// Reads what `combine` needs of `files`' joined coordinate: sorts `files` when it says
-/// `"order": "coordinate"`, and answers every file's values (in the new order) when the files
-/// write the coordinate in different units; `None` when a join by references needs nothing.
+/// `"order": "coordinate"`, and answers every file's values (in the new order) to be
+/// concatenated inline; `None` when the coordinate is joined as the other variables are (some
+/// file has none, it is too long to store inline, or its values cannot be decoded and nothing
+/// else needs them).
 pub(super) async fn prepare(
     sources: &SourceRegistry,
     files: &mut Vec<ReadFile>,
     combine: &Combine,
 ) -> Result<Option<Vec<Vec<f64>>>> {
     let Combine::Existing { dim, by_coordinate } = combine else { return Ok(None) };
-    let coordinate = |f: &ReadFile| f.parsed.nodes.get(dim.as_str()).filter(|n| n.chunks.len() <= 4096).cloned();
+    let coordinate = |f: &ReadFile| {
+        f.parsed.nodes.get(dim.as_str()).filter(|n| is_coordinate(dim, n) && n.chunks.len() <= MAX_CHUNKS).cloned()
+    };
     let nodes: Vec<Option<Node>> = files.iter().map(coordinate).collect();
     let present: Vec<&Node> = nodes.iter().flatten().collect();
-    let differ = present.len() == files.len() && time::differ(&present);
-    if !by_coordinate && !differ {
+    let every = present.len() == files.len();
+    let differ = every && time::differ(&present);
+    let total: u64 = present
+        .iter()
+        .map(|n| n.metadata.get("shape").and_then(|s| s.get(0)).and_then(Value::as_u64).unwrap_or(0))
+        .sum();
+    let inline = every && total <= MAX_INLINE_VALUES;
+    let needed = *by_coordinate || differ;
+    if !needed && !inline {
         return Ok(None);
     }
     if let Some(i) = nodes.iter().position(Option::is_none) {
         return Err(invalid(format!(
-            "{} has no coordinate variable {dim} (a 1-d array named as its dimension, of at most 4096 chunks) to \
-             order the files by or convert",
+            "{} has no coordinate variable {dim} (a 1-d array named as its dimension, of at most {MAX_CHUNKS} chunks) \
+             to order the files by or convert",
             files[i].record.url
         )));
     }
     // Boxed: a stream of unboxed borrowing futures is not seen as Send by the router.
-    let reads: Vec<BoxFuture<'_, Result<Vec<f64>>>> =
-        files.iter().zip(nodes.iter().flatten()).map(|(file, node)| values(sources, file, node).boxed()).collect();
-    let mut values: Vec<Vec<f64>> = futures::stream::iter(reads)
+    let reads: Vec<BoxFuture<'_, Result<Decoded>>> =
+        files.iter().zip(nodes.iter().flatten()).map(|(file, node)| values(sources, file, dim, node).boxed()).collect();
+    let read: Vec<Decoded> = futures::stream::iter(reads)
         .buffered(CONCURRENCY)
         .collect::<Vec<_>>()
         .await
         .into_iter()
         .collect::<Result<_>>()?;
+    let mut values = Vec::with_capacity(read.len());
+    for (file, outcome) in files.iter().zip(read) {
+        match outcome {
+            Ok(v) => values.push(v),
+            Err(why) if needed => return Err(invalid(format!("coordinate {dim} of {}: {why}", file.record.url))),
+            Err(why) => {
+                tracing::info!(file = %file.record.url, coordinate = %dim, problem = %why,
+                    "a joined coordinate cannot be decoded: joined by references instead of inline");
+                return Ok(None);
+            }
+        }
+    }
     if *by_coordinate {
         let urls: Vec<&str> = files.iter().map(|f| f.record.url.as_str()).collect();
         let keyed: Vec<(&Node, &[f64])> = nodes.iter().flatten().zip(&values).map(|(n, v)| (n, v.as_slice())).collect();
@@ -63,37 +141,32 @@ pub(super) async fn prepare(
         *files = f;
         values = v;
     }
-    Ok(differ.then_some(values))
+    Ok((differ || inline).then_some(values))
 }
 
-/// The values of `file`'s coordinate `node`, its chunks read through the sources.
-async fn values(sources: &SourceRegistry, file: &ReadFile, node: &Node) -> Result<Vec<f64>> {
+/// The values of `file`'s coordinate `node` (at `path`), its chunks taken from what its parse
+/// held or read through the sources; the inner error says why they cannot be decoded.
+async fn values(sources: &SourceRegistry, file: &ReadFile, path: &str, node: &Node) -> Result<Decoded> {
     let url = &file.record.url;
     let check = file.record.facts.read_check();
+    let held = file.parsed.held.get(path);
     let mut chunks = Vec::with_capacity(node.chunks.len());
     for (index, chunk) in &node.chunks {
         let j = index.first().copied().unwrap_or(0);
-        let bytes = match chunk {
-            Chunk::Range { offset, length } => {
+        let kept = held.and_then(|h| h.iter().find(|(i, _)| *i == j)).map(|(_, bytes)| bytes);
+        let bytes = match (chunk, kept) {
+            (Chunk::Range { .. }, Some(bytes)) => bytes.clone(),
+            (Chunk::Range { offset, length }, None) => {
                 sources.fetch_bytes(url, *offset..offset + length, &check).await?.to_vec()
             }
-            Chunk::Elsewhere { url: other, offset, length } => {
+            (Chunk::Elsewhere { url: other, offset, length }, _) => {
                 let unchecked = crate::zarr::source::SourceCheck::Unchecked;
                 sources.fetch_bytes(other, *offset..offset + length, &unchecked).await?.to_vec()
             }
-            Chunk::Inline(bytes) => bytes.clone(),
-            Chunk::Assembled(_) => continue,
+            (Chunk::Inline(bytes), _) => bytes.clone(),
+            (Chunk::Assembled(_), _) => continue,
         };
         chunks.push((j, Some(bytes)));
     }
-    time::decode_values(node, &chunks).map_err(|why| invalid(format!("coordinate {} of {url}: {why}", name(node))))
-}
-
-fn name(node: &Node) -> String {
-    node.metadata
-        .get("dimension_names")
-        .and_then(|d| d.get(0))
-        .and_then(serde_json::Value::as_str)
-        .unwrap_or("?")
-        .to_owned()
+    Ok(time::decode_values(node, &chunks))
 }

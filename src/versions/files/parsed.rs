@@ -37,6 +37,8 @@ struct RawParsed<'a> {
     #[serde(borrow)]
     nodes: BTreeMap<String, RawNode<'a>>,
     warnings: Vec<String>,
+    #[serde(default)]
+    held: BTreeMap<String, Vec<(u64, Vec<u8>)>>,
 }
 
 /// A [`Node`] as read back.
@@ -187,7 +189,7 @@ fn decode(data: &[u8], shared: &mut Shared) -> std::io::Result<Entry> {
             };
             nodes.insert(path, Node { metadata, chunks: node.chunks });
         }
-        Ok(Entry { parser: raw.parser, parsed: Parsed { nodes, warnings: raw.parsed.warnings } })
+        Ok(Entry { parser: raw.parser, parsed: Parsed { nodes, warnings: raw.parsed.warnings, held: raw.parsed.held } })
     })
 }
 

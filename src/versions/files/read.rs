@@ -195,6 +195,9 @@ pub(super) async fn read_file(
         }
     };
     metrics.parse_files_total.with_label_values(&[label, "ok"]).inc();
+    if read_url == url {
+        super::coordinate::hold(&file, &mut parsed);
+    }
     let remember = key.and_then(|key| key.entry(label, &parsed));
     parsed.warnings.splice(0..0, warnings);
     let record = FileRecord {

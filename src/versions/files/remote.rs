@@ -120,6 +120,11 @@ impl RemoteFile {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The `length` bytes at `offset` if a read already brought them (no request is made).
+    pub fn already_read(&self, offset: u64, length: u64) -> Option<Bytes> {
+        self.held(offset, offset.checked_add(length)?)
+    }
+
     /// The bytes `offset..end` if one piece already holds them.
     fn held(&self, offset: u64, end: u64) -> Option<Bytes> {
         held(&self.lock(), offset, end)

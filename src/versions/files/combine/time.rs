@@ -1,6 +1,6 @@
-//! The joined coordinate when the files write it differently: CF time units (`<unit> since
-//! <date>`) read, values converted into the first file's units, and the joined coordinate made
-//! one inline chunk. Pure: the values come read and decoded.
+//! The joined coordinate: its values concatenated into one inline chunk, and when the files
+//! write it differently, CF time units (`<unit> since <date>`) read and the values converted
+//! into the first file's units. Pure: the values come read and decoded.
 
 use chrono::{NaiveDate, NaiveDateTime};
 use serde_json::{Value, json};
@@ -75,55 +75,84 @@ pub fn start(values: &[f64], units: &TimeUnits, first: &TimeUnits) -> Option<f64
     values.first().and_then(|v| units.convert(*v, first))
 }
 
-/// The joined coordinate `dim`: `first`'s array (attributes, data type) whose values are every
-/// file's (`parts`: URL, the file's coordinate, its values) converted into the first file's
-/// units, as one inline chunk.
+/// The joined coordinate `dim`: `first`'s array (attributes, data type where the values fit it)
+/// whose values are every file's (`parts`: URL, the file's coordinate, its values), converted
+/// into the first file's units when the files write it in different units or calendars, as one
+/// inline chunk.
 pub fn joined(dim: &str, parts: &[(String, Node, Vec<f64>)]) -> Result<Node, CombineError> {
     let refused = |why: String| CombineError::Refused(why);
     let (first_url, first, _) = &parts[0];
-    let units = TimeUnits::of(first).map_err(|why| refused(format!("coordinate {dim} of {first_url}: {why}")))?;
-    let mut values = Vec::new();
-    for (url, node, own) in parts {
-        let theirs = TimeUnits::of(node).map_err(|why| refused(format!("coordinate {dim} of {url}: {why}")))?;
-        for v in own {
-            values.push(theirs.convert(*v, &units).ok_or_else(|| {
-                refused(format!(
-                    "files {first_url} and {url} write coordinate {dim} in calendar {:?} from different dates: \
-                     zarrgate converts between epochs in the standard calendars only",
-                    theirs.calendar
-                ))
-            })?);
+    let mut values = Vec::with_capacity(parts.iter().map(|(_, _, v)| v.len()).sum());
+    if differ(&parts.iter().map(|(_, node, _)| node).collect::<Vec<_>>()) {
+        let units = TimeUnits::of(first).map_err(|why| refused(format!("coordinate {dim} of {first_url}: {why}")))?;
+        for (url, node, own) in parts {
+            let theirs = TimeUnits::of(node).map_err(|why| refused(format!("coordinate {dim} of {url}: {why}")))?;
+            for v in own {
+                values.push(theirs.convert(*v, &units).ok_or_else(|| {
+                    refused(format!(
+                        "files {first_url} and {url} write coordinate {dim} in calendar {:?} from different dates: \
+                         zarrgate converts between epochs in the standard calendars only",
+                        theirs.calendar
+                    ))
+                })?);
+            }
         }
+    } else {
+        values.extend(parts.iter().flat_map(|(_, _, own)| own.iter().copied()));
     }
     let mut metadata = (*first.metadata).clone();
-    let integral = values.iter().all(|v| v.fract() == 0.0 && v.abs() < 9.0e15);
-    let data_type = metadata.get("data_type").and_then(Value::as_str).unwrap_or("float64").to_owned();
-    let (data_type, bytes): (&str, Vec<u8>) = match data_type.as_str() {
-        "int64" | "int32" if integral => ("int64", values.iter().flat_map(|v| (*v as i64).to_le_bytes()).collect()),
-        "float32" if values.iter().all(|v| f64::from(*v as f32) == *v) => {
-            ("float32", values.iter().flat_map(|v| (*v as f32).to_le_bytes()).collect())
-        }
-        _ => ("float64", values.iter().flat_map(|v| v.to_le_bytes()).collect()),
-    };
-    let fill = metadata.get("fill_value").cloned().unwrap_or(json!(0));
-    let fill = match (data_type, fill.as_f64()) {
-        ("int64", Some(f)) if f.fract() == 0.0 => json!(f as i64),
-        ("int64", _) => json!(0),
-        (_, Some(f)) => json!(f),
-        (_, None) => fill,
-    };
+    let own_type = metadata.get("data_type").and_then(Value::as_str).unwrap_or("float64").to_owned();
+    let (data_type, bytes) = encode(&own_type, &values);
+    if data_type != own_type {
+        let fill = metadata.get("fill_value").cloned().unwrap_or(json!(0));
+        let fill = match (data_type, fill.as_f64()) {
+            ("int64", Some(f)) if f.fract() == 0.0 => json!(f as i64),
+            ("int64", _) => json!(0),
+            (_, Some(f)) => json!(f),
+            (_, None) => fill,
+        };
+        metadata.insert("fill_value".into(), fill);
+    }
     let length = values.len().max(1);
     for (key, value) in [
         ("shape", json!([values.len()])),
         ("data_type", json!(data_type)),
         ("chunk_grid", json!({"name": "regular", "configuration": {"chunk_shape": [length]}})),
         ("codecs", json!([{"name": "bytes", "configuration": {"endian": "little"}}])),
-        ("fill_value", fill),
     ] {
         metadata.insert(key.into(), value);
     }
     let chunks = if values.is_empty() { Vec::new() } else { vec![(vec![0], Chunk::Inline(bytes))] };
     Ok(Node { metadata: metadata.into(), chunks })
+}
+
+/// `values` as little-endian elements of `data_type` when each one is exactly one of them, else
+/// of `int64` (integers) or `float64`: the data type written and the bytes.
+fn encode(data_type: &str, values: &[f64]) -> (&'static str, Vec<u8>) {
+    macro_rules! exact {
+        ($name:literal, $t:ty) => {
+            if values.iter().all(|v| v.abs() < 9.0e15 && (*v as $t) as f64 == *v) {
+                return ($name, values.iter().flat_map(|v| (*v as $t).to_le_bytes()).collect());
+            }
+        };
+    }
+    match data_type {
+        "int8" => exact!("int8", i8),
+        "int16" => exact!("int16", i16),
+        "int32" => exact!("int32", i32),
+        "uint8" => exact!("uint8", u8),
+        "uint16" => exact!("uint16", u16),
+        "uint32" => exact!("uint32", u32),
+        "uint64" => exact!("uint64", u64),
+        "float32" if values.iter().all(|v| f64::from(*v as f32) == *v || v.is_nan()) => {
+            return ("float32", values.iter().flat_map(|v| (*v as f32).to_le_bytes()).collect());
+        }
+        _ => {}
+    }
+    if data_type != "float64" && data_type != "float32" {
+        exact!("int64", i64);
+    }
+    ("float64", values.iter().flat_map(|v| v.to_le_bytes()).collect())
 }
 
 /// The values of a 1-d coordinate `node` from its chunks' encoded bytes (`chunks`: each chunk's
@@ -258,10 +287,43 @@ mod tests {
             ("b".to_owned(), coordinate("days since 2000-01-02", "standard", "int32"), vec![0.0, 1.0]),
         ];
         let node = joined("time", &parts).unwrap();
+        assert_eq!(node.metadata["data_type"], "int32");
+        let Chunk::Inline(bytes) = &node.chunks[0].1 else { panic!("not inline") };
+        let values: Vec<i32> = bytes.chunks_exact(4).map(|b| i32::from_le_bytes(b.try_into().unwrap())).collect();
+        assert_eq!(values, [0, 6, 24, 48]);
+        // Past int32 once converted: int64. Not integers: float64, its fill value a float.
+        let seconds = vec![
+            ("a".to_owned(), coordinate("seconds since 2000-01-01", "standard", "int32"), vec![0.0]),
+            ("b".to_owned(), coordinate("days since 2100-01-01", "standard", "int32"), vec![0.0]),
+        ];
+        let node = joined("time", &seconds).unwrap();
         assert_eq!(node.metadata["data_type"], "int64");
         let Chunk::Inline(bytes) = &node.chunks[0].1 else { panic!("not inline") };
-        let values: Vec<i64> = bytes.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap())).collect();
-        assert_eq!(values, [0, 6, 24, 48]);
+        assert_eq!(i64::from_le_bytes(bytes[8..16].try_into().unwrap()), 3_155_760_000);
+        let halves = vec![
+            ("a".to_owned(), coordinate("hours since 2000-01-01", "standard", "int32"), vec![0.0]),
+            ("b".to_owned(), coordinate("days since 2000-01-01", "standard", "int32"), vec![0.01]),
+        ];
+        let node = joined("time", &halves).unwrap();
+        assert_eq!(
+            (node.metadata["data_type"].as_str(), node.metadata["fill_value"].is_f64()),
+            (Some("float64"), true)
+        );
+    }
+
+    #[test]
+    fn a_coordinate_in_the_same_units_is_concatenated_as_it_is() {
+        let parts = vec![
+            ("a".to_owned(), coordinate("depth", "standard", "float32"), vec![0.5, 1.5]),
+            ("b".to_owned(), coordinate("depth", "standard", "float32"), vec![2.5, f64::NAN]),
+        ];
+        let node = joined("depth", &parts).unwrap();
+        assert_eq!((node.metadata["data_type"].as_str(), &node.metadata["shape"]), (Some("float32"), &json!([4])));
+        assert_eq!(node.metadata["attributes"]["units"], "depth");
+        let Chunk::Inline(bytes) = &node.chunks[0].1 else { panic!("not inline") };
+        let values: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+        assert_eq!(values[..3], [0.5, 1.5, 2.5]);
+        assert!(values[3].is_nan());
     }
 
     #[test]
