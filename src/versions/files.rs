@@ -272,17 +272,20 @@ impl Registrar {
         for (i, found) in known.into_iter().zip(parsed::ParseKey::get_many(&*self.catalog, &keys).await) {
             remembered[i] = found;
         }
+        let interner = Arc::new(parsed::Interner::default());
         let reads = urls.into_iter().zip(remembered).map(|((url, unchanged), remembered)| {
             let (sources, metrics, config) = (Arc::clone(&self.sources), self.metrics.clone(), config.clone());
             let catalog = Arc::clone(&self.catalog);
-            let (parses, counts) = (Arc::clone(&self.parses), Arc::clone(counts));
+            let (parses, counts, interner) = (Arc::clone(&self.parses), Arc::clone(counts), Arc::clone(&interner));
             async move {
-                if let (Some(record), Some((label, parsed))) = (unchanged, remembered) {
+                if let (Some(record), Some((label, mut parsed))) = (unchanged, remembered) {
                     counts.read_one(true);
+                    interner.intern(&mut parsed);
                     return Ok(read::reused(&metrics, &record, &label, parsed));
                 }
                 let _parse = parses.acquire_owned().await.map_err(|e| Error::Internal(e.to_string()))?;
-                let file = read_file(&*catalog, &sources, &metrics, &config, &url, choice).await?;
+                let mut file = read_file(&*catalog, &sources, &metrics, &config, &url, choice).await?;
+                interner.intern(&mut file.parsed);
                 counts.read_one(file.record.cached);
                 Ok(file)
             }

@@ -182,8 +182,11 @@ impl ObjectStores {
     /// Rebuilds the source registry from the configuration file and the catalog. Unless `force`,
     /// nothing is rebuilt when the catalog's object stores have not changed.
     pub async fn load(&self, force: bool) -> std::result::Result<(), LoadError> {
-        let records = self.catalog.object_stores().await?;
+        // Read under the lock: a periodic load that read the list before a registration and
+        // replaced the registry after it dropped the object store just registered (its next
+        // file registration was a 422 "not under any registered object store").
         let mut loaded = self.loaded.lock().await;
+        let records = self.catalog.object_stores().await?;
         if !force && *loaded == records {
             return Ok(());
         }

@@ -54,6 +54,34 @@ struct RawNode<'a> {
 /// files read back 50,000 maps of a few distinct texts, a third of its time (allocating them).
 type Shared = HashMap<Box<str>, Arc<Map<String, Value>>>;
 
+/// One map for each distinct node metadata among a registration's files, whichever way each
+/// parse came (parsed now, or read back alone): 10,000 files of one archive parsed held 10,000
+/// copies of each variable's metadata until they were joined. Keyed by the hash of the
+/// metadata's JSON text, a hit checked by comparing the maps, so that files whose metadata all
+/// differ cost a few words each here, not their text again.
+#[derive(Default)]
+pub(super) struct Interner(std::sync::Mutex<HashMap<u64, Vec<Arc<Map<String, Value>>>>>);
+
+/// Distinct metadata an [`Interner`] keeps at most: past it, new metadata is left as it is.
+const MAX_INTERNED: usize = 100_000;
+
+impl Interner {
+    /// Makes each node of `parsed` share the map of an earlier node with the same metadata.
+    pub fn intern(&self, parsed: &mut Parsed) {
+        let mut table = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for node in parsed.nodes.values_mut() {
+            let Ok(text) = serde_json::to_vec(&*node.metadata) else { continue };
+            let hash = xxhash_rust::xxh3::xxh3_64(&text);
+            let found = table.get(&hash).and_then(|same| same.iter().find(|m| ***m == *node.metadata).cloned());
+            match found {
+                Some(shared) => node.metadata = shared,
+                None if table.len() < MAX_INTERNED => table.entry(hash).or_default().push(Arc::clone(&node.metadata)),
+                None => {}
+            }
+        }
+    }
+}
+
 /// Where one file's parse is remembered: the URL read, which content of it, and which parse.
 #[derive(Debug, Clone)]
 pub(super) struct ParseKey {
@@ -223,6 +251,29 @@ mod tests {
         let third = decode(&data, &mut shared).unwrap();
         assert_eq!(third.parsed, other);
         assert!(!Arc::ptr_eq(&third.parsed.nodes["t"].metadata, &first.parsed.nodes["t"].metadata));
+    }
+
+    #[test]
+    fn files_with_the_same_metadata_share_one_map() {
+        let parse = |units: &str| {
+            let metadata = serde_json::json!({"node_type": "array", "attributes": {"units": units}});
+            let node = Node { metadata: metadata.as_object().cloned().unwrap_or_default().into(), chunks: vec![] };
+            Parsed { nodes: [("t".to_owned(), node)].into(), ..Parsed::default() }
+        };
+        let interner = Interner::default();
+        let (mut a, mut b, mut c) = (parse("days"), parse("days"), parse("hours"));
+        for p in [&mut a, &mut b, &mut c] {
+            interner.intern(p);
+        }
+        assert!(Arc::ptr_eq(&a.nodes["t"].metadata, &b.nodes["t"].metadata));
+        assert!(!Arc::ptr_eq(&a.nodes["t"].metadata, &c.nodes["t"].metadata));
+        assert_eq!(
+            (
+                a.nodes["t"].metadata["attributes"]["units"].as_str(),
+                c.nodes["t"].metadata["attributes"]["units"].as_str()
+            ),
+            (Some("days"), Some("hours"))
+        );
     }
 
     #[test]
