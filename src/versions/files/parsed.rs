@@ -60,7 +60,10 @@ type Shared = HashMap<Box<str>, Arc<Map<String, Value>>>;
 /// metadata's JSON text, a hit checked by comparing the maps, so that files whose metadata all
 /// differ cost a few words each here, not their text again.
 #[derive(Default)]
-pub(super) struct Interner(std::sync::Mutex<HashMap<u64, Vec<Arc<Map<String, Value>>>>>);
+pub(super) struct Interner(std::sync::Mutex<HashMap<u64, Vec<Metadata>>>);
+
+/// One node's metadata, shared.
+type Metadata = Arc<Map<String, Value>>;
 
 /// Distinct metadata an [`Interner`] keeps at most: past it, new metadata is left as it is.
 const MAX_INTERNED: usize = 100_000;
