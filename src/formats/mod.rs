@@ -128,12 +128,12 @@ pub struct Parsed {
     /// What was left out, and why (an unsupported filter, a virtual dataset...), one line each,
     /// naming the variable: the registration summary shows them.
     pub warnings: Vec<String>,
-    /// The encoded bytes of small 1-d coordinates' chunks (by node path: each chunk's index
-    /// along its dimension and bytes) that the parse had read anyway: a join reads its joined
-    /// coordinate's values from them instead of asking the object store again. Parsers leave
-    /// it empty; the registration fills it from the bytes the parse held.
+    /// The values of small 1-d coordinates (by node path) decoded from bytes the parse had
+    /// read anyway: a join takes its joined coordinate's values from them instead of asking
+    /// the object store again. Parsers leave it empty; the registration fills it from the
+    /// bytes the parse held.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub held: BTreeMap<String, Vec<(u64, Vec<u8>)>>,
+    pub held: BTreeMap<String, Vec<f64>>,
 }
 
 /// A group or an array.

@@ -17,8 +17,9 @@ use crate::formats::{Chunk, Node, Parsed};
 use crate::sources::SourceRegistry;
 use crate::versions::error::Result;
 
-/// Coordinates read at once.
+/// Coordinates read at once, and made ready to be read at once.
 const CONCURRENCY: usize = 16;
+const BATCH: usize = 512;
 
 /// A file's coordinate values, or why they cannot be decoded.
 type Decoded = std::result::Result<Vec<f64>, String>;
@@ -31,42 +32,36 @@ const MAX_CHUNKS: usize = 4096;
 /// variables are.
 const MAX_INLINE_VALUES: u64 = 1 << 20;
 
-/// Encoded bytes of one coordinate's chunks, and of all of one file's coordinates, that a parse
-/// keeps for a join ([`hold`]).
+/// Encoded bytes of one coordinate's chunks that a parse decodes for a join ([`hold`]).
 const HOLD_BYTES: u64 = 64 << 10;
-const HOLD_FILE_BYTES: u64 = 256 << 10;
 
-/// Keeps in `parsed.held` the encoded bytes of its small 1-d coordinates' chunks that `file`
-/// already holds (read with the metadata around them), so that a join along one of them reads
-/// its values with no request: 100,000 GOES files joined along time would otherwise cost
-/// 100,000 more GETs, or 100,000 pieces of assembled chunks for a client opening the store.
-/// `file` must be the file the chunks' ranges are in (not a DMR++ sidecar).
+/// Keeps in `parsed.held` the values of its small 1-d coordinates whose chunks `file` already
+/// holds (read with the metadata around them), decoded, so that a join along one of them reads
+/// them with no request: 100,000 GOES files joined along time would otherwise cost 100,000 more
+/// GETs, or 100,000 pieces of assembled chunks for a client opening the store. Their values,
+/// not their bytes, are kept: an uncompressed netCDF4 time chunk is 4 KiB for one value. A
+/// coordinate whose chunks are not all held, or cannot be decoded, is left to be read if a
+/// join needs it. `file` must be the file the chunks' ranges are in (not a DMR++ sidecar).
 pub(super) fn hold(file: &RemoteFile, parsed: &mut Parsed) {
     let Parsed { nodes, held, .. } = parsed;
-    let mut budget = HOLD_FILE_BYTES;
     for (path, node) in nodes.iter() {
         if !is_coordinate(path, node) || node.chunks.len() > MAX_CHUNKS {
             continue;
         }
-        let ranges: Vec<(u64, u64, u64)> = node
-            .chunks
-            .iter()
-            .filter_map(|(index, chunk)| match (index.first(), chunk) {
-                (Some(j), Chunk::Range { offset, length }) => Some((*j, *offset, *length)),
-                _ => None,
-            })
-            .collect();
-        let total: u64 = ranges.iter().map(|(_, _, length)| *length).sum();
-        if ranges.is_empty() || total > HOLD_BYTES.min(budget) {
-            continue;
+        let mut total = 0u64;
+        let mut chunks = Vec::with_capacity(node.chunks.len());
+        for (index, chunk) in &node.chunks {
+            let (Some(j), Chunk::Range { offset, length }) = (index.first(), chunk) else { break };
+            total = total.saturating_add(*length);
+            match file.already_read(*offset, *length).filter(|_| total <= HOLD_BYTES) {
+                Some(bytes) => chunks.push((*j, Some(bytes.to_vec()))),
+                None => break,
+            }
         }
-        let kept: Vec<(u64, Vec<u8>)> = ranges
-            .iter()
-            .filter_map(|(j, offset, length)| file.already_read(*offset, *length).map(|b| (*j, b.to_vec())))
-            .collect();
-        if !kept.is_empty() {
-            budget -= kept.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
-            held.insert(path.clone(), kept);
+        if chunks.len() == node.chunks.len()
+            && let Ok(values) = time::decode_values(node, &chunks)
+        {
+            held.insert(path.clone(), values);
         }
     }
 }
@@ -105,15 +100,17 @@ pub(super) async fn prepare(
             files[i].record.url
         )));
     }
-    // Boxed: a stream of unboxed borrowing futures is not seen as Send by the router.
-    let reads: Vec<BoxFuture<'_, Result<Decoded>>> =
-        files.iter().zip(nodes.iter().flatten()).map(|(file, node)| values(sources, file, dim, node).boxed()).collect();
-    let read: Vec<Decoded> = futures::stream::iter(reads)
-        .buffered(CONCURRENCY)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<_>>()?;
+    // Boxed: a stream of unboxed borrowing futures is not seen as Send by the router. Made a
+    // batch at a time: 100,000 made at once took 16 MB.
+    let pairs: Vec<(&ReadFile, &Node)> = files.iter().zip(nodes.iter().flatten()).collect();
+    let mut read: Vec<Decoded> = Vec::with_capacity(pairs.len());
+    for batch in pairs.chunks(BATCH) {
+        let reads: Vec<BoxFuture<'_, Result<Decoded>>> =
+            batch.iter().map(|(file, node)| values(sources, file, dim, node).boxed()).collect();
+        for outcome in futures::stream::iter(reads).buffered(CONCURRENCY).collect::<Vec<_>>().await {
+            read.push(outcome?);
+        }
+    }
     let mut values = Vec::with_capacity(read.len());
     for (file, outcome) in files.iter().zip(read) {
         match outcome {
@@ -147,24 +144,24 @@ pub(super) async fn prepare(
 /// The values of `file`'s coordinate `node` (at `path`), its chunks taken from what its parse
 /// held or read through the sources; the inner error says why they cannot be decoded.
 async fn values(sources: &SourceRegistry, file: &ReadFile, path: &str, node: &Node) -> Result<Decoded> {
+    if let Some(values) = file.parsed.held.get(path) {
+        return Ok(Ok(values.clone()));
+    }
     let url = &file.record.url;
     let check = file.record.facts.read_check();
-    let held = file.parsed.held.get(path);
     let mut chunks = Vec::with_capacity(node.chunks.len());
     for (index, chunk) in &node.chunks {
         let j = index.first().copied().unwrap_or(0);
-        let kept = held.and_then(|h| h.iter().find(|(i, _)| *i == j)).map(|(_, bytes)| bytes);
-        let bytes = match (chunk, kept) {
-            (Chunk::Range { .. }, Some(bytes)) => bytes.clone(),
-            (Chunk::Range { offset, length }, None) => {
+        let bytes = match chunk {
+            Chunk::Range { offset, length } => {
                 sources.fetch_bytes(url, *offset..offset + length, &check).await?.to_vec()
             }
-            (Chunk::Elsewhere { url: other, offset, length }, _) => {
+            Chunk::Elsewhere { url: other, offset, length } => {
                 let unchecked = crate::zarr::source::SourceCheck::Unchecked;
                 sources.fetch_bytes(other, *offset..offset + length, &unchecked).await?.to_vec()
             }
-            (Chunk::Inline(bytes), _) => bytes.clone(),
-            (Chunk::Assembled(_), _) => continue,
+            Chunk::Inline(bytes) => bytes.clone(),
+            Chunk::Assembled(_) => continue,
         };
         chunks.push((j, Some(bytes)));
     }
