@@ -131,9 +131,10 @@ pub struct Parsed {
     /// The values of small 1-d coordinates (by node path) decoded from bytes the parse had
     /// read anyway: a join takes its joined coordinate's values from them instead of asking
     /// the object store again. Parsers leave it empty; the registration fills it from the
-    /// bytes the parse held.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub held: BTreeMap<String, Vec<f64>>,
+    /// bytes the parse held. A list, not a map: a file has one or two, and a map's first node
+    /// took 500 bytes a file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<(String, Vec<f64>)>,
 }
 
 /// A group or an array.

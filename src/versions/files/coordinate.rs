@@ -61,7 +61,7 @@ pub(super) fn hold(file: &RemoteFile, parsed: &mut Parsed) {
         if chunks.len() == node.chunks.len()
             && let Ok(values) = time::decode_values(node, &chunks)
         {
-            held.insert(path.clone(), values);
+            held.push((path.clone(), values));
         }
     }
 }
@@ -144,7 +144,7 @@ pub(super) async fn prepare(
 /// The values of `file`'s coordinate `node` (at `path`), its chunks taken from what its parse
 /// held or read through the sources; the inner error says why they cannot be decoded.
 async fn values(sources: &SourceRegistry, file: &ReadFile, path: &str, node: &Node) -> Result<Decoded> {
-    if let Some(values) = file.parsed.held.get(path) {
+    if let Some((_, values)) = file.parsed.held.iter().find(|(p, _)| p == path) {
         return Ok(Ok(values.clone()));
     }
     let url = &file.record.url;

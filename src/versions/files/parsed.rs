@@ -38,7 +38,7 @@ struct RawParsed<'a> {
     nodes: BTreeMap<String, RawNode<'a>>,
     warnings: Vec<String>,
     #[serde(default)]
-    held: BTreeMap<String, Vec<f64>>,
+    held: Vec<(String, Vec<f64>)>,
 }
 
 /// A [`Node`] as read back.
