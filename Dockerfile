@@ -69,9 +69,12 @@ COPY --chmod=0755 deploy/docker/healthcheck.sh /usr/local/bin/zarrgate-healthche
 COPY config/zarrgate.toml /etc/zarrgate/zarrgate.toml.example
 
 # Environment variables override a configuration file (ZARRGATE_CONFIG): change the address
-# with ZARRGATE_LISTEN, not with `listen` in the file.
+# with ZARRGATE_LISTEN, not with `listen` in the file. mimalloc does not commit its arenas
+# eagerly (as .cargo/config.toml builds it; the builder stage does not see that file): pages
+# freed by parse threads go back to the system.
 ENV ZARRGATE_LISTEN=0.0.0.0:8080 \
-    ZARRGATE_LOG_FORMAT=json
+    ZARRGATE_LOG_FORMAT=json \
+    MIMALLOC_ARENA_EAGER_COMMIT=0
 
 WORKDIR /var/lib/zarrgate
 USER 10001:10001
