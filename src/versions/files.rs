@@ -278,9 +278,9 @@ impl Registrar {
             let catalog = Arc::clone(&self.catalog);
             let (parses, counts, interner) = (Arc::clone(&self.parses), Arc::clone(counts), Arc::clone(&interner));
             async move {
-                if let (Some(record), Some((label, mut parsed))) = (unchanged, remembered) {
+                // Parses read back together already share their metadata (`parsed::decode`).
+                if let (Some(record), Some((label, parsed))) = (unchanged, remembered) {
                     counts.read_one(true);
-                    interner.intern(&mut parsed);
                     return Ok::<_, Error>(read::reused(&metrics, &record, &label, parsed));
                 }
                 let _parse = parses.acquire_owned().await.map_err(|e| Error::Internal(e.to_string()))?;

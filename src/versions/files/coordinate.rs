@@ -2,7 +2,7 @@
 //! inline (a client opening the store reads them in one request, not one piece per file), files
 //! joined with `"order": "coordinate"` sorted by its first value, and files that write it in
 //! different units converted into the first file's (`combine/time.rs`). Its chunks are read from
-//! the bytes each file's parse already held where they can be ([`hold`]): a join by references
+//! the values each file's parse decoded from bytes it held (`read::hold`): a join by references
 //! otherwise reads no data.
 
 use futures::future::BoxFuture;
@@ -11,9 +11,8 @@ use serde_json::Value;
 
 use super::combine::{Combine, is_coordinate, time};
 use super::invalid;
-use super::read::ReadFile;
-use super::remote::RemoteFile;
-use crate::formats::{Chunk, Node, Parsed};
+use super::read::{MAX_CHUNKS, ReadFile};
+use crate::formats::{Chunk, Node};
 use crate::sources::SourceRegistry;
 use crate::versions::error::Result;
 
@@ -24,47 +23,10 @@ const BATCH: usize = 512;
 /// A file's coordinate values, or why they cannot be decoded.
 type Decoded = std::result::Result<Vec<f64>, String>;
 
-/// Chunks a file's coordinate may have to be read.
-const MAX_CHUNKS: usize = 4096;
-
 /// Values a joined coordinate may have (across every file) to be stored inline when nothing
 /// else needs it read: 8 MiB as float64. Past it, the coordinate is joined as the other
 /// variables are.
 const MAX_INLINE_VALUES: u64 = 1 << 20;
-
-/// Encoded bytes of one coordinate's chunks that a parse decodes for a join ([`hold`]).
-const HOLD_BYTES: u64 = 64 << 10;
-
-/// Keeps in `parsed.held` the values of its small 1-d coordinates whose chunks `file` already
-/// holds (read with the metadata around them), decoded, so that a join along one of them reads
-/// them with no request: 100,000 GOES files joined along time would otherwise cost 100,000 more
-/// GETs, or 100,000 pieces of assembled chunks for a client opening the store. Their values,
-/// not their bytes, are kept: an uncompressed netCDF4 time chunk is 4 KiB for one value. A
-/// coordinate whose chunks are not all held, or cannot be decoded, is left to be read if a
-/// join needs it. `file` must be the file the chunks' ranges are in (not a DMR++ sidecar).
-pub(super) fn hold(file: &RemoteFile, parsed: &mut Parsed) {
-    let Parsed { nodes, held, .. } = parsed;
-    for (path, node) in nodes.iter() {
-        if !is_coordinate(path, node) || node.chunks.len() > MAX_CHUNKS {
-            continue;
-        }
-        let mut total = 0u64;
-        let mut chunks = Vec::with_capacity(node.chunks.len());
-        for (index, chunk) in &node.chunks {
-            let (Some(j), Chunk::Range { offset, length }) = (index.first(), chunk) else { break };
-            total = total.saturating_add(*length);
-            match file.already_read(*offset, *length).filter(|_| total <= HOLD_BYTES) {
-                Some(bytes) => chunks.push((*j, Some(bytes.to_vec()))),
-                None => break,
-            }
-        }
-        if chunks.len() == node.chunks.len()
-            && let Ok(values) = time::decode_values(node, &chunks)
-        {
-            held.push((path.clone(), values));
-        }
-    }
-}
 
 /// Reads what `combine` needs of `files`' joined coordinate: sorts `files` when it says
 /// `"order": "coordinate"`, and answers every file's values (in the new order) to be

@@ -6,11 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::combine::{is_coordinate, time};
 use super::parsed::ParseKey;
 use super::{Choice, FileRecord, RemoteFile, invalid};
 use crate::catalog::Catalog;
 use crate::config::FilesConfig;
-use crate::formats::{self, ByteRanges, FormatError, Parsed, Parser};
+use crate::formats::{self, ByteRanges, Chunk, FormatError, Parsed, Parser};
 use crate::metrics::Metrics;
 use crate::sources::{SourceError, SourceRegistry};
 use crate::versions::error::Result;
@@ -196,7 +197,7 @@ pub(super) async fn read_file(
     };
     metrics.parse_files_total.with_label_values(&[label, "ok"]).inc();
     if read_url == url {
-        super::coordinate::hold(&file, &mut parsed);
+        hold(&file, &mut parsed);
     }
     let remember = key.and_then(|key| key.entry(label, &parsed));
     parsed.warnings.splice(0..0, warnings);
@@ -265,4 +266,41 @@ fn parse(
     }
     .map_err(|e| (e, Some(parser)))?;
     Ok((parsed, parser))
+}
+
+/// Chunks a file's coordinate may have to be read (here, and by a join).
+pub(super) const MAX_CHUNKS: usize = 4096;
+
+/// Encoded bytes of one coordinate's chunks that a parse decodes for a join ([`hold`]).
+const HOLD_BYTES: u64 = 64 << 10;
+
+/// Keeps in `parsed.held` the values of its small 1-d coordinates whose chunks `file` already
+/// holds (read with the metadata around them), decoded, so that a join along one of them reads
+/// them with no request: 100,000 GOES files joined along time would otherwise cost 100,000 more
+/// GETs, or 100,000 pieces of assembled chunks for a client opening the store. Their values,
+/// not their bytes, are kept: an uncompressed netCDF4 time chunk is 4 KiB for one value. A
+/// coordinate whose chunks are not all held, or cannot be decoded, is left to be read if a
+/// join needs it. `file` must be the file the chunks' ranges are in (not a DMR++ sidecar).
+pub(super) fn hold(file: &RemoteFile, parsed: &mut Parsed) {
+    let Parsed { nodes, held, .. } = parsed;
+    for (path, node) in nodes.iter() {
+        if !is_coordinate(path, node) || node.chunks.len() > MAX_CHUNKS {
+            continue;
+        }
+        let mut total = 0u64;
+        let mut chunks = Vec::with_capacity(node.chunks.len());
+        for (index, chunk) in &node.chunks {
+            let (Some(j), Chunk::Range { offset, length }) = (index.first(), chunk) else { break };
+            total = total.saturating_add(*length);
+            match file.already_read(*offset, *length).filter(|_| total <= HOLD_BYTES) {
+                Some(bytes) => chunks.push((*j, Some(bytes.to_vec()))),
+                None => break,
+            }
+        }
+        if chunks.len() == node.chunks.len()
+            && let Ok(values) = time::decode_values(node, &chunks)
+        {
+            held.push((path.clone(), values));
+        }
+    }
 }
