@@ -274,6 +274,9 @@ pub(super) const MAX_CHUNKS: usize = 4096;
 /// Encoded bytes of one coordinate's chunks that a parse decodes for a join ([`hold`]).
 const HOLD_BYTES: u64 = 64 << 10;
 
+/// Values of one coordinate a parse keeps for a join ([`hold`]): 64 KiB as float64.
+const HOLD_VALUES: u64 = 8192;
+
 /// Keeps in `parsed.held` the values of its small 1-d coordinates whose chunks `file` already
 /// holds (read with the metadata around them), decoded, so that a join along one of them reads
 /// them with no request: 100,000 GOES files joined along time would otherwise cost 100,000 more
@@ -284,7 +287,10 @@ const HOLD_BYTES: u64 = 64 << 10;
 pub(super) fn hold(file: &RemoteFile, parsed: &mut Parsed) {
     let Parsed { nodes, held, .. } = parsed;
     for (path, node) in nodes.iter() {
-        if !is_coordinate(path, node) || node.chunks.len() > MAX_CHUNKS {
+        // Bounded by its values too, not only its encoded bytes: 64 KiB of zlib can declare
+        // millions of values, and each parse in flight would hold them.
+        let length = node.metadata.get("shape").and_then(|s| s.get(0)).and_then(serde_json::Value::as_u64);
+        if !is_coordinate(path, node) || node.chunks.len() > MAX_CHUNKS || length.is_none_or(|n| n > HOLD_VALUES) {
             continue;
         }
         let mut total = 0u64;
