@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 pub use self::combine::{Combine, CombineError};
 pub use self::listing::{Prefix, Scan};
@@ -29,10 +29,11 @@ pub use self::remote::{ReadCost, RemoteFile};
 pub use self::rescan::{Changes, Rescanned};
 use super::error::{Error, Result};
 use super::register::{Registered, Registrar, Registration, Serving, Storing};
-use crate::formats::{self, Chunk, Parsed, Parser};
+use crate::formats::{Chunk, Parsed, Parser};
+use crate::sources::SourceRegistry;
 use crate::zarr::assembled::PieceSource;
 use crate::zarr::document::{DocNode, Document};
-use crate::zarr::manifest::{RawRef, normalize_source_url};
+use crate::zarr::manifest::{RawManifest, RawRef, normalize_source_url};
 use crate::zarr::source::SourceFacts;
 use crate::zarr::spill::Scratch;
 
@@ -200,19 +201,21 @@ impl Registrar {
     pub async fn register_files(&self, name: &str, target: &Target, how: Registration) -> Result<Registered> {
         let serving = self.serving(name, how).await?;
         let reading = Instant::now();
-        let scan = target.scan(&self.sources, &self.settings.files, false).await?;
+        let mut scan = target.scan(&self.sources, &self.settings.files, false).await?;
         let tracked = self.progress.start(name, scan.files.len() as u64);
         let listed = reading.elapsed();
-        let mut files = self.read_files(target, &scan, &HashMap::new(), &tracked.counts).await?;
+        let listing = std::mem::take(&mut scan.files);
+        let mut folder = Folder::new(&self.settings.scratch(), target);
+        self.read_files(target, listing, &HashMap::new(), &tracked.counts, &mut folder).await?;
         let read = reading.elapsed();
-        let values = self.joined_values(&mut files, target).await?;
+        let count = folder.records.len();
         let _turn = self.turn().await?;
-        let count = files.len();
-        let built = build(files, values, &self.settings.scratch(), target, &scan)?;
+        let built = folder.finish(&self.sources, target, &scan).await?;
         let joined = reading.elapsed();
         let registered = self.store_files(name, built, serving, reading, how.expected).await?;
         // Where a registration's time goes: listing (or naming) the files, reading them (parsed,
-        // or their parses looked up), joining (coordinates, the document built), storing.
+        // or their parses looked up, and joined as they come), finishing the join (the
+        // coordinate, the seam at its end), storing.
         tracing::info!(store = %name, files = count, list_seconds = listed.as_secs_f64(),
             read_seconds = (read - listed).as_secs_f64(), build_seconds = (joined - read).as_secs_f64(),
             store_seconds = (reading.elapsed() - joined).as_secs_f64(), "files registered: phases");
@@ -225,18 +228,19 @@ impl Registrar {
         self.progress.get(name)
     }
 
-    /// Reads the files a scan found (their parses remembered in the catalog), in order; those
-    /// `unchanged` since they were read for the version rescanned are served from their parse
-    /// remembered, with no request, when it can be. They
-    /// are read before the registration's turn (held while the document is built, checked and
-    /// stored): they wait on the object store, and are bounded by themselves.
+    /// Reads the files a scan found (`listing`: their parses remembered in the catalog), in
+    /// order, each handed to `folder` as it comes; those `unchanged` since they were read for
+    /// the version rescanned are served from their parse remembered, with no request, when it
+    /// can be. They are read before the registration's turn (held while the document is
+    /// checked and stored): they wait on the object store, and are bounded by themselves.
     async fn read_files(
         &self,
         target: &Target,
-        scan: &Scan,
+        listing: Vec<(String, Option<SourceFacts>)>,
         unchanged: &HashMap<String, FileRecord>,
         counts: &Arc<progress::Counts>,
-    ) -> Result<Vec<ReadFile>> {
+        folder: &mut Folder,
+    ) -> Result<()> {
         let config = &self.settings.files;
         let choice = target.choice;
         // What the registrations before this one parsed is in the catalog by now.
@@ -256,55 +260,71 @@ impl Registrar {
             }),
             _ => None,
         };
-        let urls: Vec<(String, Option<FileRecord>)> = scan
-            .files
-            .iter()
-            .map(|(url, facts)| (url.clone(), unchanged.get(url).cloned().or_else(|| listed(url, facts))))
-            .collect();
-        // The parses of the files known unchanged, looked up together (a rescan of 10,000
-        // files and one new one looked each up alone: that was its time).
-        let (known, keys): (Vec<usize>, Vec<_>) = urls
-            .iter()
-            .enumerate()
-            .filter_map(|(i, (_, record))| read::reuse_key(config, record.as_ref()?, choice).map(|key| (i, key)))
-            .unzip();
-        let mut remembered: Vec<Option<(String, Parsed)>> = urls.iter().map(|_| None).collect();
-        for (i, found) in known.into_iter().zip(parsed::ParseKey::get_many(&*self.catalog, &keys).await) {
-            remembered[i] = found;
-        }
-        let interner = Arc::new(parsed::Interner::default());
-        let reads = urls.into_iter().zip(remembered).map(|((url, unchanged), remembered)| {
-            let (sources, metrics, config) = (Arc::clone(&self.sources), self.metrics.clone(), config.clone());
-            let catalog = Arc::clone(&self.catalog);
-            let (parses, counts, interner) = (Arc::clone(&self.parses), Arc::clone(counts), Arc::clone(&interner));
-            async move {
-                // Parses read back together already share their metadata (`parsed::decode`).
-                if let (Some(record), Some((label, parsed))) = (unchanged, remembered) {
-                    counts.read_one(true);
-                    return Ok::<_, Error>(read::reused(&metrics, &record, &label, parsed));
-                }
-                let _parse = parses.acquire_owned().await.map_err(|e| Error::Internal(e.to_string()))?;
-                let mut file = read_file(&*catalog, &sources, &metrics, &config, &url, choice).await?;
-                interner.intern(&mut file.parsed);
-                counts.read_one(file.record.cached);
-                Ok(file)
-            }
+        let mut listing = listing.into_iter().map(|(url, facts)| {
+            let record = unchanged.get(&url).cloned().or_else(|| listed(&url, &facts));
+            (url, record)
         });
-        let mut reads = futures::stream::iter(reads).buffered(config.concurrency.max(1));
-        let mut files = Vec::with_capacity(scan.files.len());
+        // The parses of the files known unchanged, looked up a batch at a time (a rescan of
+        // 10,000 files and one new one looked each up alone: that was its time; all at once,
+        // they were all held at once), the next batch's while this one's are read.
+        let lookup = |batch: &[(String, Option<FileRecord>)]| {
+            let (known, keys): (Vec<usize>, Vec<_>) = batch
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (_, record))| read::reuse_key(config, record.as_ref()?, choice).map(|key| (i, key)))
+                .unzip();
+            let (catalog, count) = (Arc::clone(&self.catalog), batch.len());
+            tokio::spawn(async move {
+                let mut remembered: Vec<Option<(String, Parsed)>> = (0..count).map(|_| None).collect();
+                if keys.is_empty() {
+                    return remembered;
+                }
+                for (i, found) in known.into_iter().zip(parsed::ParseKey::get_many(&*catalog, &keys).await) {
+                    remembered[i] = found;
+                }
+                remembered
+            })
+        };
+        let interner = Arc::new(parsed::Interner::default());
         // The new parses are remembered beside the registration, not before its answer, a
         // batch at a time: held until the end, 100,000 of them took 60 MB.
         let mut new_parses = Vec::new();
-        while let Some(file) = reads.next().await {
-            let mut file: ReadFile = file?;
-            new_parses.extend(file.remember.take());
-            if new_parses.len() >= REMEMBER_BATCH {
-                self.remember(std::mem::take(&mut new_parses)).await;
+        let mut batch: Vec<_> = listing.by_ref().take(READ_BATCH).collect();
+        let mut found = lookup(&batch);
+        while !batch.is_empty() {
+            let next: Vec<_> = listing.by_ref().take(READ_BATCH).collect();
+            let next_found = lookup(&next);
+            let remembered = found.await.map_err(|e| Error::Internal(format!("looking up remembered parses: {e}")))?;
+            let reads = batch.into_iter().zip(remembered).map(|((url, unchanged), remembered)| {
+                let (sources, metrics, config) = (Arc::clone(&self.sources), self.metrics.clone(), config.clone());
+                let catalog = Arc::clone(&self.catalog);
+                let (parses, counts, interner) = (Arc::clone(&self.parses), Arc::clone(counts), Arc::clone(&interner));
+                async move {
+                    // Parses read back together already share their metadata (`parsed::decode`).
+                    if let (Some(record), Some((label, parsed))) = (unchanged, remembered) {
+                        counts.read_one(true);
+                        return Ok::<_, Error>(read::reused(&metrics, &record, &label, parsed));
+                    }
+                    let _parse = parses.acquire_owned().await.map_err(|e| Error::Internal(e.to_string()))?;
+                    let mut file = read_file(&*catalog, &sources, &metrics, &config, &url, choice).await?;
+                    interner.intern(&mut file.parsed);
+                    counts.read_one(file.record.cached);
+                    Ok(file)
+                }
+            });
+            let mut reads = futures::stream::iter(reads).buffered(config.concurrency.max(1));
+            while let Some(file) = reads.next().await {
+                let mut file: ReadFile = file?;
+                new_parses.extend(file.remember.take());
+                if new_parses.len() >= REMEMBER_BATCH {
+                    self.remember(std::mem::take(&mut new_parses)).await;
+                }
+                folder.add(file)?;
             }
-            files.push(file);
+            (batch, found) = (next, next_found);
         }
         self.remember(new_parses).await;
-        Ok(files)
+        Ok(())
     }
 
     /// Remembers `new_parses` in the catalog in the background: a registration that starts
@@ -318,15 +338,6 @@ impl Registrar {
             parsed::remember(catalog.as_ref(), &new_parses).await;
             drop(writing);
         });
-    }
-
-    /// The values of the files' joined coordinate when `combine` needs them (`"order":
-    /// "coordinate"` sorts `files` by them; files that write it in other units have it converted).
-    async fn joined_values(&self, files: &mut Vec<ReadFile>, target: &Target) -> Result<Option<Vec<Vec<f64>>>> {
-        match &target.combine {
-            Some((combine, _)) => coordinate::prepare(&self.sources, files, combine).await,
-            None => Ok(None),
-        }
     }
 
     /// Stores a document built from files as the new current version of `name` (the
@@ -369,6 +380,10 @@ impl Registrar {
 /// New parses remembered together.
 const REMEMBER_BATCH: usize = 1000;
 
+/// Files read a batch at a time: their remembered parses looked up together, the next batch's
+/// while this one's are read.
+const READ_BATCH: usize = 2048;
+
 /// What files make: the document, the warnings for the summary, and the origin to keep.
 struct Built {
     doc: Document,
@@ -376,42 +391,255 @@ struct Built {
     origin: Origin,
 }
 
-/// The document the files a scan found make (one file: its hierarchy as it is; several: as
-/// `combine` says), the files it left out named among the warnings.
-fn build(
-    files: Vec<ReadFile>,
-    values: Option<Vec<Vec<f64>>>,
-    scratch: &Scratch,
-    target: &Target,
-    scan: &Scan,
-) -> Result<Built> {
-    let mut doc = Document::new(scratch);
-    let mut warnings: Vec<String> = scan.skipped.iter().map(|(_, warning)| warning.clone()).collect();
-    let mut records = Vec::new();
-    let mut hierarchies = Vec::new();
-    for ReadFile { parsed, record, .. } in files {
-        doc.sources.insert(record.url.clone(), record.facts.clone());
-        warnings.extend(parsed.warnings.iter().map(|w| format!("{}: {w}", record.url)));
-        hierarchies.push((record.url.clone(), parsed.nodes));
-        records.push(record);
+/// A registration's document, made from its files as they are read ([`Folder::add`], in order):
+/// each file's facts, record and warnings kept, and its hierarchy handed to the document's
+/// manifests at once, one file's alone or joined along a dimension in the order read. Only the
+/// joins that need every file first (`"order": "coordinate"`, `new`, `union`) hold the files'
+/// hierarchies to the end; the others hold, per file, its record, its URL and its part of the
+/// joined coordinate.
+pub(super) struct Folder {
+    doc: Document,
+    warnings: Vec<String>,
+    pub records: Vec<FileRecord>,
+    /// Each array's references so far, by path.
+    manifests: HashMap<String, RawManifest>,
+    how: Fold,
+}
+
+/// How a folder makes its files one hierarchy.
+enum Fold {
+    /// One file, no `combine`: its hierarchy as it is.
+    One,
+    /// Joined along `dim` in the order read; each file's values of the joined coordinate that
+    /// its parse held.
+    Existing { join: combine::Existing, dim: String, held: Vec<Option<Vec<f64>>> },
+    /// Every file held to the end, with its held values of the joined dimension's coordinate
+    /// (if any).
+    Held(Combine, Vec<(String, combine::Nodes, Option<Vec<f64>>)>),
+}
+
+impl Folder {
+    /// A folder for `target`'s files, its manifests drawing on `scratch`.
+    fn new(scratch: &Scratch, target: &Target) -> Self {
+        let how = match &target.combine {
+            None => Fold::One,
+            Some((Combine::Existing { dim, by_coordinate: false }, _)) => {
+                Fold::Existing { join: combine::Existing::new(dim), dim: dim.clone(), held: Vec::new() }
+            }
+            Some((combine, _)) => Fold::Held(combine.clone(), Vec::new()),
+        };
+        let doc = Document::new(scratch);
+        Self { doc, warnings: Vec::new(), records: Vec::new(), manifests: HashMap::new(), how }
     }
-    if let Some((combine, _)) = &target.combine {
-        let first = hierarchies.first().map(|(url, _)| url.clone()).unwrap_or_default();
-        let nodes = combine.apply_with(hierarchies, values).map_err(|e| match e {
-            CombineError::Spec(why) => Error::BadRequest(format!("{why}; nothing was changed")),
-            CombineError::Refused(why) => invalid(why),
-        })?;
-        hierarchies = vec![(first, nodes)];
+
+    /// Takes the next file read: its hierarchy joined (or kept, when the join needs every file
+    /// first), or why it cannot be (a 422 naming it).
+    fn add(&mut self, file: ReadFile) -> Result<()> {
+        let ReadFile { parsed, record, .. } = file;
+        let Parsed { nodes, warnings, held } = parsed;
+        let url = record.url.clone();
+        self.doc.sources.insert(url.clone(), record.facts.clone());
+        self.warnings.extend(warnings.iter().map(|w| format!("{url}: {w}")));
+        let number = self.doc.urls.intern(url.clone());
+        self.records.push(record);
+        let (doc, manifests) = (&mut self.doc, &mut self.manifests);
+        let mut failed = None;
+        match &mut self.how {
+            Fold::One => {
+                for (path, node) in nodes {
+                    for (index, chunk) in node.chunks {
+                        hand(doc, manifests, &path, &index, chunk, number, &mut failed);
+                    }
+                    place(doc, manifests, path, &node.metadata);
+                }
+            }
+            Fold::Existing { join, dim, held: all } => {
+                all.push(held.into_iter().find(|(path, _)| path == dim).map(|(_, values)| values));
+                let mut sink = |path: &str, index: Vec<u64>, chunk: Chunk| {
+                    hand(doc, manifests, path, &index, chunk, number, &mut failed);
+                };
+                join.push(&url, nodes, &mut sink).map_err(combine_error)?;
+            }
+            Fold::Held(combine, files) => {
+                let dim = match combine {
+                    Combine::Existing { dim, .. } => Some(dim.as_str()),
+                    _ => None,
+                };
+                let held = held.into_iter().find(|(path, _)| Some(path.as_str()) == dim).map(|(_, values)| values);
+                files.push((url, nodes, held));
+            }
+        }
+        failed.map_or(Ok(()), Err)
     }
-    for (url, nodes) in hierarchies {
-        let number = doc.urls.intern(url);
+
+    /// The document the files make, once all are in: the join finished (the joined
+    /// coordinate's values read where it needs them), the warnings (the files left out named
+    /// among them) and the origin to keep.
+    async fn finish(mut self, sources: &SourceRegistry, target: &Target, scan: &Scan) -> Result<Built> {
+        let mut failed = None;
+        match std::mem::replace(&mut self.how, Fold::One) {
+            Fold::One => {}
+            Fold::Existing { join, held, .. } => {
+                let parts = match join.coordinate() {
+                    Some(parts) => parts
+                        .iter()
+                        .zip(&self.records)
+                        .zip(&held)
+                        .map(|(((url, node), record), held)| coordinate::Part {
+                            url,
+                            facts: &record.facts,
+                            node: Some(node),
+                            held: held.as_deref(),
+                        })
+                        .collect(),
+                    None => Vec::new(),
+                };
+                let combine = target.combine.as_ref().map(|(c, _)| c);
+                let prepared = match combine {
+                    Some(combine) if !parts.is_empty() => coordinate::prepare(sources, &parts, combine).await?,
+                    _ => coordinate::Prepared::default(),
+                };
+                drop(parts);
+                let (doc, manifests) = (&mut self.doc, &mut self.manifests);
+                let mut sink = |path: &str, index: Vec<u64>, chunk: Chunk| {
+                    hand(doc, manifests, path, &index, chunk, u32::MAX, &mut failed);
+                };
+                let nodes = join.finish(prepared.values, &mut sink).map_err(combine_error)?;
+                self.place_all(nodes, &mut failed);
+            }
+            Fold::Held(combine, files) => {
+                let mut files = files;
+                let mut values = None;
+                if let Combine::Existing { dim, .. } = &combine {
+                    let parts: Vec<coordinate::Part<'_>> = files
+                        .iter()
+                        .zip(&self.records)
+                        .map(|((url, nodes, held), record)| coordinate::Part {
+                            url,
+                            facts: &record.facts,
+                            node: nodes.get(dim.as_str()),
+                            held: held.as_deref(),
+                        })
+                        .collect();
+                    let prepared = coordinate::prepare(sources, &parts, &combine).await?;
+                    drop(parts);
+                    if let Some(order) = prepared.order {
+                        let mut taken: Vec<Option<_>> = files.into_iter().map(Some).collect();
+                        files = order.iter().filter_map(|i| taken[*i].take()).collect();
+                        let mut records: Vec<Option<FileRecord>> = self.records.drain(..).map(Some).collect();
+                        self.records = order.iter().filter_map(|i| records[*i].take()).collect();
+                    }
+                    values = prepared.values;
+                }
+                let hierarchies: Vec<combine::File> = files.into_iter().map(|(url, nodes, _)| (url, nodes)).collect();
+                let nodes = combine.apply_with(hierarchies, values).map_err(combine_error)?;
+                for (path, node) in nodes {
+                    let (doc, manifests) = (&mut self.doc, &mut self.manifests);
+                    for (index, chunk) in node.chunks {
+                        hand(doc, manifests, &path, &index, chunk, u32::MAX, &mut failed);
+                    }
+                    place(doc, manifests, path, &node.metadata);
+                }
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let Folder { doc, mut warnings, records, .. } = self;
+        let mut all: Vec<String> = scan.skipped.iter().map(|(_, warning)| warning.clone()).collect();
+        all.append(&mut warnings);
+        Ok(Built { doc, warnings: all, origin: origin(records, target, scan) })
+    }
+
+    /// Places every node of a finished join (its chunks already handed on).
+    fn place_all(&mut self, nodes: combine::Nodes, failed: &mut Option<Error>) {
         for (path, node) in nodes {
-            let manifest = node_manifest(&mut doc, &node, number)?;
-            doc.nodes.insert(path, DocNode::new(&node.metadata, manifest));
+            let (doc, manifests) = (&mut self.doc, &mut self.manifests);
+            for (index, chunk) in node.chunks {
+                hand(doc, manifests, &path, &index, chunk, u32::MAX, failed);
+            }
+            place(doc, manifests, path, &node.metadata);
         }
     }
-    let choice = target.choice;
-    let parser = match choice {
+}
+
+/// A combine error as the registration's (400 for the spec, 422 for the files).
+fn combine_error(e: CombineError) -> Error {
+    match e {
+        CombineError::Spec(why) => Error::BadRequest(format!("{why}; nothing was changed")),
+        CombineError::Refused(why) => invalid(why),
+    }
+}
+
+/// The node at `path` made a node of the document, with the references handed on for it if
+/// it is an array.
+fn place(
+    doc: &mut Document,
+    manifests: &mut HashMap<String, RawManifest>,
+    path: String,
+    metadata: &Map<String, Value>,
+) {
+    let manifest = (metadata.get("node_type").and_then(Value::as_str) == Some("array"))
+        .then(|| manifests.remove(&path).unwrap_or_else(|| doc.new_manifest()));
+    doc.nodes.insert(path, DocNode::new(metadata, manifest));
+}
+
+/// One chunk of array `path` put in its manifest: a chunk at a range of the file read (numbered
+/// `file`), one elsewhere (its URL numbered), inline bytes, or a recipe (each piece checked
+/// against what its file was when parsed). The first chunk that cannot be is kept in `failed`.
+fn hand(
+    doc: &mut Document,
+    manifests: &mut HashMap<String, RawManifest>,
+    path: &str,
+    index: &[u64],
+    chunk: Chunk,
+    file: u32,
+    failed: &mut Option<Error>,
+) {
+    if failed.is_some() {
+        return;
+    }
+    if !manifests.contains_key(path) {
+        manifests.insert(path.to_owned(), doc.new_manifest());
+    }
+    let Some(manifest) = manifests.get_mut(path) else { return };
+    match chunk {
+        Chunk::Range { .. } if file == u32::MAX => {
+            *failed = Some(Error::Internal(format!("array {path}: a chunk of a joined array names no file")));
+        }
+        Chunk::Range { offset, length } => manifest.push(index, RawRef::Virtual { url: file, offset, length }),
+        Chunk::Elsewhere { url, offset, length } => {
+            let number = match doc.urls.number(&url) {
+                Some(number) => number,
+                None => match normalize_source_url(&url) {
+                    Ok(normal) => doc.urls.intern(normal),
+                    Err(e) => {
+                        *failed = Some(invalid(format!("chunk URL {url:?}: {e}")));
+                        return;
+                    }
+                },
+            };
+            manifest.push(index, RawRef::Virtual { url: number, offset, length });
+        }
+        Chunk::Inline(bytes) => manifest.push_inline(index, &bytes),
+        Chunk::Assembled(mut recipe) => {
+            // Each piece is read checked against what its file was when parsed.
+            for piece in &mut recipe.pieces {
+                if let PieceSource::Virtual { url, etag, size, .. } = &mut piece.source
+                    && let Some(facts) = doc.sources.get(url.as_str())
+                {
+                    (*etag, *size) = (facts.etag.clone(), facts.size);
+                }
+            }
+            manifest.push_assembled(index, &recipe.encode());
+        }
+    }
+}
+
+/// What a version made from `records` (the files, in order) for `target` keeps of where it
+/// comes from.
+fn origin(records: Vec<FileRecord>, target: &Target, scan: &Scan) -> Origin {
+    let parser = match target.choice {
         Choice::Auto => "auto".to_owned(),
         Choice::Only(p) => p.name().to_owned(),
     };
@@ -421,7 +649,7 @@ fn build(
         .as_ref()
         .map(|p| PrefixRequest { prefix: p.url.clone(), glob: p.glob.as_ref().map(|(text, _)| text.clone()) });
     let listed = (prefix.is_none() && !scan.skipped.is_empty()).then(|| target.files.clone());
-    let origin = Origin {
+    Origin {
         files: records,
         parser,
         combine,
@@ -429,54 +657,5 @@ fn build(
         listed,
         follow_seconds: target.follow_seconds,
         older_than_seconds: target.older_than_seconds,
-    };
-    Ok(Built { doc, warnings, origin })
-}
-
-/// An array's chunk references in the document's form (None for a group).
-fn node_manifest(
-    doc: &mut Document,
-    node: &formats::Node,
-    file: u32,
-) -> Result<Option<crate::zarr::manifest::RawManifest>> {
-    if node.metadata.get("node_type").and_then(Value::as_str) != Some("array") {
-        return Ok(None);
     }
-    let mut manifest = doc.new_manifest();
-    // The URL of the chunk before and its number: a joined array's chunks come file by file.
-    let mut last: Option<(&str, u32)> = None;
-    for (index, chunk) in &node.chunks {
-        match chunk {
-            Chunk::Range { offset, length } => {
-                manifest.push(index, RawRef::Virtual { url: file, offset: *offset, length: *length });
-            }
-            Chunk::Elsewhere { url, offset, length } => {
-                let number = match last {
-                    Some((before, number)) if before == url.as_str() => number,
-                    _ => {
-                        let normal =
-                            normalize_source_url(url).map_err(|e| invalid(format!("chunk URL {url:?}: {e}")))?;
-                        let number = doc.urls.intern(normal);
-                        last = Some((url.as_str(), number));
-                        number
-                    }
-                };
-                manifest.push(index, RawRef::Virtual { url: number, offset: *offset, length: *length });
-            }
-            Chunk::Inline(bytes) => manifest.push_inline(index, bytes),
-            Chunk::Assembled(recipe) => {
-                // Each piece is read checked against what its file was when parsed.
-                let mut recipe = recipe.clone();
-                for piece in &mut recipe.pieces {
-                    if let PieceSource::Virtual { url, etag, size, .. } = &mut piece.source
-                        && let Some(facts) = doc.sources.get(url.as_str())
-                    {
-                        (*etag, *size) = (facts.etag.clone(), facts.size);
-                    }
-                }
-                manifest.push_assembled(index, &recipe.encode());
-            }
-        }
-    }
-    Ok(Some(manifest))
 }

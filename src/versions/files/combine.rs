@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+pub use self::join::Existing;
 pub use self::spec::Combine;
 use crate::formats::{Chunk, Node};
 
@@ -49,7 +50,25 @@ impl Combine {
             return Err(CombineError::Refused("there is no file to combine".into()));
         }
         match self {
-            Combine::Existing { dim, .. } => join::existing(dim, files, values),
+            Combine::Existing { dim, .. } => {
+                // The chunks the join hands on, put back in their arrays in grid order.
+                let mut chunks: BTreeMap<String, Vec<(Vec<u64>, Chunk)>> = BTreeMap::new();
+                let mut sink = |path: &str, index: Vec<u64>, chunk: Chunk| {
+                    chunks.entry(path.to_owned()).or_default().push((index, chunk));
+                };
+                let mut join = Existing::new(dim);
+                for (url, nodes) in files {
+                    join.push(&url, nodes, &mut sink)?;
+                }
+                let mut out = join.finish(values, &mut sink)?;
+                for (path, node) in &mut out {
+                    if let Some(mut settled) = chunks.remove(path) {
+                        settled.sort_by(|a, b| a.0.cmp(&b.0));
+                        node.chunks = settled;
+                    }
+                }
+                Ok(out)
+            }
             Combine::New { dim, pattern, format } => join::new(dim, pattern, format, files),
             Combine::Union => join::union(files),
         }

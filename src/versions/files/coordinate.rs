@@ -11,10 +11,11 @@ use serde_json::Value;
 
 use super::combine::{Combine, is_coordinate, time};
 use super::invalid;
-use super::read::{MAX_CHUNKS, ReadFile};
+use super::read::MAX_CHUNKS;
 use crate::formats::{Chunk, Node};
 use crate::sources::SourceRegistry;
 use crate::versions::error::Result;
+use crate::zarr::source::SourceFacts;
 
 /// Coordinates read at once, and made ready to be read at once.
 const CONCURRENCY: usize = 16;
@@ -28,23 +29,39 @@ type Decoded = std::result::Result<Vec<f64>, String>;
 /// variables are.
 const MAX_INLINE_VALUES: u64 = 1 << 20;
 
-/// Reads what `combine` needs of `files`' joined coordinate: sorts `files` when it says
-/// `"order": "coordinate"`, and answers every file's values (in the new order) to be
-/// concatenated inline; `None` when the coordinate is joined as the other variables are (some
-/// file has none, it is too long to store inline, or its values cannot be decoded and nothing
-/// else needs them).
-pub(super) async fn prepare(
-    sources: &SourceRegistry,
-    files: &mut Vec<ReadFile>,
-    combine: &Combine,
-) -> Result<Option<Vec<Vec<f64>>>> {
-    let Combine::Existing { dim, by_coordinate } = combine else { return Ok(None) };
-    let coordinate = |f: &ReadFile| {
-        f.parsed.nodes.get(dim.as_str()).filter(|n| is_coordinate(dim, n) && n.chunks.len() <= MAX_CHUNKS).cloned()
-    };
-    let nodes: Vec<Option<Node>> = files.iter().map(coordinate).collect();
-    let present: Vec<&Node> = nodes.iter().flatten().collect();
-    let every = present.len() == files.len();
+/// One file's part of the joined coordinate, as [`prepare`] reads it.
+pub(super) struct Part<'a> {
+    /// The file's URL.
+    pub url: &'a str,
+    /// The file's facts when it was read (its chunks are read checked against them).
+    pub facts: &'a SourceFacts,
+    /// The file's array named as the joined dimension, if it has one.
+    pub node: Option<&'a Node>,
+    /// Its values, when the file's parse decoded them (`read::hold`).
+    pub held: Option<&'a [f64]>,
+}
+
+/// What the joined coordinate's values settle.
+#[derive(Debug, Default)]
+pub(super) struct Prepared {
+    /// Every file's values (in the order joined) to be concatenated inline; `None` when the
+    /// coordinate is joined as the other variables are.
+    pub values: Option<Vec<Vec<f64>>>,
+    /// Under `"order": "coordinate"`, the files' order: the index of each, first to last.
+    pub order: Option<Vec<usize>>,
+}
+
+/// Reads what `combine` needs of the files' joined coordinate (`parts`, one a file in the order
+/// given): the order of the files when it says `"order": "coordinate"`, and every file's values
+/// (in that order) to be concatenated inline, unless the coordinate is joined as the other
+/// variables are (some file has none, it is too long to store inline, or its values cannot be
+/// decoded and nothing else needs them).
+pub(super) async fn prepare(sources: &SourceRegistry, parts: &[Part<'_>], combine: &Combine) -> Result<Prepared> {
+    let Combine::Existing { dim, by_coordinate } = combine else { return Ok(Prepared::default()) };
+    let nodes: Vec<Option<&Node>> =
+        parts.iter().map(|p| p.node.filter(|n| is_coordinate(dim, n) && n.chunks.len() <= MAX_CHUNKS)).collect();
+    let present: Vec<&Node> = nodes.iter().flatten().copied().collect();
+    let every = present.len() == parts.len();
     let differ = every && time::differ(&present);
     let total: u64 = present
         .iter()
@@ -53,64 +70,59 @@ pub(super) async fn prepare(
     let inline = every && total <= MAX_INLINE_VALUES;
     let needed = *by_coordinate || differ;
     if !needed && !inline {
-        return Ok(None);
+        return Ok(Prepared::default());
     }
     if let Some(i) = nodes.iter().position(Option::is_none) {
         return Err(invalid(format!(
             "{} has no coordinate variable {dim} (a 1-d array named as its dimension, of at most {MAX_CHUNKS} chunks) \
              to order the files by or convert",
-            files[i].record.url
+            parts[i].url
         )));
     }
     // Boxed: a stream of unboxed borrowing futures is not seen as Send by the router. Made a
     // batch at a time: 100,000 made at once took 16 MB.
-    let pairs: Vec<(&ReadFile, &Node)> = files.iter().zip(nodes.iter().flatten()).collect();
+    let pairs: Vec<(&Part<'_>, &Node)> = parts.iter().zip(nodes.iter().flatten().copied()).collect();
     let mut read: Vec<Decoded> = Vec::with_capacity(pairs.len());
     for batch in pairs.chunks(BATCH) {
         let reads: Vec<BoxFuture<'_, Result<Decoded>>> =
-            batch.iter().map(|(file, node)| values(sources, file, dim, node).boxed()).collect();
+            batch.iter().map(|(part, node)| values(sources, part, node).boxed()).collect();
         for outcome in futures::stream::iter(reads).buffered(CONCURRENCY).collect::<Vec<_>>().await {
             read.push(outcome?);
         }
     }
     let mut values = Vec::with_capacity(read.len());
-    for (file, outcome) in files.iter().zip(read) {
+    for (part, outcome) in parts.iter().zip(read) {
         match outcome {
             Ok(v) => values.push(v),
-            Err(why) if needed => return Err(invalid(format!("coordinate {dim} of {}: {why}", file.record.url))),
+            Err(why) if needed => return Err(invalid(format!("coordinate {dim} of {}: {why}", part.url))),
             Err(why) => {
-                tracing::info!(file = %file.record.url, coordinate = %dim, problem = %why,
+                tracing::info!(file = %part.url, coordinate = %dim, problem = %why,
                     "a joined coordinate cannot be decoded: joined by references instead of inline");
-                return Ok(None);
+                return Ok(Prepared::default());
             }
         }
     }
+    let mut order = None;
     if *by_coordinate {
-        let urls: Vec<&str> = files.iter().map(|f| f.record.url.as_str()).collect();
-        let keyed: Vec<(&Node, &[f64])> = nodes.iter().flatten().zip(&values).map(|(n, v)| (n, v.as_slice())).collect();
-        let order = time::order(&urls, &keyed).map_err(|why| invalid(format!("ordering by {dim}: {why}")))?;
-        let mut taken: Vec<Option<(ReadFile, Vec<f64>)>> = files.drain(..).zip(values).map(Some).collect();
-        let mut sorted = Vec::with_capacity(taken.len());
-        for i in order {
-            if let Some(pair) = taken[i].take() {
-                sorted.push(pair);
-            }
-        }
-        let (f, v): (Vec<_>, Vec<_>) = sorted.into_iter().unzip();
-        *files = f;
-        values = v;
+        let urls: Vec<&str> = parts.iter().map(|p| p.url).collect();
+        let keyed: Vec<(&Node, &[f64])> =
+            present.iter().copied().zip(&values).map(|(n, v)| (n, v.as_slice())).collect();
+        let sorted = time::order(&urls, &keyed).map_err(|why| invalid(format!("ordering by {dim}: {why}")))?;
+        let mut taken: Vec<Option<Vec<f64>>> = values.into_iter().map(Some).collect();
+        values = sorted.iter().filter_map(|i| taken[*i].take()).collect();
+        order = Some(sorted);
     }
-    Ok((differ || inline).then_some(values))
+    Ok(Prepared { values: (differ || inline).then_some(values), order })
 }
 
-/// The values of `file`'s coordinate `node` (at `path`), its chunks taken from what its parse
-/// held or read through the sources; the inner error says why they cannot be decoded.
-async fn values(sources: &SourceRegistry, file: &ReadFile, path: &str, node: &Node) -> Result<Decoded> {
-    if let Some((_, values)) = file.parsed.held.iter().find(|(p, _)| p == path) {
-        return Ok(Ok(values.clone()));
+/// The values of a file's coordinate `node`, taken from what its parse held or its chunks read
+/// through the sources; the inner error says why they cannot be decoded.
+async fn values(sources: &SourceRegistry, part: &Part<'_>, node: &Node) -> Result<Decoded> {
+    if let Some(values) = part.held {
+        return Ok(Ok(values.to_vec()));
     }
-    let url = &file.record.url;
-    let check = file.record.facts.read_check();
+    let url = part.url;
+    let check = part.facts.read_check();
     let mut chunks = Vec::with_capacity(node.chunks.len());
     for (index, chunk) in &node.chunks {
         let j = index.first().copied().unwrap_or(0);

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::{FileRecord, Origin, build};
+use super::{FileRecord, Folder, Origin};
 use crate::catalog::{Expected, LockGuard};
 use crate::versions::error::{Error, Result};
 use crate::versions::register::{Registered, Registrar, Registration};
@@ -187,7 +187,7 @@ impl Registrar {
         let version = head.id;
         let target = origin.target()?;
         let reading = Instant::now();
-        let scan = target.scan(&self.sources, &self.settings.files, true).await?;
+        let mut scan = target.scan(&self.sources, &self.settings.files, true).await?;
         let skipped: Vec<String> = scan.skipped.iter().map(|(url, _)| url.clone()).collect();
         let before: Vec<(String, SourceFacts)> =
             origin.files.iter().map(|f| (f.url.clone(), f.facts.clone())).collect();
@@ -203,21 +203,25 @@ impl Registrar {
         let same = unchanged_records(&origin, &scan.files);
         let tracked = self.progress.start(name, scan.files.len() as u64);
         let listed = reading.elapsed();
-        let mut files = self.read_files(&target, &scan, &same, &tracked.counts).await?;
+        let count = scan.files.len();
+        let listing = std::mem::take(&mut scan.files);
+        let mut folder = Folder::new(&self.settings.scratch(), &target);
+        self.read_files(&target, listing, &same, &tracked.counts, &mut folder).await?;
+        drop(same);
         let read = reading.elapsed();
-        let values = self.joined_values(&mut files, &target).await?;
         let now: Vec<(String, Option<SourceFacts>)> =
-            files.iter().map(|f| (f.record.url.clone(), Some(f.record.facts.clone()))).collect();
+            folder.records.iter().map(|f| (f.url.clone(), Some(f.facts.clone()))).collect();
         let changes = diff(&before, &now);
+        drop((now, before));
         if changes.is_empty() {
             return Ok(unchanged(changes));
         }
         let serving = self.serving(name, Registration::as_now()).await?;
         let _turn = self.turn().await?;
-        let built = build(files, values, &self.settings.scratch(), &target, &scan)?;
+        let built = folder.finish(&self.sources, &target, &scan).await?;
         // Where a rescan's time goes: listing, reading (new files parsed, unchanged ones' parses
-        // looked up), joining (coordinates and the document built).
-        tracing::info!(store = %name, files = scan.files.len(), list_seconds = listed.as_secs_f64(),
+        // looked up, all joined as they come), finishing the join (the coordinate, the end).
+        tracing::info!(store = %name, files = count, list_seconds = listed.as_secs_f64(),
             read_seconds = (read - listed).as_secs_f64(), build_seconds = (reading.elapsed() - read).as_secs_f64(),
             "files rescanned: phases");
         let expected = Some(Expected::Version(version));

@@ -94,71 +94,201 @@ fn agree(
     Ok(())
 }
 
-/// `{"join": "existing", "dim": dim}`.
-pub(super) fn existing(dim: &str, files: Vec<File>, values: Option<Vec<Vec<f64>>>) -> Result<Nodes, CombineError> {
-    let ((first_url, first), mut rest) = split(files)?;
-    no_extra_arrays(&first_url, &first, &rest)?;
-    let mut out = Nodes::new();
-    let mut values = values;
-    for (path, node) in first {
-        if !is_array(&node) {
-            out.insert(path, node);
-            continue;
-        }
-        let others = take_array(&path, &first_url, &mut rest)?;
-        let joined = match dimension_names(&node).iter().position(|d| d == dim) {
-            // The joined coordinate, read: its values in the first file's units, inline.
-            Some(_) if path == dim && values.is_some() => {
-                let mut parts = vec![(first_url.clone(), node)];
-                parts.extend(others);
-                let read = values.take().unwrap_or_default();
-                let parts: Vec<_> = parts.into_iter().zip(read).map(|((url, node), v)| (url, node, v)).collect();
-                super::time::joined(dim, &parts)?
-            }
-            Some(axis) => {
-                let mut parts = vec![(first_url.clone(), node)];
-                parts.extend(others);
-                concat(&path, dim, axis, parts)?
-            }
-            None => {
-                for (url, other) in &others {
-                    agree(&path, (&first_url, &node), (url, other), None)?;
-                }
-                located(node, &first_url)
-            }
-        };
-        out.insert(path, joined);
-    }
-    Ok(out)
+/// Where joined chunks go as they are settled: the array's path, the chunk's grid index, the
+/// chunk.
+pub type Sink<'a> = dyn FnMut(&str, Vec<u64>, Chunk) + 'a;
+
+/// `{"join": "existing", "dim": dim}`, one file at a time ([`Existing::push`], in the order
+/// joined). Each array's chunks go to a [`Sink`] as soon as no later file can change them, so
+/// that a join of any number of files holds only what it cannot settle yet: the chunks at its
+/// open seam, the first file's metadata and the joined coordinate's part of each file.
+pub struct Existing {
+    dim: String,
+    /// The first file's URL (empty until one is pushed).
+    first_url: String,
+    /// The first file's nodes by path, as joined so far.
+    nodes: BTreeMap<String, Joined>,
 }
 
-/// The parts of variable `path` (file URL, array) concatenated along `axis`: by references where
-/// a part's chunks line up with the joined array's grid (the first part's chunk shape), and by
-/// chunks assembled from pieces where they do not (a chunk spanning a seam, a padded edge chunk
-/// inside the joined array, a part chunked otherwise along `axis`).
-fn concat(path: &str, dim: &str, axis: usize, parts: Vec<(String, Node)>) -> Result<Node, CombineError> {
-    let (first_url, first) = (&parts[0].0, &parts[0].1);
-    let step = chunk_shape(first).get(axis).copied().unwrap_or(0);
-    if step == 0 {
-        return Err(refused(format!("variable {path} of {first_url} has no chunk length along {dim}")));
+/// One node of the first file, as joined so far.
+enum Joined {
+    /// A group: the first file's.
+    Group(Node),
+    /// An array without the joined dimension: the first file's (its chunks already handed on),
+    /// checked against each other file's.
+    Same(Node),
+    /// An array along the joined dimension.
+    Along(Concat),
+    /// The joined coordinate: each file's (URL, array), kept until [`Existing::finish`] is told
+    /// whether its values were read (then they are stored inline) or not (then it is joined as
+    /// the other arrays are).
+    Coordinate(Vec<(String, Node)>),
+}
+
+impl Existing {
+    /// A join along `dim` of no file yet.
+    pub fn new(dim: &str) -> Self {
+        Self { dim: dim.to_owned(), first_url: String::new(), nodes: BTreeMap::new() }
     }
-    for (url, node) in parts.iter().skip(1) {
-        agree(path, (first_url, first), (url, node), Some(axis))?;
-        if name_of(path) == dim {
-            same_time_encoding(path, (first_url, first), (url, node))?;
+
+    /// Each file's part of the joined coordinate so far (URL, array), in order; `None` when the
+    /// first file has no array named as the joined dimension along it.
+    pub fn coordinate(&self) -> Option<&[(String, Node)]> {
+        match self.nodes.get(&self.dim) {
+            Some(Joined::Coordinate(parts)) => Some(parts),
+            _ => None,
         }
     }
-    let first_chunks = chunk_shape(first);
-    // Checked at the first chunk to assemble: whether zarrgate can decode and encode the array.
-    let mut assemblable: Option<Result<(), String>> = None;
-    let mut metadata = (*parts[0].1.metadata).clone();
-    // Served chunk index -> its pieces, in file order.
-    let mut served: BTreeMap<Vec<u64>, Vec<Cut>> = BTreeMap::new();
-    let mut before = 0u64;
-    for (url, node) in parts {
+
+    /// Joins the next file (`url`, its hierarchy), handing `sink` the chunks it settles; or
+    /// refuses it, naming it and the variable (an array the first file has and it has not, or
+    /// the other way round, or one that does not agree with the first file's).
+    pub fn push(&mut self, url: &str, mut nodes: Nodes, sink: &mut Sink<'_>) -> Result<(), CombineError> {
+        let dim = self.dim.as_str();
+        if self.nodes.is_empty() && self.first_url.is_empty() {
+            self.first_url = url.to_owned();
+            for (path, node) in nodes {
+                let joined = if !is_array(&node) {
+                    Joined::Group(node)
+                } else {
+                    match dimension_names(&node).iter().position(|d| d == dim) {
+                        Some(_) if path == dim => Joined::Coordinate(vec![(url.to_owned(), node)]),
+                        Some(axis) => {
+                            let mut concat = Concat::new(&path, dim, axis, url, &node)?;
+                            concat.push(&path, (url, url), node, sink)?;
+                            Joined::Along(concat)
+                        }
+                        None => {
+                            let metadata = std::sync::Arc::clone(&node.metadata);
+                            for (index, chunk) in located(node, url).chunks {
+                                sink(&path, index, chunk);
+                            }
+                            Joined::Same(Node { metadata, chunks: Vec::new() })
+                        }
+                    }
+                };
+                self.nodes.insert(path, joined);
+            }
+            return Ok(());
+        }
+        let first_url = self.first_url.as_str();
+        if let Some((path, _)) = nodes.iter().find(|(path, node)| is_array(node) && !self.nodes.contains_key(*path)) {
+            return Err(refused(format!("variable {path} of {url} is not in {first_url}: every file must have it")));
+        }
+        for (path, joined) in &mut self.nodes {
+            if matches!(joined, Joined::Group(_)) {
+                continue;
+            }
+            let node = match nodes.remove(path) {
+                Some(node) if is_array(&node) => node,
+                _ => {
+                    return Err(refused(format!(
+                        "variable {path} of {first_url} is not in {url}: every file must have it"
+                    )));
+                }
+            };
+            match joined {
+                Joined::Group(_) => {}
+                Joined::Same(first) => agree(path, (first_url, first), (url, &node), None)?,
+                Joined::Along(concat) => concat.push(path, (first_url, url), node, sink)?,
+                Joined::Coordinate(parts) => parts.push((url.to_owned(), node)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The joined hierarchy's nodes (their chunks all handed to `sink`, here or before), given
+    /// each file's values of the joined coordinate when they were read (in the first file's
+    /// units when the files write it in different units, stored inline).
+    pub fn finish(self, values: Option<Vec<Vec<f64>>>, sink: &mut Sink<'_>) -> Result<Nodes, CombineError> {
+        if self.first_url.is_empty() {
+            return Err(refused("there is no file to combine".into()));
+        }
+        let (dim, first_url) = (self.dim.as_str(), self.first_url.as_str());
+        let mut values = values;
+        let mut out = Nodes::new();
+        for (path, joined) in self.nodes {
+            let node = match joined {
+                Joined::Group(node) | Joined::Same(node) => node,
+                Joined::Along(concat) => concat.finish(&path, sink)?,
+                Joined::Coordinate(parts) => match values.take() {
+                    Some(read) => {
+                        let parts: Vec<_> =
+                            parts.into_iter().zip(read).map(|((url, node), v)| (url, node, v)).collect();
+                        let node = super::time::joined(dim, &parts)?;
+                        hand_on(&path, node, sink)
+                    }
+                    None => {
+                        let axis = dimension_names(&parts[0].1).iter().position(|d| d == dim).unwrap_or(0);
+                        let mut concat = Concat::new(&path, dim, axis, first_url, &parts[0].1)?;
+                        for (url, node) in parts {
+                            concat.push(&path, (first_url, &url), node, sink)?;
+                        }
+                        concat.finish(&path, sink)?
+                    }
+                },
+            };
+            out.insert(path, node);
+        }
+        Ok(out)
+    }
+}
+
+/// `node`'s chunks handed to `sink` as array `path`'s; its metadata kept.
+fn hand_on(path: &str, node: Node, sink: &mut Sink<'_>) -> Node {
+    for (index, chunk) in node.chunks {
+        sink(path, index, chunk);
+    }
+    Node { metadata: node.metadata, chunks: Vec::new() }
+}
+
+/// The parts of one variable concatenated along `axis`, file by file: by references where a
+/// part's chunks line up with the joined array's grid (the first part's chunk shape), and by
+/// chunks assembled from pieces where they do not (a chunk spanning a seam, a padded edge chunk
+/// inside the joined array, a part chunked otherwise along `axis`). A chunk is settled (handed
+/// on) once the files joined so far reach its end: only the chunks at the open seam are held.
+struct Concat {
+    dim: String,
+    axis: usize,
+    /// The joined array's chunk length along `axis` (the first part's).
+    step: u64,
+    /// The first part's metadata (its chunks are not kept).
+    first: Node,
+    /// Checked at the first chunk to assemble: whether zarrgate can decode and encode the array.
+    assemblable: Option<Result<(), String>>,
+    /// Served chunks not yet settled: index -> their pieces, in file order.
+    served: BTreeMap<Vec<u64>, Vec<Cut>>,
+    /// The length along `axis` of the parts joined so far.
+    before: u64,
+}
+
+impl Concat {
+    /// The concatenation of variable `path` whose first part is `first` (of `first_url`).
+    fn new(path: &str, dim: &str, axis: usize, first_url: &str, first: &Node) -> Result<Self, CombineError> {
+        let step = chunk_shape(first).get(axis).copied().unwrap_or(0);
+        if step == 0 {
+            return Err(refused(format!("variable {path} of {first_url} has no chunk length along {dim}")));
+        }
+        let first = Node { metadata: std::sync::Arc::clone(&first.metadata), chunks: Vec::new() };
+        Ok(Self { dim: dim.to_owned(), axis, step, first, assemblable: None, served: BTreeMap::new(), before: 0 })
+    }
+
+    /// Joins the next part (`node`, of file `url`; `first_url` the first part's file).
+    fn push(
+        &mut self,
+        path: &str,
+        (first_url, url): (&str, &str),
+        node: Node,
+        sink: &mut Sink<'_>,
+    ) -> Result<(), CombineError> {
+        let (axis, step, before) = (self.axis, self.step, self.before);
+        agree(path, (first_url, &self.first), (url, &node), Some(axis))?;
+        if name_of(path) == self.dim {
+            same_time_encoding(path, (first_url, &self.first), (url, &node))?;
+        }
         let length = shape(&node).get(axis).copied().unwrap_or(0);
         let own_step = chunk_shape(&node).get(axis).copied().unwrap_or(0).max(1);
-        for (index, chunk) in located(node, &url).chunks {
+        for (index, chunk) in located(node, url).chunks {
             let Some(j) = index.get(axis).copied() else { continue };
             // The part of the source chunk inside the file (an edge chunk is padded past it).
             let (first_step, end) =
@@ -177,21 +307,53 @@ fn concat(path: &str, dim: &str, axis: usize, parts: Vec<(String, Node)>) -> Res
                     count: upto - lo,
                     at: lo - m * step,
                 };
-                served.entry(at).or_default().push(cut);
+                self.served.entry(at).or_default().push(cut);
                 lo = upto;
             }
         }
-        before += length;
+        self.before = before + length;
+        // The chunks that end within the parts joined so far: no later part reaches them.
+        let settled: Vec<Vec<u64>> = self
+            .served
+            .keys()
+            .filter(|index| index[axis].saturating_add(1).saturating_mul(step) <= self.before)
+            .cloned()
+            .collect();
+        for index in settled {
+            if let Some(pieces) = self.served.remove(&index) {
+                let chunk = self.settle(path, &index, pieces)?;
+                sink(path, index, chunk);
+            }
+        }
+        Ok(())
     }
-    let mut chunks = Vec::with_capacity(served.len());
-    for (index, mut pieces) in served {
-        let m = index[axis];
-        let valid = step.min(before - m * step);
+
+    /// The joined array's metadata (its length along the axis the parts' together), the chunks
+    /// left at its end handed to `sink`.
+    fn finish(mut self, path: &str, sink: &mut Sink<'_>) -> Result<Node, CombineError> {
+        for (index, pieces) in std::mem::take(&mut self.served) {
+            let chunk = self.settle(path, &index, pieces)?;
+            sink(path, index, chunk);
+        }
+        let mut metadata = (*self.first.metadata).clone();
+        if let Some(length) = metadata.get_mut("shape").and_then(Value::as_array_mut).and_then(|s| s.get_mut(self.axis))
+        {
+            *length = json!(self.before);
+        }
+        Ok(Node { metadata: metadata.into(), chunks: Vec::new() })
+    }
+
+    /// The chunk at `index` of the joined array, made of `pieces`: a part's own chunk where one
+    /// is the whole of it, else assembled from them (or refused: too many pieces, or an array
+    /// zarrgate cannot decode and encode).
+    fn settle(&mut self, path: &str, index: &[u64], mut pieces: Vec<Cut>) -> Result<Chunk, CombineError> {
+        let (step, dim) = (self.step, self.dim.as_str());
+        let m = index[self.axis];
+        let valid = step.min(self.before - m * step);
         let whole =
             matches!(pieces.as_slice(), [c] if c.source_len == step && c.count == valid && c.start == 0 && c.at == 0);
         if whole && let Some(cut) = pieces.pop() {
-            chunks.push((index, cut.chunk));
-            continue;
+            return Ok(cut.chunk);
         }
         if pieces.len() > MAX_PIECES {
             return Err(refused(format!(
@@ -200,7 +362,10 @@ fn concat(path: &str, dim: &str, axis: usize, parts: Vec<(String, Node)>) -> Res
                 pieces.len()
             )));
         }
-        let can = assemblable.get_or_insert_with(|| can_assemble(&metadata, &first_chunks).map_err(|e| e.to_string()));
+        let first = &self.first;
+        let can = self
+            .assemblable
+            .get_or_insert_with(|| can_assemble(&first.metadata, &chunk_shape(first)).map_err(|e| e.to_string()));
         if let Err(why) = can {
             return Err(refused(format!(
                 "variable {path}: its files do not line up with its chunks along {dim} (chunk {index:?} spans a seam \
@@ -208,7 +373,7 @@ fn concat(path: &str, dim: &str, axis: usize, parts: Vec<(String, Node)>) -> Res
             )));
         }
         let recipe = Recipe {
-            axis: axis as u32,
+            axis: self.axis as u32,
             pieces: pieces
                 .into_iter()
                 .map(|Cut { chunk, source_len, start, count, at }| {
@@ -225,12 +390,8 @@ fn concat(path: &str, dim: &str, axis: usize, parts: Vec<(String, Node)>) -> Res
                 })
                 .collect::<Result<_, _>>()?,
         };
-        chunks.push((index, Chunk::Assembled(recipe)));
+        Ok(Chunk::Assembled(recipe))
     }
-    if let Some(length) = metadata.get_mut("shape").and_then(Value::as_array_mut).and_then(|s| s.get_mut(axis)) {
-        *length = json!(before);
-    }
-    Ok(Node { metadata: metadata.into(), chunks })
 }
 
 /// A run of one source chunk along the joined axis that goes into a chunk of the joined array:

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{Combine, CombineError, Nodes};
+use super::{Combine, CombineError, Existing, Nodes};
 use crate::formats::{Chunk, Node};
 use crate::zarr::assembled::PieceSource;
 
@@ -242,4 +242,33 @@ fn bad_specs_are_named() {
             other => panic!("{value}: {other:?}"),
         }
     }
+}
+
+#[test]
+fn a_join_hands_on_each_chunk_once_the_files_reach_its_end() {
+    // 50 files of 10 steps chunked 7: a chunk of the join is settled as soon as the files read
+    // reach its end, so the join holds only the chunk at its open seam, whatever the count.
+    let mut join = Existing::new("time");
+    let mut handed: Vec<(String, Vec<u64>, Chunk)> = Vec::new();
+    for k in 0..50u64 {
+        let mut sink = |path: &str, index: Vec<u64>, chunk: Chunk| handed.push((path.to_owned(), index, chunk));
+        join.push(&format!("s3://b/{k:03}.nc"), daily(10, 7), &mut sink).unwrap();
+        let air = handed.iter().filter(|(path, ..)| path == "air").count() as u64;
+        assert_eq!(air, (k + 1) * 10 / 7, "chunks of air settled after file {k}");
+        assert_eq!(handed.iter().filter(|(path, ..)| path == "x").count(), 1, "x is the first file's");
+        assert!(!handed.iter().any(|(path, ..)| path == "time"), "the coordinate waits for its values");
+    }
+    let mut sink = |path: &str, index: Vec<u64>, chunk: Chunk| handed.push((path.to_owned(), index, chunk));
+    let out = join.finish(None, &mut sink).unwrap();
+    assert_eq!(out["air"].metadata["shape"], json!([500, 4]));
+    assert!(out["air"].chunks.is_empty(), "every chunk was handed on");
+    let mut air: Vec<Vec<u64>> = handed.iter().filter(|(path, ..)| path == "air").map(|(_, i, _)| i.clone()).collect();
+    air.sort();
+    assert_eq!(air, (0..72).map(|m| vec![m, 0]).collect::<Vec<_>>(), "each of the 72 chunks once");
+    // The same chunks as the join of all the files at once.
+    let files = (0..50u64).map(|k| (format!("s3://b/{k:03}.nc"), daily(10, 7))).collect();
+    let whole = spec(json!({"join": "existing", "dim": "time"})).unwrap().apply(files).unwrap();
+    let mut streamed: Vec<_> = handed.into_iter().filter(|(path, ..)| path == "air").map(|(_, i, c)| (i, c)).collect();
+    streamed.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(streamed, whole["air"].chunks);
 }
