@@ -454,7 +454,8 @@ impl Folder {
                 }
             }
             Fold::Existing { join, dim, held: all } => {
-                all.push(held.into_iter().find(|(path, _)| path == dim).map(|(_, values)| values));
+                // Copied here, as the join copies what it keeps of the file: see `Existing::push`.
+                all.push(held.iter().find(|(path, _)| path == dim).map(|(_, values)| values.as_slice().to_vec()));
                 let mut sink = |path: &str, index: Vec<u64>, chunk: Chunk| {
                     hand(doc, manifests, path, &index, chunk, number, &mut failed);
                 };

@@ -136,6 +136,12 @@ impl Registrar {
     }
 }
 
+/// What the follow task reads of a files origin: its interval (the rest, the files, skipped).
+#[derive(serde::Deserialize)]
+struct FollowedFiles {
+    follow_seconds: Option<u64>,
+}
+
 /// Syncs every branch store that follows its branch, and rescans every store made from files
 /// that follows its prefix (`follow_seconds`), when its interval has passed, checking every
 /// `tick`, until the registrar is dropped. With several replicas each follows: the catalog
@@ -155,9 +161,10 @@ pub async fn follow(registrar: std::sync::Weak<Registrar>, tick: Duration) {
         };
         for (store, text) in followed {
             let Ok(origin) = serde_json::from_str::<Origin>(&text) else {
-                // Only a files origin that follows is read whole (one can list 100,000 files).
+                // A files origin is read for its interval only: its list of files (100,000 of
+                // them, 30 MB) is skipped, not built, at every tick.
                 let follows = text.contains("\"follow_seconds\"");
-                let files = follows.then(|| serde_json::from_str::<super::files::Origin>(&text).ok()).flatten();
+                let files = follows.then(|| serde_json::from_str::<FollowedFiles>(&text).ok()).flatten();
                 let Some(every) = files.and_then(|f| f.follow_seconds).map(Duration::from_secs) else { continue };
                 // A store first seen (just registered, or when this replica starts) is first
                 // rescanned an interval later.

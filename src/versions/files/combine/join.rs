@@ -191,7 +191,11 @@ impl Existing {
                 Joined::Group(_) => {}
                 Joined::Same(first) => agree(path, (first_url, first), (url, &node), None)?,
                 Joined::Along(concat) => concat.push(path, (first_url, url), node, sink)?,
-                Joined::Coordinate(parts) => parts.push((url.to_owned(), node)),
+                // A copy, made on this thread: the parse's own allocations were made on the
+                // thread that parsed it, among its transient ones, and a few kept from each
+                // of 100,000 parses pinned that many allocator pages (a page is returned only
+                // when all of it is free).
+                Joined::Coordinate(parts) => parts.push((url.to_owned(), node.clone())),
             }
         }
         Ok(())
