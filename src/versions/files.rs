@@ -445,14 +445,7 @@ impl Folder {
         let (doc, manifests) = (&mut self.doc, &mut self.manifests);
         let mut failed = None;
         match &mut self.how {
-            Fold::One => {
-                for (path, node) in nodes {
-                    for (index, chunk) in node.chunks {
-                        hand(doc, manifests, &path, &index, chunk, number, &mut failed);
-                    }
-                    place(doc, manifests, path, &node.metadata);
-                }
-            }
+            Fold::One => place_all(doc, manifests, nodes, number, &mut failed),
             Fold::Existing { join, dim, held: all } => {
                 // Copied here, as the join copies what it keeps of the file: see `Existing::push`.
                 all.push(held.iter().find(|(path, _)| path == dim).map(|(_, values)| values.as_slice().to_vec()));
@@ -506,7 +499,7 @@ impl Folder {
                     hand(doc, manifests, path, &index, chunk, u32::MAX, &mut failed);
                 };
                 let nodes = join.finish(prepared.values, &mut sink).map_err(combine_error)?;
-                self.place_all(nodes, &mut failed);
+                place_all(&mut self.doc, &mut self.manifests, nodes, u32::MAX, &mut failed);
             }
             Fold::Held(combine, files) => {
                 let mut files = files;
@@ -534,13 +527,7 @@ impl Folder {
                 }
                 let hierarchies: Vec<combine::File> = files.into_iter().map(|(url, nodes, _)| (url, nodes)).collect();
                 let nodes = combine.apply_with(hierarchies, values).map_err(combine_error)?;
-                for (path, node) in nodes {
-                    let (doc, manifests) = (&mut self.doc, &mut self.manifests);
-                    for (index, chunk) in node.chunks {
-                        hand(doc, manifests, &path, &index, chunk, u32::MAX, &mut failed);
-                    }
-                    place(doc, manifests, path, &node.metadata);
-                }
+                place_all(&mut self.doc, &mut self.manifests, nodes, u32::MAX, &mut failed);
             }
         }
         if let Some(e) = failed {
@@ -551,16 +538,22 @@ impl Folder {
         all.append(&mut warnings);
         Ok(Built { doc, warnings: all, origin: origin(records, target, scan) })
     }
+}
 
-    /// Places every node of a finished join (its chunks already handed on).
-    fn place_all(&mut self, nodes: combine::Nodes, failed: &mut Option<Error>) {
-        for (path, node) in nodes {
-            let (doc, manifests) = (&mut self.doc, &mut self.manifests);
-            for (index, chunk) in node.chunks {
-                hand(doc, manifests, &path, &index, chunk, u32::MAX, failed);
-            }
-            place(doc, manifests, path, &node.metadata);
+/// Every node of `nodes` made a node of the document, the chunks it still carries handed to
+/// its manifest first (a chunk at a range lies in the file numbered `file`).
+fn place_all(
+    doc: &mut Document,
+    manifests: &mut HashMap<String, RawManifest>,
+    nodes: combine::Nodes,
+    file: u32,
+    failed: &mut Option<Error>,
+) {
+    for (path, node) in nodes {
+        for (index, chunk) in node.chunks {
+            hand(doc, manifests, &path, &index, chunk, file, failed);
         }
+        place(doc, manifests, path, &node.metadata);
     }
 }
 
