@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 use common::{Backend, PgTestDb};
 use serde_json::{Value, json};
 use zarrgate::catalog::{
-    Catalog, CatalogError, DerivedVersion, Expected, ListedVersion, ObjectStoreRecord, ParsedKey, Retention, StoreHead,
-    VersionOptions,
+    Catalog, CatalogError, DerivedVersion, Expected, FileRows, ListedVersion, ObjectStoreRecord, ParsedKey, Retention,
+    StoreHead, VersionOptions,
 };
 use zarrgate::zarr::document::SourceFacts;
-use zarrgate::zarr::spill::Scratch;
+use zarrgate::zarr::spill::{Scratch, SpillLog};
 use zarrgate::zarr::validate::{ValidatedStore, validate_tiled};
 use zarrgate::zarr::{ChunkRef, ManifestBlock, native};
 
@@ -415,5 +415,34 @@ both_catalogs! {
         assert!(catalog.delete_object_store("b").await.unwrap());
         assert!(!catalog.delete_object_store("b").await.unwrap(), "nothing left to delete");
         assert_eq!(catalog.object_stores().await.unwrap(), vec![]);
+    }
+
+    async fn a_version_keeps_its_files_as_rows_read_a_page_at_a_time(catalog) {
+        // More records than one statement writes on either database, most of them spilled to
+        // disk by a registration's scratch log before they are written.
+        let n = 25_000u64;
+        let scratch = Scratch::new(0, None);
+        let mut log = SpillLog::new(&scratch);
+        for i in 0..n {
+            log.append(format!("{{\"url\":\"s3://bucket/f{i:05}.nc\"}}\n").as_bytes());
+        }
+        assert!(log.spilled(), "the records went to disk");
+        let files = FileRows::new(log, n);
+        let options = VersionOptions { origin: Some("{}".into()), files: Some(files), ..VersionOptions::default() };
+        let first = catalog.write_version("f", &demo(), options).await.unwrap();
+        let id = first.head.id;
+        let url = |i: u64| format!("{{\"url\":\"s3://bucket/f{i:05}.nc\"}}");
+        assert_eq!(catalog.version_files(id, 0, 3).await.unwrap(), [url(0), url(1), url(2)]);
+        assert_eq!(catalog.version_files(id, n - 2, 10).await.unwrap(), [url(n - 2), url(n - 1)], "the last page");
+        assert_eq!(catalog.version_files(id, n, 10).await.unwrap(), Vec::<String>::new(), "past the end");
+        let all = catalog.version_files(id, 0, u64::MAX).await.unwrap();
+        assert_eq!(all.len() as u64, n);
+        assert!(all.iter().enumerate().all(|(i, r)| *r == url(i as u64)), "in the order given");
+
+        // A version written without files has none; deleting the store deletes them.
+        let plain = catalog.write_version("f", &demo(), VersionOptions::default()).await.unwrap();
+        assert_eq!(catalog.version_files(plain.head.id, 0, 10).await.unwrap(), Vec::<String>::new());
+        assert!(catalog.delete_store("f").await.unwrap());
+        assert_eq!(catalog.version_files(id, 0, 10).await.unwrap(), Vec::<String>::new(), "gone with the store");
     }
 }

@@ -131,6 +131,9 @@ impl Catalog for Guarded {
     async fn origins_of(&self, which: Origins) -> Result<Vec<(String, String)>, CatalogError> {
         self.guard(self.inner.origins_of(which)).await
     }
+    async fn version_files(&self, version: i64, offset: u64, limit: u64) -> Result<Vec<String>, CatalogError> {
+        self.guard(self.inner.version_files(version, offset, limit)).await
+    }
     async fn write(&self, name: &str, new: NewVersion<'_>, options: VersionOptions) -> Result<Written, CatalogError> {
         self.guard(self.inner.write(name, new, options)).await
     }

@@ -21,6 +21,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use crate::zarr::document::SourceFacts;
+use crate::zarr::spill::SpillLog;
 use crate::zarr::validate::{Summary, ValidNode, ValidatedStore};
 
 pub use breaker::{Guarded, PROBE_INTERVAL};
@@ -184,7 +185,58 @@ pub struct VersionOptions {
     /// Write only if the store's current version is as expected ([`CatalogError::PreconditionFailed`]
     /// otherwise).
     pub expected: Option<Expected>,
+    /// The files the version was made from, written as rows of their own ([`Catalog::version_files`]).
+    pub files: Option<FileRows>,
 }
+
+/// The files a version made from files was read from, in order: each its record, one line of
+/// JSON text in a registration's scratch log (in memory up to its budget, on disk past it), so
+/// that a registration of any number of files writes them a batch at a time, never all at once.
+#[derive(Debug, Clone)]
+pub struct FileRows {
+    log: Arc<SpillLog>,
+    count: u64,
+}
+
+impl FileRows {
+    /// The `count` records of `log`, one a line.
+    pub fn new(log: SpillLog, count: u64) -> Self {
+        Self { log: Arc::new(log), count }
+    }
+
+    /// How many there are.
+    pub fn len(&self) -> u64 {
+        self.count
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The records in order, at most `max_rows` at a time.
+    pub fn batches(&self, max_rows: usize) -> impl Iterator<Item = Result<Vec<String>, CatalogError>> + Send + '_ {
+        use std::io::BufRead;
+        let mut lines = self.log.reader().lines();
+        std::iter::from_fn(move || {
+            let batch: Result<Vec<String>, _> = lines.by_ref().take(max_rows.max(1)).collect();
+            match batch {
+                Ok(batch) if batch.is_empty() => None,
+                Ok(batch) => Some(Ok(batch)),
+                Err(e) => Some(Err(CatalogError::Scratch(e))),
+            }
+        })
+    }
+}
+
+/// Two are the same when they are the same log.
+impl PartialEq for FileRows {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.log, &other.log)
+    }
+}
+
+impl Eq for FileRows {}
 
 /// What retention keeps of a store's versions (the current one always stays).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -371,6 +423,9 @@ pub trait Catalog: Send + Sync + 'static {
     async fn versions(&self, store: &str, limit: u32) -> Result<Vec<ListedVersion>, CatalogError>;
     /// The origins `which` names, each with its store's name, in name order.
     async fn origins_of(&self, which: Origins) -> Result<Vec<(String, String)>, CatalogError>;
+    /// Records `offset..offset + limit` of the files version `version` was made from, in
+    /// order (as [`VersionOptions::files`] gave them); empty past the end, or when it has none.
+    async fn version_files(&self, version: i64, offset: u64, limit: u64) -> Result<Vec<String>, CatalogError>;
     /// Writes version `new` of store `name` and makes it current, atomically.
     async fn write(&self, name: &str, new: NewVersion<'_>, options: VersionOptions) -> Result<Written, CatalogError>;
     /// Deletes the versions of `name` that `retention` does not keep (never the current one) and

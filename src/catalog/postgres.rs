@@ -16,8 +16,8 @@ use super::rows::{
 };
 use super::sql::{self, Backend, SqlCatalog};
 use super::{
-    CatalogError, Change, DerivedVersion, NewVersion, ObjectStoreRecord, Retention, VersionHead, VersionOptions,
-    Written, unique_violation,
+    CatalogError, Change, DerivedVersion, FileRows, NewVersion, ObjectStoreRecord, Retention, VersionHead,
+    VersionOptions, Written, unique_violation,
 };
 use crate::zarr::validate::{Summary, ValidNode};
 
@@ -118,6 +118,25 @@ async fn insert_nodes(
         .bind(c.paths)
         .bind(c.metadata)
         .bind(c.tile_shapes)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Writes the files version `version` was made from, a batch at a time.
+async fn insert_files(tx: &mut Transaction<'_, Postgres>, version: i64, files: &FileRows) -> Result<(), CatalogError> {
+    let mut seq = 0;
+    for batch in files.batches(ROWS_PER_STATEMENT) {
+        let records = batch?;
+        let seqs: Vec<i64> = (seq..seq + records.len() as i64).collect();
+        seq += records.len() as i64;
+        sqlx::query(
+            "insert into version_files (version_id, seq, record) select $1, * from unnest($2::bigint[], $3::text[])",
+        )
+        .bind(version)
+        .bind(seqs)
+        .bind(records)
         .execute(&mut **tx)
         .await?;
     }
@@ -263,6 +282,7 @@ impl Backend for Postgres {
         content: NewVersion<'_>,
         options: VersionOptions,
     ) -> Result<Written, CatalogError> {
+        let files = options.files.clone();
         let mut tx = catalog.pool.begin().await?;
         let created = match content {
             NewVersion::Whole(_) => match open_store(&mut tx, &catalog.sql, name, &options).await? {
@@ -284,6 +304,9 @@ impl Backend for Postgres {
             insert_blocks(&mut tx, name, head.id, batch?).await?;
         }
         insert_sources(&mut tx, head.id, &SourceColumns::of(content)).await?;
+        if let Some(files) = &files {
+            insert_files(&mut tx, head.id, files).await?;
+        }
         make_current(&mut tx, name, head.id).await?;
         tx.commit().await?;
         Ok(Written { head, created, unchanged: false })

@@ -17,6 +17,9 @@ use super::{
 };
 use crate::zarr::document::SourceFacts;
 
+/// A page of the files a version was made from.
+const VERSION_FILES: &str =
+    "select record from version_files where version_id = $1 and seq >= $2 order by seq limit $3";
 /// A file's parse, remembered.
 const PARSED_FILE: &str = "select data from parsed_files where url = $1 and validator = $2 and parse_key = $3";
 /// URLs looked up in one query by [`Catalog::parsed_files`] (well under SQLite's and
@@ -134,6 +137,12 @@ where
             Origins::Current => sqlx::query(ORIGINS),
         };
         Ok(query.fetch_all(&self.pool).await?.iter().map(rows::origin).collect::<Result<_, _>>()?)
+    }
+
+    async fn version_files(&self, version: i64, offset: u64, limit: u64) -> Result<Vec<String>, CatalogError> {
+        let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let query = sqlx::query(VERSION_FILES).bind(version).bind(clamp(offset)).bind(clamp(limit));
+        Ok(query.fetch_all(&self.pool).await?.iter().map(|row| row.field("record")).collect::<Result<_, _>>()?)
     }
 
     async fn write(&self, name: &str, new: NewVersion<'_>, options: VersionOptions) -> Result<Written, CatalogError> {

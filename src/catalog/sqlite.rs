@@ -14,8 +14,8 @@ use super::rows::{
 };
 use super::sql::{self, Backend, SqlCatalog};
 use super::{
-    CatalogError, DerivedVersion, NewVersion, ObjectStoreRecord, Retention, VersionHead, VersionOptions, Written,
-    unique_violation,
+    CatalogError, DerivedVersion, FileRows, NewVersion, ObjectStoreRecord, Retention, VersionHead, VersionOptions,
+    Written, unique_violation,
 };
 use crate::zarr::validate::{Summary, ValidNode};
 
@@ -116,6 +116,20 @@ async fn insert_sources(tx: &mut SqliteConnection, version: i64, c: &SourceColum
     .await
 }
 
+/// Writes the files version `version` was made from, a batch at a time.
+async fn insert_files(tx: &mut SqliteConnection, version: i64, files: &FileRows) -> Result<(), CatalogError> {
+    let mut seq = 0;
+    for batch in files.batches(MAX_VARIABLES / 3) {
+        let batch = batch?;
+        insert_rows(tx, "insert into version_files (version_id, seq, record) ", "", 3, batch.len(), |b, i| {
+            b.push_bind(version).push_bind(seq + i as i64).push_bind(&batch[i]);
+        })
+        .await?;
+        seq += batch.len() as i64;
+    }
+    Ok(())
+}
+
 async fn make_current(tx: &mut SqliteConnection, name: &str, version: i64, now: i64) -> Result<(), CatalogError> {
     sqlx::query("update stores set current_version = $1, updated_at = $2 where name = $3")
         .bind(version)
@@ -213,6 +227,7 @@ impl Backend for Sqlite {
         options: VersionOptions,
     ) -> Result<Written, CatalogError> {
         let now = now_ms();
+        let files = options.files.clone();
         let mut tx = catalog.pool.begin_with("begin immediate").await?;
         let created = match content {
             NewVersion::Whole(_) => match open_store(&mut tx, &catalog.sql, name, &options, now).await? {
@@ -236,6 +251,9 @@ impl Backend for Sqlite {
             insert_blocks(&mut tx, name, head.id, batch?).await?;
         }
         insert_sources(&mut tx, head.id, &SourceColumns::of(content)).await?;
+        if let Some(files) = &files {
+            insert_files(&mut tx, head.id, files).await?;
+        }
         make_current(&mut tx, name, head.id, now).await?;
         tx.commit().await?;
         Ok(Written { head, created, unchanged: false })

@@ -28,14 +28,16 @@ use self::read::{ReadFile, read_file};
 pub use self::remote::{ReadCost, RemoteFile};
 pub use self::rescan::{Changes, Rescanned};
 use super::error::{Error, Result};
+use super::ingest;
 use super::register::{Registered, Registrar, Registration, Serving, Storing};
+use crate::catalog::FileRows;
 use crate::formats::{Chunk, Parsed, Parser};
 use crate::sources::SourceRegistry;
 use crate::zarr::assembled::PieceSource;
 use crate::zarr::document::{DocNode, Document};
 use crate::zarr::manifest::{RawManifest, RawRef, normalize_source_url};
 use crate::zarr::source::SourceFacts;
-use crate::zarr::spill::Scratch;
+use crate::zarr::spill::{Scratch, SpillLog};
 
 /// What a registration asks for: `{"files": [URL, ...] | {"prefix": URL, "glob": GLOB},
 /// "parser": "auto"|"hdf5"|"netcdf3"|"dmrpp"|"tiff", "combine": {...}, "follow_seconds": N,
@@ -208,7 +210,7 @@ impl Registrar {
         let mut folder = Folder::new(&self.settings.scratch(), target);
         self.read_files(target, listing, &HashMap::new(), &tracked.counts, &mut folder).await?;
         let read = reading.elapsed();
-        let count = folder.records.len();
+        let count = folder.count;
         let _turn = self.turn().await?;
         let built = folder.finish(&self.sources, target, &scan).await?;
         let joined = reading.elapsed();
@@ -350,7 +352,7 @@ impl Registrar {
         reading: Instant,
         expected: Option<crate::catalog::Expected>,
     ) -> Result<Registered> {
-        let Built { doc, warnings, origin } = built;
+        let Built { doc, warnings, origin, files } = built;
         let origin = serde_json::to_string(&origin).map_err(|e| Error::Internal(e.to_string()))?;
         let storing = Storing {
             format: "files",
@@ -361,6 +363,7 @@ impl Registrar {
             portable: serving.portable,
             read_seconds: reading.elapsed().as_secs_f64(),
             origin: Some(origin),
+            files: Some(files),
             unless_same_origin: false,
             expected,
             warnings,
@@ -372,8 +375,8 @@ impl Registrar {
     /// made from files (the others not read).
     pub async fn files_origin(&self, name: &str, offset: usize, limit: usize) -> Result<Option<OriginPage>> {
         let Some(head) = self.catalog.current_version(name).await? else { return Ok(None) };
-        let text = self.catalog.origin(head.id).await?;
-        Ok(text.and_then(|t| Origin::page(&t, offset, limit)))
+        let Some(text) = self.catalog.origin(head.id).await? else { return Ok(None) };
+        Origin::page(&*self.catalog, head.id, &text, offset, limit).await
     }
 }
 
@@ -384,23 +387,29 @@ const REMEMBER_BATCH: usize = 1000;
 /// while this one's are read.
 const READ_BATCH: usize = 2048;
 
-/// What files make: the document, the warnings for the summary, and the origin to keep.
+/// What files make: the document, the warnings for the summary, and the origin to keep with
+/// its files' records.
 struct Built {
     doc: Document,
     warnings: Vec<String>,
     origin: Origin,
+    files: FileRows,
 }
 
 /// A registration's document, made from its files as they are read ([`Folder::add`], in order):
 /// each file's facts, record and warnings kept, and its hierarchy handed to the document's
 /// manifests at once, one file's alone or joined along a dimension in the order read. Only the
 /// joins that need every file first (`"order": "coordinate"`, `new`, `union`) hold the files'
-/// hierarchies to the end; the others hold, per file, its record, its URL and its part of the
-/// joined coordinate.
+/// hierarchies to the end; the others hold, per file, its URL and facts and its part of the
+/// joined coordinate. The files' records go to a scratch log, in memory up to the
+/// registration's budget and on disk past it.
 pub(super) struct Folder {
     doc: Document,
     warnings: Vec<String>,
-    pub records: Vec<FileRecord>,
+    /// Each file's record, one line of JSON text each, in order.
+    records: SpillLog,
+    /// How many files were added.
+    pub count: u64,
     /// Each array's references so far, by path.
     manifests: HashMap<String, RawManifest>,
     how: Fold,
@@ -429,7 +438,23 @@ impl Folder {
             Some((combine, _)) => Fold::Held(combine.clone(), Vec::new()),
         };
         let doc = Document::new(scratch);
-        Self { doc, warnings: Vec::new(), records: Vec::new(), manifests: HashMap::new(), how }
+        let records = SpillLog::new(scratch);
+        Self { doc, warnings: Vec::new(), records, count: 0, manifests: HashMap::new(), how }
+    }
+
+    /// Each file added, with its facts as read, in order.
+    pub(super) fn files(&self) -> Result<Vec<(String, Option<SourceFacts>)>> {
+        self.records().map(|r| r.map(|r| (r.url, Some(r.facts)))).collect()
+    }
+
+    /// The records of the files added, in order.
+    fn records(&self) -> impl Iterator<Item = Result<FileRecord>> + '_ {
+        use std::io::BufRead;
+        self.records.reader().lines().map(|line| {
+            let line =
+                line.map_err(|e| Error::Internal(format!("reading the files' records back from scratch space: {e}")))?;
+            serde_json::from_str(&line).map_err(|e| Error::Internal(format!("a file's record read back: {e}")))
+        })
     }
 
     /// Takes the next file read: its hierarchy joined (or kept, when the join needs every file
@@ -441,7 +466,11 @@ impl Folder {
         self.doc.sources.insert(url.clone(), record.facts.clone());
         self.warnings.extend(warnings.iter().map(|w| format!("{url}: {w}")));
         let number = self.doc.urls.intern(url.clone());
-        self.records.push(record);
+        let mut line = serde_json::to_vec(&record).map_err(|e| Error::Internal(e.to_string()))?;
+        line.push(b'\n');
+        self.records.append(&line);
+        self.count += 1;
+        drop(record);
         let (doc, manifests) = (&mut self.doc, &mut self.manifests);
         let mut failed = None;
         match &mut self.how {
@@ -477,11 +506,10 @@ impl Folder {
                 let parts = match join.coordinate() {
                     Some(parts) => parts
                         .iter()
-                        .zip(&self.records)
                         .zip(&held)
-                        .map(|(((url, node), record), held)| coordinate::Part {
+                        .map(|((url, node), held)| coordinate::Part {
                             url,
-                            facts: &record.facts,
+                            facts: self.doc.sources.get(url.as_str()),
                             node: Some(node),
                             held: held.as_deref(),
                         })
@@ -507,10 +535,9 @@ impl Folder {
                 if let Combine::Existing { dim, .. } = &combine {
                     let parts: Vec<coordinate::Part<'_>> = files
                         .iter()
-                        .zip(&self.records)
-                        .map(|((url, nodes, held), record)| coordinate::Part {
+                        .map(|(url, nodes, held)| coordinate::Part {
                             url,
-                            facts: &record.facts,
+                            facts: self.doc.sources.get(url.as_str()),
                             node: nodes.get(dim.as_str()),
                             held: held.as_deref(),
                         })
@@ -520,8 +547,7 @@ impl Folder {
                     if let Some(order) = prepared.order {
                         let mut taken: Vec<Option<_>> = files.into_iter().map(Some).collect();
                         files = order.iter().filter_map(|i| taken[*i].take()).collect();
-                        let mut records: Vec<Option<FileRecord>> = self.records.drain(..).map(Some).collect();
-                        self.records = order.iter().filter_map(|i| records[*i].take()).collect();
+                        self.reorder(&order)?;
                     }
                     values = prepared.values;
                 }
@@ -533,10 +559,25 @@ impl Folder {
         if let Some(e) = failed {
             return Err(e);
         }
-        let Folder { doc, mut warnings, records, .. } = self;
+        self.doc.scratch.check().map_err(ingest::scratch_error)?;
+        let Folder { doc, mut warnings, records, count, .. } = self;
         let mut all: Vec<String> = scan.skipped.iter().map(|(_, warning)| warning.clone()).collect();
         all.append(&mut warnings);
-        Ok(Built { doc, warnings: all, origin: origin(records, target, scan) })
+        Ok(Built { doc, warnings: all, origin: origin(count, target, scan), files: FileRows::new(records, count) })
+    }
+
+    /// The records put in `order` (indices into the order added), as the files were (a join
+    /// ordered by coordinate, which holds every file anyway).
+    fn reorder(&mut self, order: &[usize]) -> Result<()> {
+        let mut lines: Vec<Option<FileRecord>> = self.records().map(|r| r.map(Some)).collect::<Result<_>>()?;
+        let mut log = SpillLog::new(&self.doc.scratch);
+        for record in order.iter().filter_map(|i| lines.get_mut(*i)?.take()) {
+            let mut line = serde_json::to_vec(&record).map_err(|e| Error::Internal(e.to_string()))?;
+            line.push(b'\n');
+            log.append(&line);
+        }
+        self.records = log;
+        Ok(())
     }
 }
 
@@ -630,9 +671,9 @@ fn hand(
     }
 }
 
-/// What a version made from `records` (the files, in order) for `target` keeps of where it
-/// comes from.
-fn origin(records: Vec<FileRecord>, target: &Target, scan: &Scan) -> Origin {
+/// What a version made from `count` files (their records kept as rows of their own) for
+/// `target` keeps of where it comes from.
+fn origin(count: u64, target: &Target, scan: &Scan) -> Origin {
     let parser = match target.choice {
         Choice::Auto => "auto".to_owned(),
         Choice::Only(p) => p.name().to_owned(),
@@ -644,12 +685,13 @@ fn origin(records: Vec<FileRecord>, target: &Target, scan: &Scan) -> Origin {
         .map(|p| PrefixRequest { prefix: p.url.clone(), glob: p.glob.as_ref().map(|(text, _)| text.clone()) });
     let listed = (prefix.is_none() && !scan.skipped.is_empty()).then(|| target.files.clone());
     Origin {
-        files: records,
+        files: Vec::new(),
         parser,
         combine,
         prefix,
         listed,
         follow_seconds: target.follow_seconds,
         older_than_seconds: target.older_than_seconds,
+        file_rows: Some(count),
     }
 }

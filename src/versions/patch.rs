@@ -134,7 +134,7 @@ impl Registrar {
         // Checked again in the write's transaction (`write_derived`): this only spares the work.
         Expected::check(expected, name, Some(record.head.id))?;
         let origin = self.catalog.origin(record.head.id).await?;
-        if origin.as_deref().is_some_and(|text| serde_json::from_str::<super::files::Origin>(text).is_ok()) {
+        if origin.as_deref().is_some_and(super::files::Origin::is_files) {
             return Err(Error::Conflict(format!(
                 "store {name:?} is made from files (?format=files): change the files and register them again \
                  rather than patching the manifest made from them; nothing was changed"

@@ -9,7 +9,7 @@ use super::error::{Error, Result};
 use super::facts;
 use super::ingest::{self, Body, Format};
 use super::read::{Reader, time_catalog};
-use crate::catalog::{Catalog, Expected, VersionHead, VersionOptions};
+use crate::catalog::{Catalog, Expected, FileRows, VersionHead, VersionOptions};
 use crate::config::{FilesConfig, IngestConfig, LimitsConfig, RetentionConfig};
 use crate::metrics::Metrics;
 use crate::sources::SourceRegistry;
@@ -145,6 +145,8 @@ pub(super) struct Storing {
     pub read_seconds: f64,
     /// Where the version comes from (JSON text), when not from a document sent.
     pub origin: Option<String>,
+    /// The files it was read from, when made from files: kept as rows of their own.
+    pub files: Option<FileRows>,
     /// Write nothing when the current version has the same origin.
     pub unless_same_origin: bool,
     /// Write only if the store's current version is as expected.
@@ -235,6 +237,7 @@ impl Registrar {
             portable,
             read_seconds,
             origin: None,
+            files: None,
             unless_same_origin: false,
             expected: how.expected,
             warnings: Vec::new(),
@@ -302,6 +305,7 @@ impl Registrar {
             origin: how.origin,
             unless_same_origin: how.unless_same_origin,
             expected: how.expected,
+            files: how.files,
         };
         let written = self.catalog.write_version(name, &store, options).await?;
         time_catalog(&self.metrics, "write_version", started);

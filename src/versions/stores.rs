@@ -73,7 +73,10 @@ impl Stores {
         let Some(record) = self.catalog.store(name).await? else { return Ok(None) };
         let text = self.catalog.origin(record.head.id).await?;
         let origin = text.as_deref().and_then(|text| serde_json::from_str(text).ok());
-        let files = text.as_deref().and_then(|text| super::files::Origin::page(text, files.0, files.1));
+        let files = match text.as_deref() {
+            Some(text) => super::files::Origin::page(&*self.catalog, record.head.id, text, files.0, files.1).await?,
+            None => None,
+        };
         Ok(Some(Described { record, origin, files }))
     }
 

@@ -66,6 +66,7 @@ impl Registrar {
             portable: serving.portable,
             read_seconds: reading.elapsed().as_secs_f64(),
             origin: Some(origin),
+            files: None,
             unless_same_origin,
             expected: how.expected,
             warnings: Vec::new(),
@@ -84,7 +85,7 @@ impl Registrar {
             return Err(Error::NotFound(format!("no store named {name:?}")));
         };
         let Some(text) = self.catalog.origin(head.id).await? else { return Ok(None) };
-        if serde_json::from_str::<super::files::Origin>(&text).is_ok() {
+        if super::files::Origin::is_files(&text) {
             return Ok(None);
         }
         let origin = serde_json::from_str(&text)

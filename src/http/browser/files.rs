@@ -35,15 +35,27 @@ pub(super) async fn section(out: &mut String, app: &AppState, view: &VersionView
             return;
         }
     };
-    // The page's files only: the others are skipped unread (a page past the last reads the last).
+    // The page's files only: the others are not read (a page past the last reads the last).
     let Some(text) = text else { return };
-    let read = |page: usize| Origin::page(&text, (page - 1) * PER_PAGE, PER_PAGE);
-    let Some(OriginPage { mut origin, mut total, .. }) = read(page) else { return };
+    let (catalog, version) = (&*app.catalog, view.head.id);
+    let read = |page: usize| Origin::page(catalog, version, &text, (page - 1) * PER_PAGE, PER_PAGE);
+    let unreadable = |out: &mut String, e: crate::versions::Error| {
+        let _ = writeln!(out, "<h3>Files</h3>\n<p>The files cannot be listed now: {}</p>", escape(&e.to_string()));
+    };
+    let Some(OriginPage { mut origin, mut total, .. }) = (match read(page).await {
+        Ok(found) => found,
+        Err(e) => return unreadable(out, e),
+    }) else {
+        return;
+    };
     let pages = total.div_ceil(PER_PAGE).max(1);
     let page = page.min(pages);
     if origin.files.is_empty() && total > 0 {
-        let Some(last) = read(page) else { return };
-        (origin, total) = (last.origin, last.total);
+        match read(page).await {
+            Ok(Some(last)) => (origin, total) = (last.origin, last.total),
+            Ok(None) => return,
+            Err(e) => return unreadable(out, e),
+        }
     }
     let first = (page - 1) * PER_PAGE;
     let join = match &origin.combine {

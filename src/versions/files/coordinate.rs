@@ -33,8 +33,9 @@ const MAX_INLINE_VALUES: u64 = 1 << 20;
 pub(super) struct Part<'a> {
     /// The file's URL.
     pub url: &'a str,
-    /// The file's facts when it was read (its chunks are read checked against them).
-    pub facts: &'a SourceFacts,
+    /// The file's facts when it was read (its chunks are read checked against them; unchecked
+    /// when there are none).
+    pub facts: Option<&'a SourceFacts>,
     /// The file's array named as the joined dimension, if it has one.
     pub node: Option<&'a Node>,
     /// Its values, when the file's parse decoded them (`read::hold`).
@@ -122,7 +123,7 @@ async fn values(sources: &SourceRegistry, part: &Part<'_>, node: &Node) -> Resul
         return Ok(Ok(values.to_vec()));
     }
     let url = part.url;
-    let check = part.facts.read_check();
+    let check = part.facts.map_or(crate::zarr::source::SourceCheck::Unchecked, SourceFacts::read_check);
     let mut chunks = Vec::with_capacity(node.chunks.len());
     for (index, chunk) in &node.chunks {
         let j = index.first().copied().unwrap_or(0);

@@ -7,7 +7,8 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::{Files, PrefixRequest, Request, Target};
-use crate::versions::error::Result;
+use crate::catalog::Catalog;
+use crate::versions::error::{Error, Result};
 use crate::zarr::source::SourceFacts;
 
 /// One file of a version, as kept with it and shown by `GET /api/v1/stores/{store}`.
@@ -36,7 +37,9 @@ pub struct FileRecord {
 /// Where a version made from files comes from, kept with the version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Origin {
-    /// The files, in order.
+    /// The files, in order (those of one page, when read a page at a time). Kept as rows of
+    /// their own (`file_rows`), they are not in the text kept.
+    #[serde(default)]
     pub files: Vec<FileRecord>,
     /// The parser asked for (`auto` or a parser's name).
     pub parser: String,
@@ -56,13 +59,24 @@ pub struct Origin {
     /// Files modified less than this many seconds ago are left out of every scan.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub older_than_seconds: Option<u64>,
+    /// How many files there are, kept as rows of their own ([`Catalog::version_files`]), not in
+    /// `files`; absent from origins kept before there were such rows, whose `files` hold them all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_rows: Option<u64>,
+}
+
+/// What tells the origin of a version made from files from an Icechunk store's.
+#[derive(Deserialize)]
+struct FilesKind {
+    #[allow(dead_code)]
+    parser: String,
 }
 
 /// An origin as kept, its files still their JSON text (a 100,000-file origin read whole took
 /// 260 MB to answer one summary).
 #[derive(Deserialize)]
 struct RawOrigin<'a> {
-    #[serde(borrow)]
+    #[serde(borrow, default)]
     files: Vec<&'a RawValue>,
     parser: String,
     #[serde(default)]
@@ -75,6 +89,8 @@ struct RawOrigin<'a> {
     follow_seconds: Option<u64>,
     #[serde(default)]
     older_than_seconds: Option<u64>,
+    #[serde(default)]
+    file_rows: Option<u64>,
 }
 
 /// Files `offset..offset + limit` of an origin, with how many it has.
@@ -109,9 +125,39 @@ impl Origin {
         serde_json::to_value(self).unwrap_or(Value::Null)
     }
 
-    /// Files `offset..offset + limit` of the origin kept as `text`, the others skipped unread;
+    /// True when `text`, an origin kept, is that of a version made from files (its files not
+    /// read).
+    pub fn is_files(text: &str) -> bool {
+        serde_json::from_str::<FilesKind>(text).is_ok()
+    }
+
+    /// Files `offset..offset + limit` of version `version`'s origin kept as `text`, the others
+    /// not read (from the catalog's rows of them, or from `text` if it was kept with them);
     /// `None` when `text` is not an origin of files.
-    pub fn page(text: &str, offset: usize, limit: usize) -> Option<OriginPage> {
+    pub async fn page(
+        catalog: &dyn Catalog,
+        version: i64,
+        text: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Option<OriginPage>> {
+        let Some(mut page) = Self::page_in_text(text, offset, limit) else { return Ok(None) };
+        let Some(rows) = page.origin.file_rows.take() else { return Ok(Some(page)) };
+        page.total = usize::try_from(rows).unwrap_or(usize::MAX);
+        if limit > 0 && offset < page.total {
+            let records = catalog.version_files(version, offset as u64, limit as u64).await?;
+            let read = records.iter().map(|r| serde_json::from_str::<FileRecord>(r)).collect::<Result<Vec<_>, _>>();
+            page.origin.files = read.map_err(|e| {
+                Error::Internal(format!("the catalog holds an unreadable file record of version {version}: {e}"))
+            })?;
+        }
+        Ok(Some(page))
+    }
+
+    /// Files `offset..offset + limit` of the origin kept as `text`, those the text holds (all of
+    /// them, or none when they are kept as rows: `file_rows` says how many), the others skipped
+    /// unread; `None` when `text` is not an origin of files.
+    fn page_in_text(text: &str, offset: usize, limit: usize) -> Option<OriginPage> {
         let raw: RawOrigin<'_> = serde_json::from_str(text).ok()?;
         let total = raw.files.len();
         let files = raw
@@ -130,6 +176,7 @@ impl Origin {
             listed: raw.listed,
             follow_seconds: raw.follow_seconds,
             older_than_seconds: raw.older_than_seconds,
+            file_rows: raw.file_rows,
         };
         Some(OriginPage { origin, offset, total })
     }
@@ -180,19 +227,20 @@ mod tests {
             listed: None,
             follow_seconds: Some(600),
             older_than_seconds: None,
+            file_rows: None,
         };
         let text = serde_json::to_string(&origin).unwrap();
-        let page = Origin::page(&text, 100, 100).unwrap();
+        let page = Origin::page_in_text(&text, 100, 100).unwrap();
         assert_eq!((page.total, page.offset), (250, 100));
         assert_eq!(page.origin.files, origin.files[100..200]);
         assert_eq!((page.origin.follow_seconds, &page.origin.combine), (Some(600), &origin.combine));
         let json = page.to_json();
         assert_eq!((json["files_total"].as_u64(), json["files_offset"].as_u64()), (Some(250), Some(100)));
         // A page past the end is empty; all of them in one page reads as the origin itself.
-        assert!(Origin::page(&text, 300, 100).unwrap().origin.files.is_empty());
-        let whole = Origin::page(&text, 0, 1000).unwrap();
+        assert!(Origin::page_in_text(&text, 300, 100).unwrap().origin.files.is_empty());
+        let whole = Origin::page_in_text(&text, 0, 1000).unwrap();
         assert_eq!(whole.origin, origin);
         assert_eq!(whole.to_json(), origin.to_json(), "no paging fields when every file is shown");
-        assert!(Origin::page("{\"repository\": \"s3://b/repo\"}", 0, 10).is_none());
+        assert!(Origin::page_in_text("{\"repository\": \"s3://b/repo\"}", 0, 10).is_none());
     }
 }

@@ -180,7 +180,10 @@ impl Registrar {
         let Some(head) = self.catalog.current_version(name).await? else {
             return Err(Error::NotFound(format!("no store is named {name:?}")));
         };
-        let origin = self.catalog.origin(head.id).await?.and_then(|t| serde_json::from_str::<Origin>(&t).ok());
+        let origin = match self.catalog.origin(head.id).await? {
+            Some(text) => Origin::page(&*self.catalog, head.id, &text, 0, usize::MAX).await?.map(|page| page.origin),
+            None => None,
+        };
         let Some(origin) = origin else {
             return Err(Error::Conflict(format!("store {name:?} is no longer made from files: nothing to rescan")));
         };
@@ -209,8 +212,7 @@ impl Registrar {
         self.read_files(&target, listing, &same, &tracked.counts, &mut folder).await?;
         drop(same);
         let read = reading.elapsed();
-        let now: Vec<(String, Option<SourceFacts>)> =
-            folder.records.iter().map(|f| (f.url.clone(), Some(f.facts.clone()))).collect();
+        let now = folder.files()?;
         let changes = diff(&before, &now);
         drop((now, before));
         if changes.is_empty() {
