@@ -1,7 +1,10 @@
 //! A parsed manifest document, whatever its format: nodes with their metadata and raw chunk
 //! references, the source URLs they use, and the problems found while reading it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
 
 use serde_json::{Map, Value};
 
@@ -77,28 +80,45 @@ impl DocNode {
     }
 }
 
-/// Interned source URLs: each stored once, referenced by number.
-#[derive(Debug, Default)]
+/// Interned source URLs: each stored once, referenced by number. The index holds numbers only,
+/// found by the URL's hash, so that a URL is held once, not twice (a registration of 100,000
+/// files, or a kerchunk store with a URL per chunk, holds that many).
+#[derive(Default)]
 pub struct UrlTable {
     urls: Vec<String>,
-    index: HashMap<String, u32>,
+    index: HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl std::fmt::Debug for UrlTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UrlTable").field("urls", &self.urls).finish_non_exhaustive()
+    }
 }
 
 impl UrlTable {
     /// The number of `url`, adding it if new.
     pub fn intern(&mut self, url: String) -> u32 {
-        if let Some(i) = self.index.get(&url) {
+        let hash = self.hasher.hash_one(url.as_str());
+        if let Some(i) = self.index.find(hash, |&i| self.urls[i as usize] == url) {
             return *i;
         }
         let i = self.urls.len() as u32;
-        self.index.insert(url.clone(), i);
         self.urls.push(url);
+        let (urls, hasher) = (&self.urls, &self.hasher);
+        self.index.insert_unique(hash, i, |&j| hasher.hash_one(urls[j as usize].as_str()));
         i
     }
 
     /// The number of `url`, if it was interned.
     pub fn number(&self, url: &str) -> Option<u32> {
-        self.index.get(url).copied()
+        let hash = self.hasher.hash_one(url);
+        self.index.find(hash, |&i| self.urls[i as usize] == url).copied()
+    }
+
+    /// Every URL, by number, the table given up.
+    pub fn into_urls(self) -> Vec<String> {
+        self.urls
     }
 
     /// The URL numbered `i`.
