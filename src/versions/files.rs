@@ -406,7 +406,7 @@ struct Built {
 pub(super) struct Folder {
     doc: Document,
     warnings: Vec<String>,
-    /// Each file's record, one line of JSON text each, in order.
+    /// Each file's record, one line of JSON text each, in order (on disk).
     records: SpillLog,
     /// How many files were added.
     pub count: u64,
@@ -438,7 +438,10 @@ impl Folder {
             Some((combine, _)) => Fold::Held(combine.clone(), Vec::new()),
         };
         let doc = Document::new(scratch);
-        let records = SpillLog::new(scratch);
+        // The records are read back only to be written (or diffed by a rescan): they go to disk
+        // at once, a few hundred KiB at a time (held, 100,000 of them took 40 MB at the
+        // registration's peak).
+        let records = SpillLog::new(&Scratch::new(0, Some(scratch.dir())));
         Self { doc, warnings: Vec::new(), records, count: 0, manifests: HashMap::new(), how }
     }
 
@@ -462,15 +465,14 @@ impl Folder {
     fn add(&mut self, file: ReadFile) -> Result<()> {
         let ReadFile { parsed, record, .. } = file;
         let Parsed { nodes, warnings, held } = parsed;
-        let url = record.url.clone();
-        self.doc.sources.insert(url.clone(), record.facts.clone());
-        self.warnings.extend(warnings.iter().map(|w| format!("{url}: {w}")));
-        let number = self.doc.urls.intern(url.clone());
         let mut line = serde_json::to_vec(&record).map_err(|e| Error::Internal(e.to_string()))?;
         line.push(b'\n');
         self.records.append(&line);
         self.count += 1;
-        drop(record);
+        let FileRecord { url, facts, .. } = record;
+        self.doc.sources.insert(url.clone(), facts);
+        self.warnings.extend(warnings.iter().map(|w| format!("{url}: {w}")));
+        let number = self.doc.urls.intern(url.clone());
         let (doc, manifests) = (&mut self.doc, &mut self.manifests);
         let mut failed = None;
         match &mut self.how {
@@ -559,7 +561,7 @@ impl Folder {
         if let Some(e) = failed {
             return Err(e);
         }
-        self.doc.scratch.check().map_err(ingest::scratch_error)?;
+        self.doc.scratch.check().and_then(|()| self.records.check()).map_err(ingest::scratch_error)?;
         let Folder { doc, mut warnings, records, count, .. } = self;
         let mut all: Vec<String> = scan.skipped.iter().map(|(_, warning)| warning.clone()).collect();
         all.append(&mut warnings);
@@ -570,7 +572,7 @@ impl Folder {
     /// ordered by coordinate, which holds every file anyway).
     fn reorder(&mut self, order: &[usize]) -> Result<()> {
         let mut lines: Vec<Option<FileRecord>> = self.records().map(|r| r.map(Some)).collect::<Result<_>>()?;
-        let mut log = SpillLog::new(&self.doc.scratch);
+        let mut log = SpillLog::new(&Scratch::new(0, Some(self.doc.scratch.dir())));
         for record in order.iter().filter_map(|i| lines.get_mut(*i)?.take()) {
             let mut line = serde_json::to_vec(&record).map_err(|e| Error::Internal(e.to_string()))?;
             line.push(b'\n');

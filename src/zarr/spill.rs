@@ -194,6 +194,11 @@ impl SpillLog {
         Ok(n)
     }
 
+    /// Whether every write to the log went through: the first that failed, if one did.
+    pub fn check(&self) -> io::Result<()> {
+        self.scratch.check()
+    }
+
     /// A buffered reader of the whole log from its start.
     pub fn reader(&self) -> io::BufReader<LogReader<'_>> {
         io::BufReader::with_capacity(1 << 16, LogReader { log: self, at: 0 })
