@@ -401,8 +401,7 @@ struct Built {
 /// manifests at once, one file's alone or joined along a dimension in the order read. Only the
 /// joins that need every file first (`"order": "coordinate"`, `new`, `union`) hold the files'
 /// hierarchies to the end; the others hold, per file, its URL and facts and its part of the
-/// joined coordinate. The files' records go to a scratch log, in memory up to the
-/// registration's budget and on disk past it.
+/// joined coordinate. The files' records go to a scratch log on disk as they come.
 pub(super) struct Folder {
     doc: Document,
     warnings: Vec<String>,
@@ -447,6 +446,7 @@ impl Folder {
 
     /// Each file added, with its facts as read, in order.
     pub(super) fn files(&self) -> Result<Vec<(String, Option<SourceFacts>)>> {
+        self.records.check().map_err(ingest::scratch_error)?;
         self.records().map(|r| r.map(|r| (r.url, Some(r.facts)))).collect()
     }
 
