@@ -427,7 +427,7 @@ both_catalogs! {
             log.append(format!("{{\"url\":\"s3://bucket/f{i:05}.nc\"}}\n").as_bytes());
         }
         assert!(log.spilled(), "the records went to disk");
-        let files = FileRows::new(log, n);
+        let files = FileRows::new(log);
         let options = VersionOptions { origin: Some("{}".into()), files: Some(files), ..VersionOptions::default() };
         let first = catalog.write_version("f", &demo(), options).await.unwrap();
         let id = first.head.id;

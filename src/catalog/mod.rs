@@ -193,31 +193,18 @@ pub struct VersionOptions {
 /// JSON text in a registration's scratch log (in memory up to its budget, on disk past it), so
 /// that a registration of any number of files writes them a batch at a time, never all at once.
 #[derive(Debug, Clone)]
-pub struct FileRows {
-    log: Arc<SpillLog>,
-    count: u64,
-}
+pub struct FileRows(Arc<SpillLog>);
 
 impl FileRows {
-    /// The `count` records of `log`, one a line.
-    pub fn new(log: SpillLog, count: u64) -> Self {
-        Self { log: Arc::new(log), count }
-    }
-
-    /// How many there are.
-    pub fn len(&self) -> u64 {
-        self.count
-    }
-
-    /// True when there are none.
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
+    /// The records of `log`, one a line.
+    pub fn new(log: SpillLog) -> Self {
+        Self(Arc::new(log))
     }
 
     /// The records in order, at most `max_rows` at a time.
     pub fn batches(&self, max_rows: usize) -> impl Iterator<Item = Result<Vec<String>, CatalogError>> + Send + '_ {
         use std::io::BufRead;
-        let mut lines = self.log.reader().lines();
+        let mut lines = self.0.reader().lines();
         std::iter::from_fn(move || {
             let batch: Result<Vec<String>, _> = lines.by_ref().take(max_rows.max(1)).collect();
             match batch {
@@ -232,7 +219,7 @@ impl FileRows {
 /// Two are the same when they are the same log.
 impl PartialEq for FileRows {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.log, &other.log)
+        Arc::ptr_eq(&self.0, &other.0)
     }
 }
 

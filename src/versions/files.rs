@@ -437,10 +437,8 @@ impl Folder {
             Some((combine, _)) => Fold::Held(combine.clone(), Vec::new()),
         };
         let doc = Document::new(scratch);
-        // The records are read back only to be written (or diffed by a rescan): they go to disk
-        // at once, a few hundred KiB at a time (held, 100,000 of them took 40 MB at the
-        // registration's peak).
-        let records = SpillLog::new(&Scratch::new(0, Some(scratch.dir())));
+        // Held, 100,000 records took 40 MB at the registration's peak.
+        let records = records_log(scratch);
         Self { doc, warnings: Vec::new(), records, count: 0, manifests: HashMap::new(), how }
     }
 
@@ -465,9 +463,7 @@ impl Folder {
     fn add(&mut self, file: ReadFile) -> Result<()> {
         let ReadFile { parsed, record, .. } = file;
         let Parsed { nodes, warnings, held } = parsed;
-        let mut line = serde_json::to_vec(&record).map_err(|e| Error::Internal(e.to_string()))?;
-        line.push(b'\n');
-        self.records.append(&line);
+        append_record(&mut self.records, &record)?;
         self.count += 1;
         let FileRecord { url, facts, .. } = record;
         self.doc.sources.insert(url.clone(), facts);
@@ -565,22 +561,34 @@ impl Folder {
         let Folder { doc, mut warnings, records, count, .. } = self;
         let mut all: Vec<String> = scan.skipped.iter().map(|(_, warning)| warning.clone()).collect();
         all.append(&mut warnings);
-        Ok(Built { doc, warnings: all, origin: origin(count, target, scan), files: FileRows::new(records, count) })
+        Ok(Built { doc, warnings: all, origin: origin(count, target, scan), files: FileRows::new(records) })
     }
 
     /// The records put in `order` (indices into the order added), as the files were (a join
     /// ordered by coordinate, which holds every file anyway).
     fn reorder(&mut self, order: &[usize]) -> Result<()> {
         let mut lines: Vec<Option<FileRecord>> = self.records().map(|r| r.map(Some)).collect::<Result<_>>()?;
-        let mut log = SpillLog::new(&Scratch::new(0, Some(self.doc.scratch.dir())));
+        let mut log = records_log(&self.doc.scratch);
         for record in order.iter().filter_map(|i| lines.get_mut(*i)?.take()) {
-            let mut line = serde_json::to_vec(&record).map_err(|e| Error::Internal(e.to_string()))?;
-            line.push(b'\n');
-            log.append(&line);
+            append_record(&mut log, &record)?;
         }
         self.records = log;
         Ok(())
     }
+}
+
+/// A log for files' records, on disk at once (budget 0: a few hundred KiB in memory) beside
+/// `scratch`'s files: they are read back only to be written, or diffed by a rescan.
+fn records_log(scratch: &Scratch) -> SpillLog {
+    SpillLog::new(&Scratch::new(0, Some(scratch.dir())))
+}
+
+/// `record` appended to `log` as one line of JSON text (which escapes every newline).
+fn append_record(log: &mut SpillLog, record: &FileRecord) -> Result<()> {
+    let mut line = serde_json::to_vec(record).map_err(|e| Error::Internal(e.to_string()))?;
+    line.push(b'\n');
+    log.append(&line);
+    Ok(())
 }
 
 /// Every node of `nodes` made a node of the document, the chunks it still carries handed to

@@ -68,8 +68,8 @@ pub struct Origin {
 /// What tells the origin of a version made from files from an Icechunk store's.
 #[derive(Deserialize)]
 struct FilesKind {
-    #[allow(dead_code)]
-    parser: String,
+    #[serde(rename = "parser")]
+    _parser: serde::de::IgnoredAny,
 }
 
 /// An origin as kept, its files still their JSON text (a 100,000-file origin read whole took
