@@ -264,6 +264,10 @@ def test_combine_yearly_files_whose_chunks_span_the_seams(server, source_dir, st
     # A browser sees the files and which chunks are assembled.
     page = requests.get(f"{server.url}/{store_name}/", headers={"Accept": "text/html"}, timeout=30).text
     assert 'id="files-list"' in page and all(p.as_uri() in page for p in paths), page[:2000]
+    # A page number past any multiplication reads the last page, and the server stays up.
+    last = requests.get(f"{server.url}/{store_name}/", params={"files_page": 2**64 - 1},
+                        headers={"Accept": "text/html"}, timeout=30)
+    assert last.status_code == 200 and 'id="files-list"' in last.text, last.text[:2000]
     array = requests.get(f"{server.url}/{store_name}/air/", headers={"Accept": "text/html"}, timeout=30).text
     assert "36 virtual, 0 inline, 74 assembled" in array, array[:3000]
 

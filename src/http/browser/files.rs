@@ -38,7 +38,7 @@ pub(super) async fn section(out: &mut String, app: &AppState, view: &VersionView
     // The page's files only: the others are not read (a page past the last reads the last).
     let Some(text) = text else { return };
     let (catalog, version) = (&*app.catalog, view.head.id);
-    let read = |page: usize| Origin::page(catalog, version, &text, (page - 1) * PER_PAGE, PER_PAGE);
+    let read = |page: usize| Origin::page(catalog, version, &text, (page - 1).saturating_mul(PER_PAGE), PER_PAGE);
     let unreadable = |out: &mut String, e: crate::versions::Error| {
         let _ = writeln!(out, "<h3>Files</h3>\n<p>The files cannot be listed now: {}</p>", escape(&e.to_string()));
     };
