@@ -202,3 +202,25 @@ async fn a_file_past_its_read_budget_is_refused_naming_the_bound() {
     assert!(detail.contains("files.max_read_bytes = 6000") && detail.contains("air.nc"), "{detail}");
     assert_eq!(server.get("/api/v1/stores/big", &[]).await.status(), StatusCode::NOT_FOUND);
 }
+
+/// A join whose files would hold more memory than `ingest.memory_bytes` allows is refused,
+/// naming the bound, and nothing is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_past_the_memory_bound_is_refused_naming_it() {
+    let server = TestServer::start_with(common::Backend::Sqlite, |c| c.ingest.memory_bytes = 4096).await;
+    server.local_store().await;
+    let bytes = std::fs::read(format!("{FIXTURES}/server_air.nc")).unwrap();
+    let files: Vec<String> =
+        (0..20).map(|i| format!("file://{}", server.write(&format!("many/{i:02}.nc"), &bytes))).collect();
+    let body = json!({"files": files, "combine": {"join": "existing", "dim": "time"}});
+    let (status, answer) = server.put("/api/v1/stores/many?format=files", &body).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    let detail = answer["detail"].as_str().unwrap();
+    assert!(detail.contains("past ingest.memory_bytes = 4096") && detail.contains("many/"), "{detail}");
+    assert_eq!(server.get("/api/v1/stores/many", &[]).await.status(), StatusCode::NOT_FOUND);
+    // Within the bound, the same server joins a few of them.
+    let body = json!({"files": &files[..3], "combine": {"join": "existing", "dim": "time"}});
+    let (status, answer) = server.put("/api/v1/stores/few?format=files", &body).await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    assert_eq!(answer["sources"].as_u64(), Some(3), "{answer}");
+}

@@ -321,7 +321,7 @@ impl<'a> SourceColumns<'a> {
     /// recorded for it (if any); those new to a derived version (it shares its base's).
     pub fn of(content: NewVersion<'a>) -> Self {
         match content {
-            NewVersion::Whole(store) => Self::new(store.urls().iter().map(|u| (u.as_str(), store.sources.get(u)))),
+            NewVersion::Whole(store) => Self::new(store.sources()),
             NewVersion::Derived(version) => Self::new(version.sources.iter().map(|(u, f)| (u.as_str(), Some(f)))),
         }
     }

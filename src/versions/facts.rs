@@ -23,7 +23,7 @@ pub async fn record(sources: &SourceRegistry, concurrency: usize, doc: &mut Docu
         .iter()
         .enumerate()
         .filter(|(i, u)| !doc.immutable.contains(&(*i as u32)) && sources.resolve(u).is_some())
-        .map(|(_, u)| u.clone())
+        .map(|(_, u)| u.to_string())
         .collect();
     if urls.is_empty() {
         return;
@@ -36,7 +36,7 @@ pub async fn record(sources: &SourceRegistry, concurrency: usize, doc: &mut Docu
         .await;
     let count = observed.len();
     for (url, result) in observed {
-        let declared = doc.sources.get(&url).cloned().unwrap_or_default();
+        let declared = doc.facts(&url).cloned().unwrap_or_default();
         match result {
             Ok(now) => {
                 // An entity tag with or without its quotes is the same tag (Icechunk keeps what its
@@ -54,7 +54,7 @@ pub async fn record(sources: &SourceRegistry, concurrency: usize, doc: &mut Docu
                         now.describe()
                     ));
                 }
-                doc.sources.insert(url, now);
+                doc.set_facts(url, now);
             }
             Err(e) => doc.problems.push(format!(
                 "{url} cannot be read: {} (register with ?verify=false to skip this check)",
@@ -74,7 +74,7 @@ pub async fn resolve_whole_objects(sources: &SourceRegistry, doc: &mut Document,
     let mut ask = Vec::new();
     for u in wanted {
         let url = doc.urls.get(u).to_owned();
-        match doc.sources.get(&url).and_then(|f| f.size) {
+        match doc.facts(&url).and_then(|f| f.size) {
             Some(size) => {
                 sizes.insert(u, Ok(size));
             }

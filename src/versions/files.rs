@@ -239,7 +239,7 @@ impl Registrar {
         &self,
         target: &Target,
         listing: Vec<(String, Option<SourceFacts>)>,
-        unchanged: &HashMap<String, FileRecord>,
+        unchanged: &HashMap<&str, &FileRecord>,
         counts: &Arc<progress::Counts>,
         folder: &mut Folder,
     ) -> Result<()> {
@@ -262,8 +262,8 @@ impl Registrar {
             }),
             _ => None,
         };
-        let mut listing = listing.into_iter().map(|(url, facts)| {
-            let record = unchanged.get(&url).cloned().or_else(|| listed(&url, &facts));
+        let mut listing = draining(listing).map(|(url, facts)| {
+            let record = unchanged.get(url.as_str()).map(|r| (*r).clone()).or_else(|| listed(&url, &facts));
             (url, record)
         });
         // The parses of the files known unchanged, looked up a batch at a time (a rescan of
@@ -380,6 +380,57 @@ impl Registrar {
     }
 }
 
+/// `listing`'s items in order, its buffer shrunk as they are taken: the listing of 100,000
+/// files is 9 MB of slots, and the files' state grows as they are read (a `Vec`'s own iterator
+/// would hold its whole buffer to the end). Each shrink copies what is left, a quarter of the
+/// buffer at most: the copies add up to a third of the listing.
+fn draining<T>(listing: Vec<T>) -> impl Iterator<Item = T> {
+    let mut listing = std::collections::VecDeque::from(listing);
+    std::iter::from_fn(move || {
+        let item = listing.pop_front();
+        if listing.capacity() > 1024 && listing.len() < listing.capacity() / 4 {
+            listing.shrink_to_fit();
+        }
+        item
+    })
+}
+
+/// Each file's values of the joined coordinate that its parse held, one after the other: one
+/// `Vec` a file took 40 bytes for a value of 8.
+#[derive(Default)]
+struct HeldValues {
+    values: Vec<f64>,
+    /// Each file's values in `values`, if it had any.
+    spans: Vec<Option<(u32, u32)>>,
+}
+
+impl HeldValues {
+    /// Adds the next file's values.
+    fn push(&mut self, values: Option<&[f64]>) {
+        let span = values.and_then(|v| {
+            let start = u32::try_from(self.values.len()).ok()?;
+            let end = u32::try_from(self.values.len() + v.len()).ok()?;
+            self.values.extend_from_slice(v);
+            Some((start, end))
+        });
+        self.spans.push(span);
+    }
+
+    /// The values of file `i`, if it had any.
+    fn get(&self, i: usize) -> Option<&[f64]> {
+        let (start, end) = (*self.spans.get(i)?)?;
+        self.values.get(start as usize..end as usize)
+    }
+}
+
+/// What each file added holds in memory to the end of its registration besides the text of
+/// its URL and facts: its URL's entry (a slot, its index, its allocation), its facts' slot and
+/// allocations, its part of the joined coordinate; measured (bench/README.md, "Stop 52").
+const FILE_BYTES: usize = 400;
+
+/// What each chunk a join holds for a file to its end takes (its grid index and reference).
+const CHUNK_BYTES: usize = 120;
+
 /// New parses remembered together.
 const REMEMBER_BATCH: usize = 1000;
 
@@ -420,7 +471,7 @@ enum Fold {
     One,
     /// Joined along `dim` in the order read; each file's values of the joined coordinate that
     /// its parse held.
-    Existing { join: combine::Existing, dim: String, held: Vec<Option<Vec<f64>>> },
+    Existing { join: combine::Existing, dim: String, held: HeldValues },
     /// Every file held to the end, with its held values of the joined dimension's coordinate
     /// (if any).
     Held(Combine, Vec<(String, combine::Nodes, Option<Vec<f64>>)>),
@@ -432,7 +483,7 @@ impl Folder {
         let how = match &target.combine {
             None => Fold::One,
             Some((Combine::Existing { dim, by_coordinate: false }, _)) => {
-                Fold::Existing { join: combine::Existing::new(dim), dim: dim.clone(), held: Vec::new() }
+                Fold::Existing { join: combine::Existing::new(dim), dim: dim.clone(), held: HeldValues::default() }
             }
             Some((combine, _)) => Fold::Held(combine.clone(), Vec::new()),
         };
@@ -442,10 +493,20 @@ impl Folder {
         Self { doc, warnings: Vec::new(), records, count: 0, manifests: HashMap::new(), how }
     }
 
-    /// Each file added, with its facts as read, in order.
-    pub(super) fn files(&self) -> Result<Vec<(String, Option<SourceFacts>)>> {
+    /// What changed since `before` among the files added (with their facts as read), their
+    /// records read back from the log one at a time.
+    pub(super) fn diff_files(&self, before: &[(&str, &SourceFacts)]) -> Result<rescan::Changes> {
         self.records.check().map_err(ingest::scratch_error)?;
-        self.records().map(|r| r.map(|r| (r.url, Some(r.facts)))).collect()
+        let mut failure = None;
+        let now = self.records().map_while(|r| match r {
+            Ok(r) => Some((r.url, Some(r.facts))),
+            Err(e) => {
+                failure = Some(e);
+                None
+            }
+        });
+        let changes = rescan::diff(before, now);
+        failure.map_or(Ok(changes), Err)
     }
 
     /// The records of the files added, in order.
@@ -466,20 +527,22 @@ impl Folder {
         append_record(&mut self.records, &record)?;
         self.count += 1;
         let FileRecord { url, facts, .. } = record;
-        self.doc.sources.insert(url.clone(), facts);
+        self.reserve(&url, &facts, &nodes, &held)?;
         self.warnings.extend(warnings.iter().map(|w| format!("{url}: {w}")));
         let number = self.doc.urls.intern(url.clone());
+        self.doc.sources.set(number, facts);
+        let shared = self.doc.urls.shared(number);
         let (doc, manifests) = (&mut self.doc, &mut self.manifests);
         let mut failed = None;
         match &mut self.how {
             Fold::One => place_all(doc, manifests, nodes, number, &mut failed),
             Fold::Existing { join, dim, held: all } => {
                 // Copied here, as the join copies what it keeps of the file: see `Existing::push`.
-                all.push(held.iter().find(|(path, _)| path == dim).map(|(_, values)| values.as_slice().to_vec()));
+                all.push(held.iter().find(|(path, _)| path == dim).map(|(_, values)| values.as_slice()));
                 let mut sink = |path: &str, index: Vec<u64>, chunk: Chunk| {
                     hand(doc, manifests, path, &index, chunk, number, &mut failed);
                 };
-                join.push(&url, nodes, &mut sink).map_err(combine_error)?;
+                join.push(&shared, nodes, &mut sink).map_err(combine_error)?;
             }
             Fold::Held(combine, files) => {
                 let dim = match combine {
@@ -493,6 +556,46 @@ impl Folder {
         failed.map_or(Ok(()), Err)
     }
 
+    /// Counts against `ingest.memory_bytes` what the file (`url`, `facts`, its hierarchy
+    /// `nodes` and the values its parse `held`) leaves in memory to the end of the
+    /// registration (the manifests' logs spill the sooner), or refuses the registration when
+    /// that alone passes the bound: memory is bounded by the configuration, whatever the
+    /// number of files.
+    fn reserve(
+        &self,
+        url: &str,
+        facts: &SourceFacts,
+        nodes: &combine::Nodes,
+        held: &[(String, Vec<f64>)],
+    ) -> Result<()> {
+        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+        let mut bytes = FILE_BYTES + url.len() + text(&facts.etag) + text(&facts.last_modified);
+        let kept = |node: Option<&crate::formats::Node>| node.map_or(0, |n| n.chunks.len()) * CHUNK_BYTES;
+        let values = |dim: &str| held.iter().find(|(path, _)| path == dim).map_or(0, |(_, v)| v.len() * 8);
+        match &self.how {
+            Fold::One => {}
+            Fold::Existing { dim, .. } => bytes += kept(nodes.get(dim)) + values(dim),
+            Fold::Held(combine, _) => {
+                bytes += url.len() + nodes.values().map(|n| kept(Some(n))).sum::<usize>();
+                if let Combine::Existing { dim, .. } = combine {
+                    bytes += values(dim);
+                }
+            }
+        }
+        self.doc.scratch.reserve(bytes).map(drop).map_err(|total| {
+            let size = |b: usize| {
+                if b >= 1 << 20 { format!("{} MiB", b >> 20) } else { format!("{} KiB", b.div_ceil(1024)) }
+            };
+            invalid(format!(
+                "the {} files read so far ({url} the last) hold about {} to the end of the registration, past \
+                 ingest.memory_bytes = {}, which bounds a registration's memory: raise it, or register fewer files",
+                self.count,
+                size(total),
+                self.doc.scratch.budget()
+            ))
+        })
+    }
+
     /// The document the files make, once all are in: the join finished (the joined
     /// coordinate's values read where it needs them), the warnings (the files left out named
     /// among them) and the origin to keep.
@@ -504,12 +607,12 @@ impl Folder {
                 let parts = match join.coordinate() {
                     Some(parts) => parts
                         .iter()
-                        .zip(&held)
-                        .map(|((url, node), held)| coordinate::Part {
+                        .enumerate()
+                        .map(|(i, (url, node))| coordinate::Part {
                             url,
-                            facts: self.doc.sources.get(url.as_str()),
+                            facts: self.doc.facts(url),
                             node: Some(node),
-                            held: held.as_deref(),
+                            held: held.get(i),
                         })
                         .collect(),
                     None => Vec::new(),
@@ -535,7 +638,7 @@ impl Folder {
                         .iter()
                         .map(|(url, nodes, held)| coordinate::Part {
                             url,
-                            facts: self.doc.sources.get(url.as_str()),
+                            facts: self.doc.facts(url),
                             node: nodes.get(dim.as_str()),
                             held: held.as_deref(),
                         })
@@ -671,7 +774,7 @@ fn hand(
             // Each piece is read checked against what its file was when parsed.
             for piece in &mut recipe.pieces {
                 if let PieceSource::Virtual { url, etag, size, .. } = &mut piece.source
-                    && let Some(facts) = doc.sources.get(url.as_str())
+                    && let Some(facts) = doc.facts(url)
                 {
                     (*etag, *size) = (facts.etag.clone(), facts.size);
                 }
@@ -703,5 +806,33 @@ fn origin(count: u64, target: &Target, scan: &Scan) -> Origin {
         follow_seconds: target.follow_seconds,
         older_than_seconds: target.older_than_seconds,
         file_rows: Some(count),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listing_drains_in_order_and_gives_its_buffer_back() {
+        let listing: Vec<u32> = (0..10_000).collect();
+        let mut drained = draining(listing);
+        let first: Vec<u32> = drained.by_ref().take(9_000).collect();
+        assert_eq!(first, (0..9_000).collect::<Vec<_>>());
+        assert_eq!(drained.collect::<Vec<_>>(), (9_000..10_000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn held_values_are_each_files_own() {
+        let mut held = HeldValues::default();
+        held.push(Some(&[1.0, 2.0]));
+        held.push(None);
+        held.push(Some(&[]));
+        held.push(Some(&[3.0]));
+        assert_eq!(held.get(0), Some(&[1.0, 2.0][..]));
+        assert_eq!(held.get(1), None);
+        assert_eq!(held.get(2), Some(&[][..]));
+        assert_eq!(held.get(3), Some(&[3.0][..]));
+        assert_eq!(held.get(4), None);
     }
 }

@@ -543,16 +543,14 @@ impl Builder {
                 return None;
             }
         };
-        match checksum {
-            Some(Checksum::ETag(etag)) => {
-                self.doc.sources.entry(url.clone()).or_default().etag = Some(etag.0.clone());
-            }
-            Some(Checksum::LastModified(secs)) => {
-                self.modified_at.entry(url.clone()).or_insert(secs.0);
-            }
-            None => {}
+        if let Some(Checksum::LastModified(secs)) = checksum {
+            self.modified_at.entry(url.clone()).or_insert(secs.0);
         }
-        Some(self.doc.urls.intern(url))
+        let number = self.doc.urls.intern(url);
+        if let Some(Checksum::ETag(etag)) = checksum {
+            self.doc.sources.of_mut(number).etag = Some(etag.0.clone());
+        }
+        Some(number)
     }
 }
 
@@ -560,7 +558,7 @@ impl Builder {
 /// Icechunk recorded was rewritten since the reference was made.
 pub fn check_modified(doc: &mut Document, modified_at: &BTreeMap<String, u32>) {
     for (url, recorded) in modified_at {
-        let now = doc.sources.get(url).and_then(|f| f.last_modified.as_deref());
+        let now = doc.facts(url).and_then(|f| f.last_modified.as_deref());
         let Some(now) = now.and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()) else { continue };
         if now.timestamp() > i64::from(*recorded) {
             let when = chrono::DateTime::from_timestamp(i64::from(*recorded), 0).map(|t| t.to_rfc3339());

@@ -293,9 +293,10 @@ const REBUILD_BYTES_PER_REF: u64 = 300;
 /// is a problem: the chunks already stored would fail with `source-modified` (or, had the facts
 /// been replaced, be served from bytes they were not registered against).
 fn keep_source_facts(doc: &mut Document, base: &BTreeMap<String, SourceFacts>, version: i64) {
-    for url in doc.urls.all() {
+    for n in 0..doc.urls.len() as u32 {
+        let url = doc.urls.get(n);
         let Some(then) = base.get(url) else { continue };
-        match doc.sources.get(url) {
+        match doc.sources.of(n) {
             Some(now) if then.contradicted_by(now) => doc.problems.push(format!(
                 "{url} changed since version {version} was registered (ETag {} and {} bytes then, ETag {} and {} \
                  bytes now): the chunks the store already reads from it would fail; register the whole store \
@@ -305,9 +306,7 @@ fn keep_source_facts(doc: &mut Document, base: &BTreeMap<String, SourceFacts>, v
                 now.etag.as_deref().unwrap_or("unknown"),
                 now.size.map_or("unknown".into(), |s| s.to_string()),
             )),
-            _ => {
-                doc.sources.insert(url.clone(), then.clone());
-            }
+            _ => doc.sources.set(n, then.clone()),
         }
     }
 }

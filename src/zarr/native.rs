@@ -59,7 +59,7 @@ fn read_document<R: Read>(s: &mut JsonStream<R>, doc: &mut Document) -> Result<(
                 for (url, facts) in sources {
                     match normalize_source_url(&url).map(|u| (u, facts.check())) {
                         Ok((url, Ok(()))) => {
-                            doc.sources.insert(url, facts);
+                            doc.set_facts(url, facts);
                         }
                         Ok((url, Err(why))) => doc.problems.push(format!("sources: {url}: {why}")),
                         Err(e) => doc.problems.push(format!("sources: {e}")),
@@ -311,7 +311,7 @@ mod tests {
         m.inline_bytes(0, 5, &mut bytes).unwrap();
         assert_eq!(bytes, b"hello");
         assert_eq!(doc.urls.get(0), "file:///data/a.nc");
-        assert_eq!(doc.sources["file:///data/a.nc"].size, Some(100));
+        assert_eq!(doc.facts("file:///data/a.nc").unwrap().size, Some(100));
     }
 
     #[test]

@@ -63,6 +63,7 @@ pub fn plan(
     limits: &Limits,
 ) -> Result<PatchPlan, Rejected> {
     let Document { nodes: doc_nodes, urls, sources, mut problems, delete, object_sizes, scratch, .. } = doc;
+    let sources = sources.resolve(&urls);
     scratch.check()?;
     if let Err(p) = limits.check_count(doc_nodes.len()) {
         problems.push(p);
@@ -112,8 +113,8 @@ pub fn plan(
     // Every URL the update references is recorded, with no facts when none are known
     // (`?verify=false`): the catalog answers "which stores read this object store" from them.
     let sources: BTreeMap<String, SourceFacts> =
-        urls.all().iter().map(|u| (u.clone(), sources.get(u).cloned().unwrap_or_default())).collect();
-    let urls = urls.all().to_vec();
+        urls.all().iter().zip(sources).map(|(u, f)| (u.to_string(), f.unwrap_or_default())).collect();
+    let urls: Vec<String> = urls.all().iter().map(|u| u.to_string()).collect();
     let checks =
         urls.iter().map(|u| sources.get(u).map_or(SourceCheck::Unchecked, |f| f.read_check().into_owned())).collect();
     Ok(PatchPlan { nodes, arrays, removed, urls, checks, sources })
@@ -185,7 +186,7 @@ struct Merge<'a> {
     max_tile: u64,
     limits: &'a Limits,
     urls: &'a UrlTable,
-    sources: &'a BTreeMap<String, SourceFacts>,
+    sources: &'a [Option<SourceFacts>],
     object_sizes: &'a BTreeMap<u32, u64>,
     /// What decoding the inline chunks may still cost, and the buffer they are decoded into.
     budget: DecodeBudget,

@@ -26,6 +26,8 @@ pub struct Scratch(Arc<Shared>);
 struct Shared {
     budget: usize,
     held: AtomicUsize,
+    /// Of `held`, what the registration keeps outside the logs ([`Scratch::reserve`]).
+    reserved: AtomicUsize,
     dir: Option<PathBuf>,
     /// The first write that failed: its kind and message.
     failure: Mutex<Option<(io::ErrorKind, String)>>,
@@ -35,7 +37,13 @@ impl Scratch {
     /// Logs hold at most about `budget` bytes in memory in all; the rest goes to unnamed files
     /// in `dir` (the system's temporary directory when `None`).
     pub fn new(budget: usize, dir: Option<PathBuf>) -> Self {
-        Self(Arc::new(Shared { budget, held: AtomicUsize::new(0), dir, failure: Mutex::new(None) }))
+        Self(Arc::new(Shared {
+            budget,
+            held: AtomicUsize::new(0),
+            reserved: AtomicUsize::new(0),
+            dir,
+            failure: Mutex::new(None),
+        }))
     }
 
     /// Everything in memory: for documents known to be small (and tests).
@@ -56,6 +64,15 @@ impl Scratch {
     /// Bytes the logs hold in memory now.
     pub fn held(&self) -> usize {
         self.0.held.load(Ordering::Relaxed)
+    }
+
+    /// Counts `n` more bytes that the registration holds outside the logs to its end (a join's
+    /// state for each file): the logs then spill sooner. What is so reserved in all, or, when
+    /// that alone is past the budget, `Err` of it: the registration cannot be held within it.
+    pub fn reserve(&self, n: usize) -> Result<usize, usize> {
+        self.0.held.fetch_add(n, Ordering::Relaxed);
+        let total = self.0.reserved.fetch_add(n, Ordering::Relaxed).saturating_add(n);
+        if total > self.0.budget { Err(total) } else { Ok(total) }
     }
 
     /// The first write that failed, if any; the registration cannot go on after one.
@@ -305,6 +322,18 @@ mod tests {
         assert!(scratch.check().is_err(), "the failure stays");
         assert!(log.reader().read_to_end(&mut Vec::new()).is_err());
         assert_eq!(log.len(), MIN_SPILL as u64);
+    }
+
+    #[test]
+    fn what_is_reserved_makes_the_logs_spill_sooner_and_is_refused_past_the_budget() {
+        let scratch = Scratch::new(MIN_SPILL + 100, None);
+        assert_eq!(scratch.reserve(100), Ok(100));
+        let mut log = SpillLog::new(&scratch);
+        log.append(&vec![1u8; MIN_SPILL + 1]);
+        assert!(log.spilled(), "the log alone is within the budget; with what is reserved, it is not");
+        assert_eq!(scratch.held(), 100);
+        assert_eq!(scratch.reserve(MIN_SPILL), Ok(MIN_SPILL + 100));
+        assert_eq!(scratch.reserve(1), Err(MIN_SPILL + 101));
     }
 
     #[test]

@@ -95,9 +95,9 @@ impl From<io::Error> for Rejected {
 pub struct ValidatedStore {
     /// Every node, implicit groups included, sorted by path.
     pub nodes: Vec<ValidNode>,
-    urls: Vec<String>,
-    /// Recorded facts of the sources the store uses.
-    pub sources: BTreeMap<String, SourceFacts>,
+    urls: Vec<std::sync::Arc<str>>,
+    /// Recorded facts of the sources the store uses, by URL number.
+    sources: Vec<Option<SourceFacts>>,
     /// Counts.
     pub summary: Summary,
     /// The encoded blocks, one after the other.
@@ -188,12 +188,11 @@ pub fn validate_tiled(
     let nodes: Vec<ValidNode> = nodes.into_values().collect();
     limits.check(&nodes, &mut problems);
 
-    let sources: BTreeMap<String, SourceFacts> =
-        sources.into_iter().filter(|(u, _)| urls.number(u).is_some()).collect();
+    let sources = sources.resolve(&urls);
     // Borrowed from the facts: no URL or ETag is copied (a copy of each took 10 MB of a
     // 100,000-file registration).
     let checks: Vec<SourceCheck<'_>> =
-        urls.all().iter().map(|u| sources.get(u).map_or(SourceCheck::Unchecked, SourceFacts::read_check)).collect();
+        sources.iter().map(|f| f.as_ref().map_or(SourceCheck::Unchecked, SourceFacts::read_check)).collect();
     let refs = RefCheck { urls: &urls, sources: &sources, object_sizes: &object_sizes };
     let mut out = BlockOutput { blocks: SpillLog::new(&scratch), index: Vec::new(), urls: urls.all(), checks: &checks };
     let mut summary = Summary { sources: urls.len() as u64, ..Summary::default() };
@@ -237,7 +236,7 @@ pub fn validate_tiled(
 /// What a reference is checked against.
 struct RefCheck<'a> {
     urls: &'a UrlTable,
-    sources: &'a BTreeMap<String, SourceFacts>,
+    sources: &'a [Option<SourceFacts>],
     object_sizes: &'a BTreeMap<u32, u64>,
 }
 
@@ -254,7 +253,7 @@ struct ArrayInput<'a> {
 struct BlockOutput<'a> {
     blocks: SpillLog,
     index: Vec<(usize, u64, u64, u64)>,
-    urls: &'a [String],
+    urls: &'a [std::sync::Arc<str>],
     checks: &'a [SourceCheck<'a>],
 }
 
@@ -460,7 +459,7 @@ pub(super) fn display_key(indices: &[u64]) -> String {
 pub(super) fn check_ref(
     r: RawRef,
     urls: &UrlTable,
-    sources: &BTreeMap<String, SourceFacts>,
+    sources: &[Option<SourceFacts>],
     object_sizes: &BTreeMap<u32, u64>,
 ) -> Result<RawRef, String> {
     let RawRef::Virtual { url, offset, mut length } = r else { return Ok(r) };
@@ -472,7 +471,7 @@ pub(super) fn check_ref(
         return Err(format!("length {length} is above the 4 GiB a chunk may have"));
     }
     let text = urls.get(url);
-    if let Some(size) = sources.get(text).and_then(|f| f.size)
+    if let Some(size) = sources.get(url as usize).and_then(|f| f.as_ref()?.size)
         && offset + length > size
     {
         return Err(format!("bytes {offset}..{} lie beyond the end of {text} ({size} bytes)", offset + length));
@@ -562,9 +561,9 @@ impl ValidatedStore {
         self.blocks.spilled()
     }
 
-    /// The source URLs the store references.
-    pub fn urls(&self) -> &[String] {
-        &self.urls
+    /// Every source URL with the facts recorded for it, if any.
+    pub fn sources(&self) -> impl Iterator<Item = (&str, Option<&SourceFacts>)> + '_ {
+        self.urls.iter().zip(&self.sources).map(|(u, f)| (&**u, f.as_ref()))
     }
 }
 

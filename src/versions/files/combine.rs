@@ -58,7 +58,7 @@ impl Combine {
                 };
                 let mut join = Existing::new(dim);
                 for (url, nodes) in files {
-                    join.push(&url, nodes, &mut sink)?;
+                    join.push(&url.into(), nodes, &mut sink)?;
                 }
                 let mut out = join.finish(values, &mut sink)?;
                 for (path, node) in &mut out {

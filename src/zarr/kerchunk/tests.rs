@@ -83,7 +83,7 @@ fn version_zero_templates_gen_and_plain_inline_strings() {
     let entries: Vec<_> = d.nodes["x"].manifest.as_ref().unwrap().entries().unwrap();
     assert_eq!(entries.len(), 3);
     assert_eq!(
-        d.urls.all(),
+        d.urls.all().iter().map(|u| &**u).collect::<Vec<_>>(),
         ["s3://bucket/archive/f0.bin", "s3://bucket/archive/f1.bin", "s3://bucket/archive/f2.bin"]
     );
     assert_eq!(entries[2], (vec![2], RawRef::Virtual { url: 2, offset: 16, length: 8 }));

@@ -2,6 +2,7 @@
 //! `new` (stacked along a new leading dimension) and `union` (side by side).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use regex::Regex;
 use serde_json::{Value, json};
@@ -63,7 +64,7 @@ fn agree(
     axis: Option<usize>,
 ) -> Result<(), CombineError> {
     // One map (shared when the catalog's parses were read back): the same in every respect.
-    if std::sync::Arc::ptr_eq(&a.metadata, &b.metadata) {
+    if Arc::ptr_eq(&a.metadata, &b.metadata) {
         return Ok(());
     }
     let differ = |what: &str, x: String, y: String| {
@@ -122,7 +123,7 @@ enum Joined {
     /// The joined coordinate: each file's (URL, array), kept until [`Existing::finish`] is told
     /// whether its values were read (then they are stored inline) or not (then it is joined as
     /// the other arrays are).
-    Coordinate(Vec<(String, Node)>),
+    Coordinate(Vec<(Arc<str>, Node)>),
 }
 
 impl Existing {
@@ -133,7 +134,7 @@ impl Existing {
 
     /// Each file's part of the joined coordinate so far (URL, array), in order; `None` when the
     /// first file has no array named as the joined dimension along it.
-    pub fn coordinate(&self) -> Option<&[(String, Node)]> {
+    pub fn coordinate(&self) -> Option<&[(Arc<str>, Node)]> {
         match self.nodes.get(&self.dim) {
             Some(Joined::Coordinate(parts)) => Some(parts),
             _ => None,
@@ -142,8 +143,10 @@ impl Existing {
 
     /// Joins the next file (`url`, its hierarchy), handing `sink` the chunks it settles; or
     /// refuses it, naming it and the variable (an array the first file has and it has not, or
-    /// the other way round, or one that does not agree with the first file's).
-    pub fn push(&mut self, url: &str, mut nodes: Nodes, sink: &mut Sink<'_>) -> Result<(), CombineError> {
+    /// the other way round, or one that does not agree with the first file's). The URL is
+    /// shared, not copied, by the file's part of the joined coordinate.
+    pub fn push(&mut self, shared: &Arc<str>, mut nodes: Nodes, sink: &mut Sink<'_>) -> Result<(), CombineError> {
+        let url: &str = shared;
         let dim = self.dim.as_str();
         if self.nodes.is_empty() && self.first_url.is_empty() {
             self.first_url = url.to_owned();
@@ -152,14 +155,14 @@ impl Existing {
                     Joined::Group(node)
                 } else {
                     match dimension_names(&node).iter().position(|d| d == dim) {
-                        Some(_) if path == dim => Joined::Coordinate(vec![(url.to_owned(), node)]),
+                        Some(_) if path == dim => Joined::Coordinate(vec![(Arc::clone(shared), node)]),
                         Some(axis) => {
                             let mut concat = Concat::new(&path, dim, axis, url, &node)?;
                             concat.push(&path, (url, url), node, sink)?;
                             Joined::Along(concat)
                         }
                         None => {
-                            let metadata = std::sync::Arc::clone(&node.metadata);
+                            let metadata = Arc::clone(&node.metadata);
                             for (index, chunk) in located(node, url).chunks {
                                 sink(&path, index, chunk);
                             }
@@ -195,7 +198,7 @@ impl Existing {
                 // thread that parsed it, among its transient ones, and a few kept from each
                 // of 100,000 parses pinned that many allocator pages (a page is returned only
                 // when all of it is free).
-                Joined::Coordinate(parts) => parts.push((url.to_owned(), node.clone())),
+                Joined::Coordinate(parts) => parts.push((Arc::clone(shared), node.clone())),
             }
         }
         Ok(())
@@ -226,7 +229,7 @@ impl Existing {
                         let axis = dimension_names(&parts[0].1).iter().position(|d| d == dim).unwrap_or(0);
                         let mut concat = Concat::new(&path, dim, axis, first_url, &parts[0].1)?;
                         for (url, node) in parts {
-                            concat.push(&path, (first_url, &url), node, sink)?;
+                            concat.push(&path, (first_url, &*url), node, sink)?;
                         }
                         concat.finish(&path, sink)?
                     }
@@ -273,7 +276,7 @@ impl Concat {
         if step == 0 {
             return Err(refused(format!("variable {path} of {first_url} has no chunk length along {dim}")));
         }
-        let first = Node { metadata: std::sync::Arc::clone(&first.metadata), chunks: Vec::new() };
+        let first = Node { metadata: Arc::clone(&first.metadata), chunks: Vec::new() };
         Ok(Self { dim: dim.to_owned(), axis, step, first, assemblable: None, served: BTreeMap::new(), before: 0 })
     }
 
@@ -410,7 +413,7 @@ struct Cut {
 
 /// Refuses a joined coordinate whose `units` or `calendar` differ between two files.
 fn same_time_encoding(path: &str, (a_url, a): (&str, &Node), (b_url, b): (&str, &Node)) -> Result<(), CombineError> {
-    if std::sync::Arc::ptr_eq(&a.metadata, &b.metadata) {
+    if Arc::ptr_eq(&a.metadata, &b.metadata) {
         return Ok(());
     }
     for key in ["units", "calendar"] {

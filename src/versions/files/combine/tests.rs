@@ -252,7 +252,7 @@ fn a_join_hands_on_each_chunk_once_the_files_reach_its_end() {
     let mut handed: Vec<(String, Vec<u64>, Chunk)> = Vec::new();
     for k in 0..50u64 {
         let mut sink = |path: &str, index: Vec<u64>, chunk: Chunk| handed.push((path.to_owned(), index, chunk));
-        join.push(&format!("s3://b/{k:03}.nc"), daily(10, 7), &mut sink).unwrap();
+        join.push(&format!("s3://b/{k:03}.nc").into(), daily(10, 7), &mut sink).unwrap();
         let air = handed.iter().filter(|(path, ..)| path == "air").count() as u64;
         assert_eq!(air, (k + 1) * 10 / 7, "chunks of air settled after file {k}");
         assert_eq!(handed.iter().filter(|(path, ..)| path == "x").count(), 1, "x is the first file's");

@@ -79,7 +79,7 @@ pub fn start(values: &[f64], units: &TimeUnits, first: &TimeUnits) -> Option<f64
 /// whose values are every file's (`parts`: URL, the file's coordinate, its values), converted
 /// into the first file's units when the files write it in different units or calendars, as one
 /// inline chunk.
-pub fn joined(dim: &str, parts: &[(String, Node, Vec<f64>)]) -> Result<Node, CombineError> {
+pub fn joined(dim: &str, parts: &[(std::sync::Arc<str>, Node, Vec<f64>)]) -> Result<Node, CombineError> {
     let refused = |why: String| CombineError::Refused(why);
     let (first_url, first, _) = &parts[0];
     let mut values = Vec::with_capacity(parts.iter().map(|(_, _, v)| v.len()).sum());
@@ -268,8 +268,8 @@ mod tests {
     #[test]
     fn values_are_converted_into_the_first_files_units() {
         let parts = vec![
-            ("a".to_owned(), coordinate("days since 2000-01-01", "standard", "float64"), vec![0.0, 1.0]),
-            ("b".to_owned(), coordinate("hours since 2000-01-03", "gregorian", "float64"), vec![0.0, 12.0]),
+            ("a".into(), coordinate("days since 2000-01-01", "standard", "float64"), vec![0.0, 1.0]),
+            ("b".into(), coordinate("hours since 2000-01-03", "gregorian", "float64"), vec![0.0, 12.0]),
         ];
         let node = joined("time", &parts).unwrap();
         assert_eq!(node.metadata["shape"], json!([4]));
@@ -283,8 +283,8 @@ mod tests {
     #[test]
     fn integers_stay_integers_when_they_can() {
         let parts = vec![
-            ("a".to_owned(), coordinate("hours since 2000-01-01", "standard", "int32"), vec![0.0, 6.0]),
-            ("b".to_owned(), coordinate("days since 2000-01-02", "standard", "int32"), vec![0.0, 1.0]),
+            ("a".into(), coordinate("hours since 2000-01-01", "standard", "int32"), vec![0.0, 6.0]),
+            ("b".into(), coordinate("days since 2000-01-02", "standard", "int32"), vec![0.0, 1.0]),
         ];
         let node = joined("time", &parts).unwrap();
         assert_eq!(node.metadata["data_type"], "int32");
@@ -293,16 +293,16 @@ mod tests {
         assert_eq!(values, [0, 6, 24, 48]);
         // Past int32 once converted: int64. Not integers: float64, its fill value a float.
         let seconds = vec![
-            ("a".to_owned(), coordinate("seconds since 2000-01-01", "standard", "int32"), vec![0.0]),
-            ("b".to_owned(), coordinate("days since 2100-01-01", "standard", "int32"), vec![0.0]),
+            ("a".into(), coordinate("seconds since 2000-01-01", "standard", "int32"), vec![0.0]),
+            ("b".into(), coordinate("days since 2100-01-01", "standard", "int32"), vec![0.0]),
         ];
         let node = joined("time", &seconds).unwrap();
         assert_eq!(node.metadata["data_type"], "int64");
         let Chunk::Inline(bytes) = &node.chunks[0].1 else { panic!("not inline") };
         assert_eq!(i64::from_le_bytes(bytes[8..16].try_into().unwrap()), 3_155_760_000);
         let halves = vec![
-            ("a".to_owned(), coordinate("hours since 2000-01-01", "standard", "int32"), vec![0.0]),
-            ("b".to_owned(), coordinate("days since 2000-01-01", "standard", "int32"), vec![0.01]),
+            ("a".into(), coordinate("hours since 2000-01-01", "standard", "int32"), vec![0.0]),
+            ("b".into(), coordinate("days since 2000-01-01", "standard", "int32"), vec![0.01]),
         ];
         let node = joined("time", &halves).unwrap();
         assert_eq!(
@@ -314,8 +314,8 @@ mod tests {
     #[test]
     fn a_coordinate_in_the_same_units_is_concatenated_as_it_is() {
         let parts = vec![
-            ("a".to_owned(), coordinate("depth", "standard", "float32"), vec![0.5, 1.5]),
-            ("b".to_owned(), coordinate("depth", "standard", "float32"), vec![2.5, f64::NAN]),
+            ("a".into(), coordinate("depth", "standard", "float32"), vec![0.5, 1.5]),
+            ("b".into(), coordinate("depth", "standard", "float32"), vec![2.5, f64::NAN]),
         ];
         let node = joined("depth", &parts).unwrap();
         assert_eq!((node.metadata["data_type"].as_str(), &node.metadata["shape"]), (Some("float32"), &json!([4])));
@@ -329,13 +329,13 @@ mod tests {
     #[test]
     fn other_calendars_convert_between_units_but_not_between_epochs() {
         let same = vec![
-            ("a".to_owned(), coordinate("days since 2000-01-01", "noleap", "float64"), vec![0.0]),
-            ("b".to_owned(), coordinate("hours since 2000-01-01", "noleap", "float64"), vec![48.0]),
+            ("a".into(), coordinate("days since 2000-01-01", "noleap", "float64"), vec![0.0]),
+            ("b".into(), coordinate("hours since 2000-01-01", "noleap", "float64"), vec![48.0]),
         ];
         assert!(joined("time", &same).is_ok());
         let shifted = vec![
-            ("a".to_owned(), coordinate("days since 2000-01-01", "noleap", "float64"), vec![0.0]),
-            ("b".to_owned(), coordinate("days since 2001-01-01", "noleap", "float64"), vec![0.0]),
+            ("a".into(), coordinate("days since 2000-01-01", "noleap", "float64"), vec![0.0]),
+            ("b".into(), coordinate("days since 2001-01-01", "noleap", "float64"), vec![0.0]),
         ];
         let Err(CombineError::Refused(why)) = joined("time", &shifted) else { panic!("not refused") };
         assert!(why.contains("\"noleap\"") && why.contains("a and b"), "{why}");

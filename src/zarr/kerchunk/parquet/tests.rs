@@ -111,7 +111,7 @@ fn rows_are_chunks_in_c_order_across_files() {
     assert_eq!(doc.nodes["g/air"].metadata()["dimension_names"], json!(["y", "x"]));
     assert_eq!(doc.nodes["s"].metadata()["attributes"]["_FillValue"], "AAAAAAAA+H8=", "bare NaN read");
     let air = entries(&doc, "g/air");
-    let url = |u: &str| doc.urls.all().iter().position(|x| x == u).unwrap() as u32;
+    let url = |u: &str| doc.urls.all().iter().position(|x| &**x == u).unwrap() as u32;
     assert_eq!(air.len(), 5);
     assert_eq!(air[0], (vec![1, 1], RawRef::Virtual { url: url("file:///d/a.nc"), offset: 20, length: 5 }));
     assert_eq!(air[1], (vec![1, 2], RawRef::Virtual { url: url("file:///d/b.nc"), offset: 0, length: 7 }));
