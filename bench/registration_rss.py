@@ -58,15 +58,24 @@ def main():
 def render(data):
     rows, first = [], {}
     results = data["results"]
+    # Each binary's median peak at the previous size: what one more file costs is the growth
+    # from it, the server's own baseline aside.
+    before = {}
     for n in sorted({r["files"] for r in results}):
         for name in dict.fromkeys(r["binary"] for r in results if r["files"] == n):
             mine = [r for r in results if r["files"] == n and r["binary"] == name]
             rss = [r["rss_peak_mib"] for r in mine]
             first.setdefault(n, h.median(rss))
+            growth = "-"
+            if name in before:
+                m, peak = before[name]
+                growth = h.fmt((h.median(rss) - peak) * 1024 * 1024 / (n - m), 0)
+            before[name] = (n, h.median(rss))
             rows.append([f"{n:,}", name, h.fmt_spread(rss, 0), h.fmt(h.median(rss) / first[n]),
                          h.fmt_spread([r["seconds"] for r in mine], 1),
-                         h.fmt(h.median(rss) * 1024 * 1024 / n / 1024, 1)])
-    return h.table(["files", "binary", "peak RSS MiB", "vs first", "seconds", "KiB per file"], rows)
+                         h.fmt(h.median(rss) * 1024 * 1024 / n / 1024, 1), growth])
+    return h.table(["files", "binary", "peak RSS MiB", "vs first", "seconds", "KiB per file",
+                    "bytes per file added"], rows)
 
 
 if __name__ == "__main__":

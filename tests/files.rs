@@ -204,7 +204,7 @@ async fn a_file_past_its_read_budget_is_refused_naming_the_bound() {
 }
 
 /// A join whose files would hold more memory than `ingest.memory_bytes` allows is refused,
-/// naming the bound, and nothing is stored.
+/// naming the bound, before any file is read, and nothing is stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_join_past_the_memory_bound_is_refused_naming_it() {
     let server = TestServer::start_with(common::Backend::Sqlite, |c| c.ingest.memory_bytes = 4096).await;
@@ -216,8 +216,14 @@ async fn a_join_past_the_memory_bound_is_refused_naming_it() {
     let (status, answer) = server.put("/api/v1/stores/many?format=files", &body).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
     let detail = answer["detail"].as_str().unwrap();
-    assert!(detail.contains("past ingest.memory_bytes = 4096") && detail.contains("many/"), "{detail}");
+    assert!(
+        detail.contains("the 20 files listed would hold at least")
+            && detail.contains("past ingest.memory_bytes = 4096"),
+        "{detail}"
+    );
     assert_eq!(server.get("/api/v1/stores/many", &[]).await.status(), StatusCode::NOT_FOUND);
+    let parsed = server.metric_sum("zarrgate_parse_files_total", &[]).await;
+    assert_eq!(parsed, 0.0, "refused from the listing, before any file is read");
     // Within the bound, the same server joins a few of them.
     let body = json!({"files": &files[..3], "combine": {"join": "existing", "dim": "time"}});
     let (status, answer) = server.put("/api/v1/stores/few?format=files", &body).await;

@@ -208,6 +208,7 @@ impl Registrar {
         let listed = reading.elapsed();
         let listing = std::mem::take(&mut scan.files);
         let mut folder = Folder::new(&self.settings.scratch(), target);
+        folder.fits(&listing)?;
         self.read_files(target, listing, &HashMap::new(), &tracked.counts, &mut folder).await?;
         let read = reading.elapsed();
         let count = folder.count;
@@ -431,6 +432,11 @@ const FILE_BYTES: usize = 400;
 /// What each chunk a join holds for a file to its end takes (its grid index and reference).
 const CHUNK_BYTES: usize = 120;
 
+/// `bytes` for a person: in MiB, or KiB below one.
+fn size(bytes: usize) -> String {
+    if bytes >= 1 << 20 { format!("{} MiB", bytes >> 20) } else { format!("{} KiB", bytes.div_ceil(1024)) }
+}
+
 /// New parses remembered together.
 const REMEMBER_BATCH: usize = 1000;
 
@@ -556,6 +562,30 @@ impl Folder {
         failed.map_or(Ok(()), Err)
     }
 
+    /// Refuses at once, before any file is read, a listing whose files alone would hold more
+    /// than `ingest.memory_bytes` to the end (what each holds at least: its URL, its facts'
+    /// text, [`FILE_BYTES`]); what their parses add is counted as they are read ([`Folder::add`]).
+    pub(super) fn fits(&self, listing: &[(String, Option<SourceFacts>)]) -> Result<()> {
+        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+        let floor: usize = listing
+            .iter()
+            .map(|(url, facts)| {
+                FILE_BYTES + url.len() + facts.as_ref().map_or(0, |f| text(&f.etag) + text(&f.last_modified))
+            })
+            .sum();
+        let budget = self.doc.scratch.budget();
+        if floor <= budget {
+            return Ok(());
+        }
+        Err(invalid(format!(
+            "the {} files listed would hold at least {} to the end of the registration (about {} bytes each), past \
+             ingest.memory_bytes = {budget}, which bounds a registration's memory: raise it, or register fewer files",
+            listing.len(),
+            size(floor),
+            floor / listing.len().max(1)
+        )))
+    }
+
     /// Counts against `ingest.memory_bytes` what the file (`url`, `facts`, its hierarchy
     /// `nodes` and the values its parse `held`) leaves in memory to the end of the
     /// registration (the manifests' logs spill the sooner), or refuses the registration when
@@ -583,9 +613,6 @@ impl Folder {
             }
         }
         self.doc.scratch.reserve(bytes).map(drop).map_err(|total| {
-            let size = |b: usize| {
-                if b >= 1 << 20 { format!("{} MiB", b >> 20) } else { format!("{} KiB", b.div_ceil(1024)) }
-            };
             invalid(format!(
                 "the {} files read so far ({url} the last) hold about {} to the end of the registration, past \
                  ingest.memory_bytes = {}, which bounds a registration's memory: raise it, or register fewer files",
@@ -820,6 +847,49 @@ mod tests {
         let first: Vec<u32> = drained.by_ref().take(9_000).collect();
         assert_eq!(first, (0..9_000).collect::<Vec<_>>());
         assert_eq!(drained.collect::<Vec<_>>(), (9_000..10_000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn what_the_files_read_hold_is_refused_past_the_memory_bound() {
+        let target = Request {
+            files: Files::List(vec!["file:///d/a.nc".into()]),
+            parser: None,
+            combine: None,
+            follow_seconds: None,
+            older_than_seconds: None,
+            codecs: None,
+        }
+        .target()
+        .unwrap();
+        let scratch = Scratch::new(1000, None);
+        let mut folder = Folder::new(&scratch, &target);
+        let file = |i: usize| ReadFile {
+            parsed: Parsed::default(),
+            record: FileRecord {
+                url: format!("file:///d/{i}.nc"),
+                parser: "hdf5".into(),
+                sidecar: None,
+                facts: SourceFacts { size: Some(10), ..SourceFacts::default() },
+                bytes_read: 0,
+                requests: 0,
+                cached: false,
+            },
+            remember: None,
+        };
+        folder.add(file(0)).unwrap();
+        folder.add(file(1)).unwrap();
+        let Err(Error::Invalid { problems, .. }) = folder.add(file(2)) else { panic!("not refused") };
+        assert!(
+            problems[0].starts_with("the 3 files read so far (file:///d/2.nc the last) hold about 2 KiB")
+                && problems[0].contains("past ingest.memory_bytes = 1000"),
+            "{problems:?}"
+        );
+        let listed: Vec<(String, Option<SourceFacts>)> = (0..3).map(|i| (format!("file:///d/{i}.nc"), None)).collect();
+        assert!(Folder::new(&scratch, &target).fits(&listed[..2]).is_ok());
+        let Err(Error::Invalid { problems, .. }) = Folder::new(&scratch, &target).fits(&listed) else {
+            panic!("not refused")
+        };
+        assert!(problems[0].starts_with("the 3 files listed would hold at least 2 KiB"), "{problems:?}");
     }
 
     #[test]

@@ -222,6 +222,7 @@ impl Registrar {
         let count = scan.files.len();
         let listing = std::mem::take(&mut scan.files);
         let mut folder = Folder::new(&self.settings.scratch(), &target);
+        folder.fits(&listing)?;
         self.read_files(&target, listing, &same, &tracked.counts, &mut folder).await?;
         drop(same);
         let read = reading.elapsed();
