@@ -225,8 +225,12 @@ def main():
                     names.append(name)
                 z = zarrgate_run(server, upstream, names, run)
                 if FILES_AS == "prefix":
+                    # The peak before the rescan is the registration's: a higher one after is the rescan's.
+                    z["rss_peak_registration_mib"] = proc_status(server.proc.pid, "VmHWM") / 1024
                     z["rescan_seconds"], z["listing_seconds"] = rescan(server, upstream, paths[0], run)
                 z["rss_peak_mib"] = proc_status(server.proc.pid, "VmHWM") / 1024
+                log(f"run {run}: peak RSS {z.get('rss_peak_registration_mib', float('nan')):.0f} MiB after the "
+                    f"registration, {z['rss_peak_mib']:.0f} MiB in all")
                 # VZ=0: zarrgate only (profiling a rescan), VirtualiZarr's time left out.
                 v = virtualizarr_run(upstream, names) if os.environ.get("VZ", "1") != "0" else {"seconds": float("nan")}
                 log(f"run {run}: zarrgate {z['seconds']:.2f} s, VirtualiZarr {v['seconds']:.2f} s")
