@@ -209,7 +209,7 @@ impl Registrar {
         let listing = std::mem::take(&mut scan.files);
         let mut folder = Folder::new(&self.settings.scratch(), target);
         folder.fits(&listing)?;
-        self.read_files(target, listing, &HashMap::new(), &tracked.counts, &mut folder).await?;
+        self.read_files(target, listing, Vec::new(), &tracked.counts, &mut folder).await?;
         let read = reading.elapsed();
         let count = folder.count;
         let _turn = self.turn().await?;
@@ -233,14 +233,14 @@ impl Registrar {
 
     /// Reads the files a scan found (`listing`: their parses remembered in the catalog), in
     /// order, each handed to `folder` as it comes; those `unchanged` since they were read for
-    /// the version rescanned are served from their parse remembered, with no request, when it
-    /// can be. They are read before the registration's turn (held while the document is
+    /// the version rescanned (their records, one slot a file of the listing, URLs left out) are
+    /// served from their parse remembered, with no request, when it can be. They are read before the registration's turn (held while the document is
     /// checked and stored): they wait on the object store, and are bounded by themselves.
     async fn read_files(
         &self,
         target: &Target,
         listing: Vec<(String, Option<SourceFacts>)>,
-        unchanged: &HashMap<&str, &FileRecord>,
+        unchanged: Vec<Option<FileRecord>>,
         counts: &Arc<progress::Counts>,
         folder: &mut Folder,
     ) -> Result<()> {
@@ -263,8 +263,10 @@ impl Registrar {
             }),
             _ => None,
         };
-        let mut listing = draining(listing).map(|(url, facts)| {
-            let record = unchanged.get(url.as_str()).map(|r| (*r).clone()).or_else(|| listed(&url, &facts));
+        let mut unchanged = unchanged;
+        let mut listing = draining(listing).enumerate().map(|(i, (url, facts))| {
+            let known = unchanged.get_mut(i).and_then(Option::take);
+            let record = known.map(|r| FileRecord { url: url.clone(), ..r }).or_else(|| listed(&url, &facts));
             (url, record)
         });
         // The parses of the files known unchanged, looked up a batch at a time (a rescan of
@@ -466,6 +468,8 @@ pub(super) struct Folder {
     records: SpillLog,
     /// How many files were added.
     pub count: u64,
+    /// Which URL numbers of the document are files added (the others, chunks' other URLs).
+    files: Vec<bool>,
     /// Each array's references so far, by path.
     manifests: HashMap<String, RawManifest>,
     how: Fold,
@@ -496,23 +500,7 @@ impl Folder {
         let doc = Document::new(scratch);
         // Held, 100,000 records took 40 MB at the registration's peak.
         let records = records_log(scratch);
-        Self { doc, warnings: Vec::new(), records, count: 0, manifests: HashMap::new(), how }
-    }
-
-    /// What changed since `before` among the files added (with their facts as read), their
-    /// records read back from the log one at a time.
-    pub(super) fn diff_files(&self, before: &[(&str, &SourceFacts)]) -> Result<rescan::Changes> {
-        self.records.check().map_err(ingest::scratch_error)?;
-        let mut failure = None;
-        let now = self.records().map_while(|r| match r {
-            Ok(r) => Some((r.url, Some(r.facts))),
-            Err(e) => {
-                failure = Some(e);
-                None
-            }
-        });
-        let changes = rescan::diff(before, now);
-        failure.map_or(Ok(changes), Err)
+        Self { doc, warnings: Vec::new(), records, count: 0, files: Vec::new(), manifests: HashMap::new(), how }
     }
 
     /// The records of the files added, in order.
@@ -537,6 +525,10 @@ impl Folder {
         self.warnings.extend(warnings.iter().map(|w| format!("{url}: {w}")));
         let number = self.doc.urls.intern(url.clone());
         self.doc.sources.set(number, facts);
+        if self.files.len() <= number as usize {
+            self.files.resize(number as usize + 1, false);
+        }
+        self.files[number as usize] = true;
         let shared = self.doc.urls.shared(number);
         let (doc, manifests) = (&mut self.doc, &mut self.manifests);
         let mut failed = None;
@@ -704,6 +696,25 @@ impl Folder {
         }
         self.records = log;
         Ok(())
+    }
+}
+
+/// The files added, by URL number, as a rescan compares them with the version it rescans.
+impl rescan::Now for Folder {
+    fn len(&self) -> usize {
+        self.files.len()
+    }
+    fn find(&self, url: &str) -> Option<usize> {
+        self.doc.urls.number(url).map(|n| n as usize).filter(|n| self.is_file(*n))
+    }
+    fn is_file(&self, i: usize) -> bool {
+        self.files.get(i).copied().unwrap_or(false)
+    }
+    fn facts(&self, i: usize) -> Option<&SourceFacts> {
+        self.doc.sources.of(u32::try_from(i).ok()?)
+    }
+    fn url(&self, i: usize) -> String {
+        self.doc.urls.get(i as u32).to_owned()
     }
 }
 

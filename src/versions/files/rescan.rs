@@ -51,83 +51,144 @@ pub struct Rescanned {
     pub skipped: Vec<String>,
 }
 
-/// The files of `now` added, changed or removed since `before`. A file whose facts are not
-/// known now counts as changed (it is read again, and what its read finds settles it).
-/// `now` is gone through once, not held: a rescan's is read back from its scratch log.
-pub fn diff<U, F>(before: &[(&str, &SourceFacts)], now: impl IntoIterator<Item = (U, Option<F>)>) -> Changes
-where
-    U: AsRef<str>,
-    F: std::borrow::Borrow<SourceFacts>,
-{
-    let was: HashMap<&str, usize> = before.iter().enumerate().map(|(i, (u, _))| (*u, i)).collect();
-    let mut found = vec![false; before.len()];
-    let mut changes = Changes::default();
-    for (url, facts) in now {
-        let url = url.as_ref();
-        match was.get(url) {
-            None => changes.added.push(url.to_owned()),
-            Some(&i) => {
-                found[i] = true;
-                if !facts.is_some_and(|f| same_content(before[i].1, f.borrow())) {
-                    changes.changed.push(url.to_owned());
+/// The files a rescan compares the version's records with (the listing, or the files read), by
+/// index.
+pub(super) trait Now {
+    /// How many indices there are.
+    fn len(&self) -> usize;
+    /// The index of file `url`, if it is one of them.
+    fn find(&self, url: &str) -> Option<usize>;
+    /// Whether index `i` is a file (the folder's URL numbers include chunks' other URLs).
+    fn is_file(&self, i: usize) -> bool;
+    /// The facts of file `i`, when known.
+    fn facts(&self, i: usize) -> Option<&SourceFacts>;
+    /// The URL of file `i`.
+    fn url(&self, i: usize) -> String;
+}
+
+/// A listing as a [`Now`].
+struct Listing<'a> {
+    files: &'a [(String, Option<SourceFacts>)],
+    index: HashMap<&'a str, usize>,
+}
+
+impl<'a> Listing<'a> {
+    fn new(files: &'a [(String, Option<SourceFacts>)]) -> Self {
+        Self { files, index: files.iter().enumerate().map(|(i, (url, _))| (url.as_str(), i)).collect() }
+    }
+}
+
+impl Now for Listing<'_> {
+    fn len(&self) -> usize {
+        self.files.len()
+    }
+    fn find(&self, url: &str) -> Option<usize> {
+        self.index.get(url).copied()
+    }
+    fn is_file(&self, _: usize) -> bool {
+        true
+    }
+    fn facts(&self, i: usize) -> Option<&SourceFacts> {
+        self.files[i].1.as_ref()
+    }
+    fn url(&self, i: usize) -> String {
+        self.files[i].0.clone()
+    }
+}
+
+/// The files of a [`Now`] added, changed or removed since the records given to
+/// [`Comparison::before`] one at a time (none held). A file whose facts are not known now counts
+/// as changed (it is read again, and what its read finds settles it).
+struct Comparison<'a, N: Now> {
+    now: &'a N,
+    found: Vec<bool>,
+    changed: Vec<usize>,
+    removed: Vec<String>,
+}
+
+impl<'a, N: Now> Comparison<'a, N> {
+    fn new(now: &'a N) -> Self {
+        Self { now, found: vec![false; now.len()], changed: Vec::new(), removed: Vec::new() }
+    }
+
+    /// One file of the version: its URL and its facts then.
+    fn before(&mut self, url: String, facts: &SourceFacts) {
+        match self.now.find(&url) {
+            None => self.removed.push(url),
+            Some(i) => {
+                self.found[i] = true;
+                if !self.now.facts(i).is_some_and(|now| same_content(facts, now)) {
+                    self.changed.push(i);
                 }
             }
         }
     }
-    changes.removed = before.iter().zip(found).filter(|(_, found)| !found).map(|((u, _), _)| (*u).to_owned()).collect();
-    changes
+
+    /// What changed: added and changed in the order of `now`, removed in the version's.
+    fn finish(mut self) -> Changes {
+        self.changed.sort_unstable();
+        let now = self.now;
+        let added = (0..now.len()).filter(|i| now.is_file(*i) && !self.found[*i]).map(|i| now.url(i)).collect();
+        Changes { added, changed: self.changed.into_iter().map(|i| now.url(i)).collect(), removed: self.removed }
+    }
 }
 
-/// Records of a version read at once when a rescan compares them with a listing.
+/// Records of a version read at once when a rescan compares them with its files.
 const RECORD_PAGE: usize = 1000;
 
-/// The files of the listing `now` added, changed or removed since those of `version` (its
-/// origin kept as `text`), as [`diff`] tells them, the version's records read a page at a time:
-/// a rescan that finds nothing new (most rescans of a followed store) holds one page of them,
-/// not all (100,000 records and the rows they were read from took 77 MiB).
-async fn listed_changes(
+/// Every record of `version` (its origin kept as `text`), in order, handed to `each`, read a page
+/// at a time: a rescan of 100,000 files read them all at once, with the rows they came from
+/// (77 MiB).
+async fn each_record(
     catalog: &dyn Catalog,
     version: i64,
     text: &str,
-    now: &[(String, Option<SourceFacts>)],
-) -> Result<Changes> {
-    let index: HashMap<&str, usize> = now.iter().enumerate().map(|(i, (url, _))| (url.as_str(), i)).collect();
-    let mut found = vec![false; now.len()];
-    let (mut changed, mut removed) = (Vec::new(), Vec::new());
+    mut each: impl FnMut(FileRecord) + Send,
+) -> Result<()> {
     let mut offset = 0;
     while let Some(page) = Origin::page(catalog, version, text, offset, RECORD_PAGE).await? {
         let count = page.origin.files.len();
-        for record in page.origin.files {
-            match index.get(record.url.as_str()) {
-                None => removed.push(record.url),
-                Some(&i) => {
-                    found[i] = true;
-                    if !now[i].1.as_ref().is_some_and(|f| same_content(&record.facts, f)) {
-                        changed.push(i);
-                    }
-                }
-            }
-        }
+        page.origin.files.into_iter().for_each(&mut each);
         offset += count;
         if count == 0 || offset >= page.total {
             break;
         }
     }
-    changed.sort_unstable();
-    let added = now.iter().zip(&found).filter(|(_, found)| !**found).map(|((url, _), _)| url.clone()).collect();
-    Ok(Changes { added, changed: changed.into_iter().map(|i| now[i].0.clone()).collect(), removed })
+    Ok(())
 }
 
-/// The records of `origin`'s files that the scan `now` shows unchanged, by URL (borrowed: a
-/// copy of each took 350 bytes a file).
-fn unchanged_records<'a>(
-    origin: &'a Origin,
+/// The files of `now` added, changed or removed since those of `version`, the version's
+/// records read a page at a time.
+pub(super) async fn changes_since(
+    catalog: &dyn Catalog,
+    version: i64,
+    text: &str,
+    now: &(impl Now + Sync),
+) -> Result<Changes> {
+    let mut comparison = Comparison::new(now);
+    each_record(catalog, version, text, |record| comparison.before(record.url, &record.facts)).await?;
+    Ok(comparison.finish())
+}
+
+/// The records of the version's files that the listing `now` shows unchanged, one slot a file
+/// of `now`, their URLs left out (the listing has them), read a page at a time.
+async fn unchanged_records(
+    catalog: &dyn Catalog,
+    version: i64,
+    text: &str,
     now: &[(String, Option<SourceFacts>)],
-) -> HashMap<&'a str, &'a FileRecord> {
-    let now: HashMap<&str, &SourceFacts> =
-        now.iter().filter_map(|(url, facts)| Some((url.as_str(), facts.as_ref()?))).collect();
-    let same = |f: &&FileRecord| now.get(f.url.as_str()).is_some_and(|facts| same_content(&f.facts, facts));
-    origin.files.iter().filter(same).map(|f| (f.url.as_str(), f)).collect()
+) -> Result<Vec<Option<FileRecord>>> {
+    let listing = Listing::new(now);
+    let mut same: Vec<Option<FileRecord>> = (0..now.len()).map(|_| None).collect();
+    each_record(catalog, version, text, |record| {
+        if let Some(i) = listing.find(&record.url)
+            && listing.facts(i).is_some_and(|f| same_content(&record.facts, f))
+        {
+            same[i] = Some(FileRecord { url: String::new(), ..record });
+        }
+    })
+    .await?;
+    Ok(same)
 }
 
 /// True when two facts of one file show the same content: the same ETag where both have one,
@@ -246,27 +307,22 @@ impl Registrar {
             |changes| Rescanned { registered: None, version, moved: false, changes, skipped: skipped.clone() };
         // What the listing shows settles most rescans with no read at all, and with one page of
         // the version's records held at a time.
-        if listed_changes(&*self.catalog, version, &text, &scan.files).await?.is_empty() {
+        if changes_since(&*self.catalog, version, &text, &Listing::new(&scan.files)).await?.is_empty() {
             return Ok(unchanged(Changes::default()));
         }
-        // Something changed: every record is read, those unchanged to reuse their parses.
-        let origin = Origin::page(&*self.catalog, version, &text, 0, usize::MAX).await?.ok_or_else(no_longer)?.origin;
-        let before: Vec<(&str, &SourceFacts)> = origin.files.iter().map(|f| (f.url.as_str(), &f.facts)).collect();
         // The files new or changed are read (those unchanged are served from their parse
         // remembered, with no request), and their facts as read, which the version keeps,
         // settle it: a listing that tells facts otherwise than a read does writes nothing.
-        let same = unchanged_records(&origin, &scan.files);
+        let same = unchanged_records(&*self.catalog, version, &text, &scan.files).await?;
         let tracked = self.progress.start(name, scan.files.len() as u64);
         let listed = reading.elapsed();
         let count = scan.files.len();
         let listing = std::mem::take(&mut scan.files);
         let mut folder = Folder::new(&self.settings.scratch(), &target);
         folder.fits(&listing)?;
-        self.read_files(&target, listing, &same, &tracked.counts, &mut folder).await?;
-        drop(same);
+        self.read_files(&target, listing, same, &tracked.counts, &mut folder).await?;
         let read = reading.elapsed();
-        let changes = folder.diff_files(&before)?;
-        drop(before);
+        let changes = changes_since(&*self.catalog, version, &text, &folder).await?;
         if changes.is_empty() {
             return Ok(unchanged(changes));
         }
@@ -292,6 +348,16 @@ mod tests {
         SourceFacts::observed(size, etag.map(str::to_owned), Some(modified.to_owned()))
     }
 
+    /// The files of `now` added, changed or removed since `before`.
+    fn diff(before: &[(String, SourceFacts)], now: &[(String, Option<SourceFacts>)]) -> Changes {
+        let listing = Listing::new(now);
+        let mut comparison = Comparison::new(&listing);
+        for (url, facts) in before {
+            comparison.before(url.clone(), facts);
+        }
+        comparison.finish()
+    }
+
     #[test]
     fn files_added_changed_and_removed_are_told_apart() {
         let t = "2024-01-01T00:00:00+00:00";
@@ -305,8 +371,7 @@ mod tests {
             ("s3://b/b.nc".to_owned(), Some(facts(Some("\"2b\""), 10, t))),
             ("s3://b/d.nc".to_owned(), Some(facts(Some("\"4\""), 10, t))),
         ];
-        let before: Vec<(&str, &SourceFacts)> = before.iter().map(|(u, f)| (u.as_str(), f)).collect();
-        let changes = diff(&before, now);
+        let changes = diff(&before, &now);
         assert_eq!(changes.added, ["s3://b/d.nc"]);
         assert_eq!(changes.changed, ["s3://b/b.nc"]);
         assert_eq!(changes.removed, ["s3://b/c.nc"]);
@@ -317,8 +382,7 @@ mod tests {
     fn the_same_files_are_no_change() {
         let before = [("s3://b/a.nc".to_owned(), facts(Some("\"1\""), 10, "2024-01-01T00:00:00+00:00"))];
         let now: Vec<_> = before.iter().map(|(u, f)| (u.clone(), Some(f.clone()))).collect();
-        let before: Vec<(&str, &SourceFacts)> = before.iter().map(|(u, f)| (u.as_str(), f)).collect();
-        assert!(diff(&before, now).is_empty());
+        assert!(diff(&before, &now).is_empty());
     }
 
     #[test]
@@ -337,8 +401,7 @@ mod tests {
     #[test]
     fn a_file_whose_facts_are_unknown_counts_as_changed() {
         let before = [("s3://b/a.nc".to_owned(), facts(Some("\"1\""), 10, "2024-01-01T00:00:00Z"))];
-        let before: Vec<(&str, &SourceFacts)> = before.iter().map(|(u, f)| (u.as_str(), f)).collect();
-        let changes = diff(&before, [("s3://b/a.nc", None::<SourceFacts>)]);
+        let changes = diff(&before, &[("s3://b/a.nc".to_owned(), None)]);
         assert_eq!(changes.changed, ["s3://b/a.nc"]);
     }
 }
