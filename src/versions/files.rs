@@ -234,13 +234,14 @@ impl Registrar {
     /// Reads the files a scan found (`listing`: their parses remembered in the catalog), in
     /// order, each handed to `folder` as it comes; those `unchanged` since they were read for
     /// the version rescanned (their records, one slot a file of the listing, URLs left out) are
-    /// served from their parse remembered, with no request, when it can be. They are read before the registration's turn (held while the document is
-    /// checked and stored): they wait on the object store, and are bounded by themselves.
+    /// served from their parse remembered, with no request, when it can be. They are read
+    /// before the registration's turn (held while the document is checked and stored): they
+    /// wait on the object store, and are bounded by themselves.
     async fn read_files(
         &self,
         target: &Target,
         listing: Vec<(String, Option<SourceFacts>)>,
-        unchanged: Vec<Option<FileRecord>>,
+        mut unchanged: Vec<Option<FileRecord>>,
         counts: &Arc<progress::Counts>,
         folder: &mut Folder,
     ) -> Result<()> {
@@ -263,7 +264,6 @@ impl Registrar {
             }),
             _ => None,
         };
-        let mut unchanged = unchanged;
         let mut listing = draining(listing).enumerate().map(|(i, (url, facts))| {
             let known = unchanged.get_mut(i).and_then(Option::take);
             let record = known.map(|r| FileRecord { url: url.clone(), ..r }).or_else(|| listed(&url, &facts));
@@ -434,6 +434,13 @@ const FILE_BYTES: usize = 400;
 /// What each chunk a join holds for a file to its end takes (its grid index and reference).
 const CHUNK_BYTES: usize = 120;
 
+/// What a file holds at least to the end of its registration, whatever its parse: its URL, its
+/// facts' text and [`FILE_BYTES`].
+fn file_floor(url: &str, facts: Option<&SourceFacts>) -> usize {
+    let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+    FILE_BYTES + url.len() + facts.map_or(0, |f| text(&f.etag) + text(&f.last_modified))
+}
+
 /// `bytes` for a person: in MiB, or KiB below one.
 fn size(bytes: usize) -> String {
     if bytes >= 1 << 20 { format!("{} MiB", bytes >> 20) } else { format!("{} KiB", bytes.div_ceil(1024)) }
@@ -555,16 +562,10 @@ impl Folder {
     }
 
     /// Refuses at once, before any file is read, a listing whose files alone would hold more
-    /// than `ingest.memory_bytes` to the end (what each holds at least: its URL, its facts'
-    /// text, [`FILE_BYTES`]); what their parses add is counted as they are read ([`Folder::add`]).
+    /// than `ingest.memory_bytes` to the end (what each holds at least: [`file_floor`]); what
+    /// their parses add is counted as they are read ([`Folder::add`]).
     pub(super) fn fits(&self, listing: &[(String, Option<SourceFacts>)]) -> Result<()> {
-        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
-        let floor: usize = listing
-            .iter()
-            .map(|(url, facts)| {
-                FILE_BYTES + url.len() + facts.as_ref().map_or(0, |f| text(&f.etag) + text(&f.last_modified))
-            })
-            .sum();
+        let floor: usize = listing.iter().map(|(url, facts)| file_floor(url, facts.as_ref())).sum();
         let budget = self.doc.scratch.budget();
         if floor <= budget {
             return Ok(());
@@ -590,8 +591,7 @@ impl Folder {
         nodes: &combine::Nodes,
         held: &[(String, Vec<f64>)],
     ) -> Result<()> {
-        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
-        let mut bytes = FILE_BYTES + url.len() + text(&facts.etag) + text(&facts.last_modified);
+        let mut bytes = file_floor(url, Some(facts));
         let kept = |node: Option<&crate::formats::Node>| node.map_or(0, |n| n.chunks.len()) * CHUNK_BYTES;
         let values = |dim: &str| held.iter().find(|(path, _)| path == dim).map_or(0, |(_, v)| v.len() * 8);
         match &self.how {
