@@ -187,11 +187,15 @@ async fn follow_changes(app: std::sync::Weak<App>, mut changes: tokio::sync::mps
     while let Some(change) = changes.recv().await {
         let Some(app) = app.upgrade() else { return };
         match change {
-            Change::Store(store) => app.reader.forget_store(&store).await,
+            Change::Store(store) => {
+                app.reader.forget_store(&store).await;
+                app.metrics.catalog_changes_applied_total.with_label_values(&["store"]).inc();
+            }
             Change::ObjectStores => {
                 if let Err(e) = app.object_stores.load(false).await {
                     tracing::error!(error = %e, "cannot reload object stores after a change");
                 }
+                app.metrics.catalog_changes_applied_total.with_label_values(&["object_stores"]).inc();
             }
             // Nothing is forgotten yet: the database may be down too, and the caches are then what
             // keeps cached stores served. Current versions are trusted for their TTL meanwhile.

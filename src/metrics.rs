@@ -134,6 +134,11 @@ metrics! {
     /// 1 while the PostgreSQL change feed (LISTEN/NOTIFY) follows changes, 0 while it is lost
     /// (cached current versions are then trusted for `cache.current_version_ttl_ms` only).
     catalog_change_feed_up: IntGauge = [],
+    /// Changes made through any replica (this one included) that the change feed brought and
+    /// this replica applied, by kind (store: its cached heads forgotten; object_stores: the
+    /// object stores reloaded). Flat while other replicas register stores: this one is not
+    /// hearing of them.
+    catalog_changes_applied_total: IntCounterVec = ["kind"],
     /// Catalog calls answered at once (503) because the database was found unreachable moments
     /// before.
     catalog_refused_total: IntCounter = [],

@@ -43,21 +43,39 @@ async fn behind_proxy(ttl_ms: u64) -> Option<(TcpProxy, TestServer)> {
     Some((proxy, server))
 }
 
+/// Waits until the change feed follows, so that every change made from now on reaches it.
+async fn feed_follows(server: &TestServer) {
+    let since = Instant::now();
+    while server.metric("zarrgate_catalog_change_feed_up").await != 1.0 {
+        assert!(since.elapsed() < Duration::from_secs(20), "the change feed never followed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until the change feed has brought back `n` store changes (this replica's own
+/// registrations among them). Applying one forgets the store's last known head, so a read made
+/// before that would leave nothing to serve from in an outage: a test that reads first and then
+/// cuts the database must wait for its own registrations' echo.
+async fn changes_applied(server: &TestServer, n: f64) {
+    let since = Instant::now();
+    while server.metric_sum("zarrgate_catalog_changes_applied_total", &[("kind", "store")]).await < n {
+        assert!(since.elapsed() < Duration::from_secs(20), "the change feed never brought {n} store changes");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cached_stores_are_served_while_postgres_is_unreachable() {
     // Every read asks the catalog for the store's current version: only the degraded mode can
     // serve it while the catalog is away.
     let Some((proxy, server)) = behind_proxy(1).await else { return };
+    feed_follows(&server).await;
     for (name, values) in [("cached", [1.0, 2.0]), ("unread-refuse", [3.0, 4.0]), ("unread-close", [3.0, 4.0])] {
         let (status, body) = server.put(&format!("/api/v1/stores/{name}"), &doc(values)).await;
         assert_eq!(status, 201, "{body}");
     }
+    changes_applied(&server, 3.0).await;
     let metadata = server.bytes("/cached/x/zarr.json").await;
-    let follows = Instant::now();
-    while server.metric("zarrgate_catalog_change_feed_up").await != 1.0 {
-        assert!(follows.elapsed() < Duration::from_secs(10), "the change feed never followed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 
     for (how, unread) in [(Cut::Refuse, "unread-refuse"), (Cut::Close, "unread-close")] {
         // Read (again: the caches are forgotten when the change feed follows after an outage).
@@ -143,8 +161,12 @@ async fn cached_stores_are_served_while_postgres_is_unreachable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_read_that_meets_an_outage_is_served_from_the_last_known_head() {
     let Some((proxy, server)) = behind_proxy(300).await else { return };
+    feed_follows(&server).await;
     let (status, body) = server.put("/api/v1/stores/hot", &doc([1.0, 2.0])).await;
     assert_eq!(status, 201, "{body}");
+    // Under load the registration's own echo could otherwise come after round 0's read and
+    // leave that round nothing to serve from (seen once in CI on a loaded machine).
+    changes_applied(&server, 1.0).await;
     let feed_up = |wanted: f64, why: &'static str| {
         let server = &server;
         async move {
