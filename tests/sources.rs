@@ -932,3 +932,64 @@ both_backends! {
         assert_eq!(export["refs"]["x/0"][0], literal.as_str());
     }
 }
+
+/// A listing of an S3 prefix cut at keys known to be there (a rescan's files of the version it
+/// compares with) into ranges listed side by side finds exactly what one listing from the start
+/// finds: objects before the first cut, at a cut, between cuts and after the last, cuts at keys
+/// since deleted or outside the prefix, given out of order or twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_cut_into_ranges_finds_what_one_listing_finds() {
+    use zarrgate::sources::{Keep, ObjectStoreEntry, Origin, ReadAheadSettings, SourceRegistry, SourceSettings};
+    let moto = Moto::start().await;
+    let keys: Vec<String> = (0..60).map(|i| format!("era/f{:03}.nc", i * 2)).collect();
+    for key in keys.iter().chain([&"era/notes.txt".to_owned(), &"other/g.nc".to_owned()]) {
+        moto.put(key, b"x").await;
+    }
+    let settings = SourceSettings {
+        timeout: Duration::from_secs(10),
+        connect_timeout: Duration::from_secs(2),
+        retries: 1,
+        max_concurrent: 8,
+        buffer_bytes: 1 << 20,
+        api_ambient_credentials: false,
+        readahead: ReadAheadSettings::default(),
+    };
+    let options = json!({"endpoint": moto.endpoint, "region": "us-east-1", "access_key_id": "test",
+        "secret_access_key": "test", "allow_http": "true"});
+    let entry =
+        ObjectStoreEntry::build("s3", &moto.url(""), options.as_object().unwrap(), Origin::Api, &settings).unwrap();
+    let registry = SourceRegistry::new(settings);
+    registry.replace(vec![Arc::new(entry)]);
+    let nc: Keep = Arc::new(|key: &str| key.ends_with(".nc"));
+    let prefix = moto.url("era/");
+    let listed = |split: Vec<String>, most: usize| {
+        let (registry, nc, prefix) = (&registry, nc.clone(), prefix.clone());
+        async move {
+            let found = registry.list(&prefix, nc, most, &split).await.unwrap();
+            found.into_iter().map(|o| o.key).collect::<Vec<_>>()
+        }
+    };
+    let whole = listed(Vec::new(), 1000).await;
+    assert_eq!(whole, keys.iter().map(|k| k.trim_start_matches("era/").to_owned()).collect::<Vec<_>>());
+
+    // New objects before the first cut, at a cut's neighbours, between cuts and after the last;
+    // one cut's object deleted.
+    for key in ["era/a.nc", "era/f041.nc", "era/f079.nc", "era/f081.nc", "era/z.nc"] {
+        moto.put(key, b"y").await;
+    }
+    moto.delete("era/f040.nc").await;
+    let now = listed(Vec::new(), 1000).await;
+    assert_eq!(now.len(), 64);
+    let cuts = |keys: &[&str]| keys.iter().map(|k| moto.url(k)).collect::<Vec<_>>();
+    for split in [
+        cuts(&["era/f040.nc", "era/f080.nc"]),
+        cuts(&["era/f080.nc", "era/f040.nc", "era/f080.nc"]),
+        cuts(&["era/f000.nc", "era/f002.nc", "era/f118.nc", "other/g.nc", "era/zz.nc"]),
+        (0..60).step_by(7).map(|i| moto.url(&format!("era/f{:03}.nc", i * 2))).collect(),
+    ] {
+        assert_eq!(listed(split.clone(), 1000).await, now, "cut at {split:?}");
+    }
+    // Past `most`, one more than it (so that the caller can tell), cut or not.
+    assert_eq!(listed(cuts(&["era/f040.nc"]), 10).await.len(), 11);
+    assert_eq!(listed(Vec::new(), 10).await.len(), 11);
+}

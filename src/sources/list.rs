@@ -34,7 +34,17 @@ impl SourceRegistry {
     /// The objects whose URL starts with `prefix` (a normalised URL under a registered object
     /// store) and whose key after it `keep` keeps, in key order; at most `most + 1` of them, so
     /// that a caller can tell there are more than `most`.
-    pub async fn list(&self, prefix: &str, keep: Keep, most: usize) -> Result<Vec<Listed>, SourceError> {
+    ///
+    /// `split` names URLs of objects likely to be there (a rescan's files of the version it
+    /// compares with): a cloud store's listing is cut at them into ranges listed side by side,
+    /// a page each where they are 1,000 apart, rather than one page after another.
+    pub async fn list(
+        &self,
+        prefix: &str,
+        keep: Keep,
+        most: usize,
+        split: &[String],
+    ) -> Result<Vec<Listed>, SourceError> {
         let entry = self.resolve(prefix).ok_or_else(|| SourceError::Unregistered { url: prefix.to_owned() })?;
         let failed =
             |detail: String| SourceError::Upstream { url: prefix.to_owned(), store: entry.name.clone(), detail };
@@ -55,26 +65,67 @@ impl SourceRegistry {
                     .map_err(|e| failed(e.to_string()))?
                     .map_err(|e| failed(e.to_string()))?
             }
-            (_, Some(client)) => {
+            (base, Some(client)) => {
                 let timeout = entry.first_byte_timeout.unwrap_or(self.settings.timeout);
                 let path = object_store::path::Path::from(dir.as_str());
-                let mut pages = client.list(Some(&path));
+                // Cloud stores list from a key on (S3 and GCS `start-after`, Azure `startFrom`):
+                // the ranges between the keys known to be there are listed side by side.
+                let splits = match base {
+                    Base::Bucket => keys_of(split, &within),
+                    Base::Local(_) | Base::Http => Vec::new(),
+                };
+                let ranges = ranges_between(splits);
+                let range = |(after, through): (Option<String>, Option<String>)| {
+                    let (client, path, within, keep) = (Arc::clone(client), path.clone(), within.clone(), keep.clone());
+                    let (name, url) = (entry.name.clone(), prefix.to_owned());
+                    async move {
+                        let mut pages = match &after {
+                            Some(key) => {
+                                client.list_with_offset(Some(&path), &object_store::path::Path::from(key.as_str()))
+                            }
+                            None => client.list(Some(&path)),
+                        };
+                        let mut found = Vec::new();
+                        while found.len() <= most {
+                            let next = tokio::time::timeout(timeout, pages.next()).await.map_err(|_| {
+                                SourceError::Timeout {
+                                    url: url.clone(),
+                                    store: name.clone(),
+                                    seconds: timeout.as_secs(),
+                                }
+                            })?;
+                            let Some(meta) = next else { break };
+                            let meta = meta.map_err(|e| {
+                                classify(&name, &url, &(0..0), &SourceCheck::Unchecked, timeout.as_secs(), e)
+                            })?;
+                            let key = meta.location.as_ref();
+                            if after.as_deref().is_some_and(|after| key <= after) {
+                                continue;
+                            }
+                            if through.as_deref().is_some_and(|through| key > through) {
+                                break;
+                            }
+                            // The range's last key ends it: polling on would ask for a page more.
+                            let last = through.as_deref() == Some(key);
+                            if key.strip_prefix(within.as_str()).is_some_and(|k| keep(k)) {
+                                found.push((
+                                    meta.location.to_string(),
+                                    Meta { modified: meta.last_modified, size: meta.size, etag: meta.e_tag },
+                                ));
+                            }
+                            if last {
+                                break;
+                            }
+                        }
+                        Ok::<_, SourceError>(found)
+                    }
+                };
+                let mut parts = futures::stream::iter(ranges).map(range).buffered(LIST_RANGES_AT_ONCE);
                 let mut found = Vec::new();
-                while found.len() <= most {
-                    let next = tokio::time::timeout(timeout, pages.next()).await.map_err(|_| SourceError::Timeout {
-                        url: prefix.to_owned(),
-                        store: entry.name.clone(),
-                        seconds: timeout.as_secs(),
-                    })?;
-                    let Some(meta) = next else { break };
-                    let meta = meta.map_err(|e| {
-                        classify(&entry.name, prefix, &(0..0), &SourceCheck::Unchecked, timeout.as_secs(), e)
-                    })?;
-                    if meta.location.as_ref().strip_prefix(within.as_str()).is_some_and(|k| keep(k)) {
-                        found.push((
-                            meta.location.to_string(),
-                            Meta { modified: meta.last_modified, size: meta.size, etag: meta.e_tag },
-                        ));
+                while let Some(part) = parts.next().await {
+                    found.extend(part?);
+                    if found.len() > most {
+                        break;
                     }
                 }
                 found
@@ -92,6 +143,38 @@ impl SourceRegistry {
             })
             .collect()
     }
+}
+
+/// How many key ranges of a listing are asked for at once.
+const LIST_RANGES_AT_ONCE: usize = 16;
+
+/// The keys of the objects `urls` name (under a bucket) that lie under `within`, in key order,
+/// once each.
+fn keys_of(urls: &[String], within: &str) -> Vec<String> {
+    let mut keys: Vec<String> = urls
+        .iter()
+        .filter_map(|url| Url::parse(url).ok())
+        .map(|url| {
+            percent_encoding::percent_decode_str(url.path().trim_start_matches('/')).decode_utf8_lossy().into_owned()
+        })
+        .filter(|key| key.starts_with(within))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+/// The key ranges that `splits` (in order) cut a listing into: each the keys after its first
+/// bound (from the start: `None`) through its second (to the end: `None`).
+fn ranges_between(splits: Vec<String>) -> Vec<(Option<String>, Option<String>)> {
+    let mut ranges = Vec::with_capacity(splits.len() + 1);
+    let mut after = None;
+    for key in splits {
+        ranges.push((after, Some(key.clone())));
+        after = Some(key);
+    }
+    ranges.push((after, None));
+    ranges
 }
 
 /// The URL of the object the store's client names `key`.
@@ -204,12 +287,12 @@ mod tests {
         let registry = registry(&dir);
         let prefix = format!("{}era/", Url::from_directory_path(&dir).unwrap());
         let nc: Keep = Arc::new(|key: &str| key.ends_with(".nc"));
-        let found = registry.list(&prefix, nc.clone(), 100).await.unwrap();
+        let found = registry.list(&prefix, nc.clone(), 100, &[]).await.unwrap();
         let keys: Vec<&str> = found.iter().map(|o| o.key.as_str()).collect();
         assert_eq!(keys, ["2024/a b.nc", "a.nc", "b.nc", "in.nc"]);
         assert_eq!(found[0].url, format!("{prefix}2024/a%20b.nc"));
-        let partial = registry.list(&format!("{prefix}b"), nc.clone(), 100).await.unwrap();
+        let partial = registry.list(&format!("{prefix}b"), nc.clone(), 100, &[]).await.unwrap();
         assert_eq!(partial.iter().map(|o| o.key.as_str()).collect::<Vec<_>>(), [".nc"]);
-        assert_eq!(registry.list(&prefix, nc, 2).await.unwrap().len(), 3, "one past the bound, then no more");
+        assert_eq!(registry.list(&prefix, nc, 2, &[]).await.unwrap().len(), 3, "one past the bound, then no more");
     }
 }

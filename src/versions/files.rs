@@ -203,7 +203,7 @@ impl Registrar {
     pub async fn register_files(&self, name: &str, target: &Target, how: Registration) -> Result<Registered> {
         let serving = self.serving(name, how).await?;
         let reading = Instant::now();
-        let mut scan = target.scan(&self.sources, &self.settings.files, false).await?;
+        let mut scan = target.scan(&self.sources, &self.settings.files, false, &[]).await?;
         let tracked = self.progress.start(name, scan.files.len() as u64);
         let listed = reading.elapsed();
         let listing = std::mem::take(&mut scan.files);

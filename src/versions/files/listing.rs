@@ -57,8 +57,9 @@ impl Prefix {
         self.glob.as_ref().map_or("(every object)", |(text, _)| text.as_str())
     }
 
-    /// The objects this prefix and glob name now, in key order, at most `files.max_files`.
-    async fn list(&self, sources: &SourceRegistry, config: &FilesConfig) -> Result<Vec<Listed>> {
+    /// The objects this prefix and glob name now, in key order, at most `files.max_files`; the
+    /// listing cut at `split` (see [`SourceRegistry::list`]).
+    async fn list(&self, sources: &SourceRegistry, config: &FilesConfig, split: &[String]) -> Result<Vec<Listed>> {
         if sources.resolve(&self.url).is_none() {
             return Err(invalid(format!(
                 "prefix {} is not under any registered object store: register one whose URL is a prefix of it",
@@ -68,7 +69,7 @@ impl Prefix {
         let most = config.max_files;
         let matcher = self.glob.as_ref().map(|(_, m)| m.clone());
         let keep: Keep = Arc::new(move |key: &str| matcher.as_ref().is_none_or(|m| m.is_match(key)));
-        let matching = sources.list(&self.url, keep, most).await?;
+        let matching = sources.list(&self.url, keep, most, split).await?;
         if matching.len() > most {
             return Err(invalid(format!(
                 "prefix {} with glob {} names more than {most} files (files.max_files): narrow the glob",
@@ -83,11 +84,18 @@ impl Prefix {
 impl Target {
     /// The files this target names now, those modified less than `older_than_seconds` ago left
     /// out; with their facts when `facts` asks (a rescan compares them) or the age check needs
-    /// them. At most `files.max_files`; none is a 422.
-    pub(super) async fn scan(&self, sources: &Arc<SourceRegistry>, config: &FilesConfig, facts: bool) -> Result<Scan> {
+    /// them. At most `files.max_files`; none is a 422. A prefix's listing is cut at `split`, URLs
+    /// of objects likely to be there (a rescan's), into ranges listed side by side.
+    pub(super) async fn scan(
+        &self,
+        sources: &Arc<SourceRegistry>,
+        config: &FilesConfig,
+        facts: bool,
+        split: &[String],
+    ) -> Result<Scan> {
         let found: Vec<(String, Option<SourceFacts>)> = match &self.prefix {
             Some(prefix) => {
-                let listed = prefix.list(sources, config).await?;
+                let listed = prefix.list(sources, config, split).await?;
                 listed
                     .into_iter()
                     .map(|o| {
