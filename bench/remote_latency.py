@@ -10,6 +10,8 @@ Two object stores, each `LATENCY_MS` (20) away, every GET counted; `BACKENDS` pi
   this process that sleeps `LATENCY_MS` before forwarding each request (so before each response
   head) and counts the GETs; zarrgate's object store and the direct `S3Store` both have the
   proxy as their endpoint. Objects are uploaded to moto directly (not counted).
+  `S3_SERVER=s3s-fs=PATH` runs s3s-fs (`cargo install s3s-fs@0.14.1 --features binary`) in
+  moto's place: an S3 whose pages of a listing are built on every core.
 
 Each run reads fresh objects (new names, so every run starts cold). A store of 16 KiB chunks over
 an object is registered in zarrgate, and each case reads the same chunks twice: through zarrgate
