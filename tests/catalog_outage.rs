@@ -43,13 +43,18 @@ async fn behind_proxy(ttl_ms: u64) -> Option<(TcpProxy, TestServer)> {
     Some((proxy, server))
 }
 
-/// Waits until the change feed follows, so that every change made from now on reaches it.
-async fn feed_follows(server: &TestServer) {
+/// Waits (20 s at most, else fails saying `why`) until the change feed is up (1) or lost (0).
+async fn feed_is(server: &TestServer, wanted: f64, why: &str) {
     let since = Instant::now();
-    while server.metric("zarrgate_catalog_change_feed_up").await != 1.0 {
-        assert!(since.elapsed() < Duration::from_secs(20), "the change feed never followed");
+    while server.metric("zarrgate_catalog_change_feed_up").await != wanted {
+        assert!(since.elapsed() < Duration::from_secs(20), "{why}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Waits until the change feed follows, so that every change made from now on reaches it.
+async fn feed_follows(server: &TestServer) {
+    feed_is(server, 1.0, "the change feed never followed").await;
 }
 
 /// Waits until the change feed has brought back `n` store changes (this replica's own
@@ -167,17 +172,6 @@ async fn the_read_that_meets_an_outage_is_served_from_the_last_known_head() {
     // Under load the registration's own echo could otherwise come after round 0's read and
     // leave that round nothing to serve from (seen once in CI on a loaded machine).
     changes_applied(&server, 1.0).await;
-    let feed_up = |wanted: f64, why: &'static str| {
-        let server = &server;
-        async move {
-            let since = Instant::now();
-            while server.metric("zarrgate_catalog_change_feed_up").await != wanted {
-                assert!(since.elapsed() < Duration::from_secs(20), "{why}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    };
-    feed_up(1.0, "the change feed never followed").await;
     for round in 0..21 {
         let how = [Cut::Refuse, Cut::Close, Cut::Stall][round % 3];
         // Every other round, nothing is read between the change feed's return (which forgot
@@ -209,6 +203,6 @@ async fn the_read_that_meets_an_outage_is_served_from_the_last_known_head() {
             assert!(restored.elapsed() < Duration::from_secs(20), "round {round} ({how:?}): no recovery");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        feed_up(1.0, "the change feed never came back").await;
+        feed_is(&server, 1.0, "the change feed never came back").await;
     }
 }

@@ -50,11 +50,9 @@ impl SourceRegistry {
             |detail: String| SourceError::Upstream { url: prefix.to_owned(), store: entry.name.clone(), detail };
         // The prefix as a key of the object store's client, and the directory it lies in.
         let within = match &entry.base {
-            Base::Bucket => Url::parse(prefix).map(|u| u.path().trim_start_matches('/').to_owned()),
-            Base::Local(_) | Base::Http => Ok(prefix.strip_prefix(&entry.prefix).unwrap_or_default().to_owned()),
-        }
-        .map_err(|e| failed(e.to_string()))?;
-        let within = percent_encoding::percent_decode_str(&within).decode_utf8_lossy().into_owned();
+            Base::Bucket => bucket_key(&Url::parse(prefix).map_err(|e| failed(e.to_string()))?),
+            Base::Local(_) | Base::Http => decoded(prefix.strip_prefix(&entry.prefix).unwrap_or_default()),
+        };
         let dir = within.rfind('/').map_or("", |i| &within[..i]).to_owned();
         let mut found = match (&entry.base, &entry.client) {
             (Base::Local(files), _) => {
@@ -154,14 +152,22 @@ fn keys_of(urls: &[String], within: &str) -> Vec<String> {
     let mut keys: Vec<String> = urls
         .iter()
         .filter_map(|url| Url::parse(url).ok())
-        .map(|url| {
-            percent_encoding::percent_decode_str(url.path().trim_start_matches('/')).decode_utf8_lossy().into_owned()
-        })
+        .map(|url| bucket_key(&url))
         .filter(|key| key.starts_with(within))
         .collect();
     keys.sort_unstable();
     keys.dedup();
     keys
+}
+
+/// The key of the object `url` names in its bucket: its path, percent-decoded.
+fn bucket_key(url: &Url) -> String {
+    decoded(url.path().trim_start_matches('/'))
+}
+
+/// `text` percent-decoded.
+fn decoded(text: &str) -> String {
+    percent_encoding::percent_decode_str(text).decode_utf8_lossy().into_owned()
 }
 
 /// The key ranges that `splits` (in order) cut a listing into: each the keys after its first
