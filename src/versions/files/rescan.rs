@@ -112,9 +112,9 @@ impl<'a, N: Now> Comparison<'a, N> {
     }
 
     /// One file of the version: its URL and its facts then.
-    fn before(&mut self, url: String, facts: &SourceFacts) {
-        match self.now.find(&url) {
-            None => self.removed.push(url),
+    fn before(&mut self, url: &str, facts: &SourceFacts) {
+        match self.now.find(url) {
+            None => self.removed.push(url.to_owned()),
             Some(i) => {
                 self.found[i] = true;
                 if !self.now.facts(i).is_some_and(|now| same_content(facts, now)) {
@@ -188,29 +188,55 @@ pub(super) async fn changes_since(
     now: &(impl Now + Sync),
 ) -> Result<Changes> {
     let mut comparison = Comparison::new(now);
-    each_record(catalog, version, text, |record| comparison.before(record.url, &record.facts)).await?;
+    each_record(catalog, version, text, |record| comparison.before(&record.url, &record.facts)).await?;
     Ok(comparison.finish())
 }
 
-/// The records of the version's files that the listing `now` shows unchanged, one slot a file
-/// of `now`, their URLs left out (the listing has them), read a page at a time.
-async fn unchanged_records(
+/// What one pass over a version's records against a listing finds.
+struct Compared {
+    /// The files added, changed and removed, as the listing shows them.
+    changes: Changes,
+    /// The records of the files the listing shows unchanged, one slot a listed file, their
+    /// URLs left out (the listing has them).
+    same: Vec<Option<FileRecord>>,
+    /// The facts then of the files the listing shows changed (few), to settle them once read.
+    before: HashMap<String, SourceFacts>,
+}
+
+/// The files of the listing `now` added, changed or removed since `version`, and the records
+/// of those unchanged, from one pass over the version's records a page at a time.
+async fn compare(
     catalog: &dyn Catalog,
     version: i64,
     text: &str,
     now: &[(String, Option<SourceFacts>)],
-) -> Result<Vec<Option<FileRecord>>> {
+) -> Result<Compared> {
     let listing = Listing::new(now);
+    let mut comparison = Comparison::new(&listing);
     let mut same: Vec<Option<FileRecord>> = (0..now.len()).map(|_| None).collect();
+    let mut before = HashMap::new();
     each_record(catalog, version, text, |record| {
-        if let Some(i) = listing.find(&record.url)
-            && listing.facts(i).is_some_and(|f| same_content(&record.facts, f))
-        {
+        let changed = comparison.changed.len();
+        comparison.before(&record.url, &record.facts);
+        if comparison.changed.len() > changed {
+            before.insert(record.url, record.facts);
+        } else if let Some(i) = listing.find(&record.url) {
             same[i] = Some(FileRecord { url: String::new(), ..record });
         }
     })
     .await?;
-    Ok(same)
+    Ok(Compared { changes: comparison.finish(), same, before })
+}
+
+/// What changed once the files are read: a file the listing showed changed (or with facts
+/// unknown) whose facts as read, which the version keeps, are those it had is unchanged after
+/// all; added and removed files are as listed (every listed file is read).
+fn settle(mut changes: Changes, before: &HashMap<String, SourceFacts>, read: &impl Now) -> Changes {
+    changes.changed.retain(|url| {
+        let now = read.find(url).and_then(|i| read.facts(i));
+        !before.get(url).zip(now).is_some_and(|(then, now)| same_content(then, now))
+    });
+    changes
 }
 
 /// True when two facts of one file show the same content: the same ETag where both have one,
@@ -328,27 +354,31 @@ impl Registrar {
             None => Vec::new(),
         };
         let mut scan = target.scan(&self.sources, &self.settings.files, true, &split).await?;
+        let listed = reading.elapsed();
         let skipped: Vec<String> = scan.skipped.iter().map(|(url, _)| url.clone()).collect();
         let unchanged =
             |changes| Rescanned { registered: None, version, moved: false, changes, skipped: skipped.clone() };
         // What the listing shows settles most rescans with no read at all, and with one page of
-        // the version's records held at a time.
-        if changes_since(&*self.catalog, version, &text, &Listing::new(&scan.files)).await?.is_empty() {
+        // the version's records held at a time; a count of files unlike the version's shows a
+        // change at once, and the records are then read once, keeping those of unchanged files.
+        if scan.files.len() == first.total
+            && changes_since(&*self.catalog, version, &text, &Listing::new(&scan.files)).await?.is_empty()
+        {
             return Ok(unchanged(Changes::default()));
         }
+        let compared = compare(&*self.catalog, version, &text, &scan.files).await?;
+        let compared_at = reading.elapsed();
         // The files new or changed are read (those unchanged are served from their parse
         // remembered, with no request), and their facts as read, which the version keeps,
         // settle it: a listing that tells facts otherwise than a read does writes nothing.
-        let same = unchanged_records(&*self.catalog, version, &text, &scan.files).await?;
         let tracked = self.progress.start(name, scan.files.len() as u64);
-        let listed = reading.elapsed();
         let count = scan.files.len();
         let listing = std::mem::take(&mut scan.files);
         let mut folder = Folder::new(&self.settings.scratch(), &target);
         folder.fits(&listing)?;
-        self.read_files(&target, listing, same, &tracked.counts, &mut folder).await?;
+        self.read_files(&target, listing, compared.same, &tracked.counts, &mut folder).await?;
         let read = reading.elapsed();
-        let changes = changes_since(&*self.catalog, version, &text, &folder).await?;
+        let changes = settle(compared.changes, &compared.before, &folder);
         if changes.is_empty() {
             return Ok(unchanged(changes));
         }
@@ -358,7 +388,7 @@ impl Registrar {
         // Where a rescan's time goes: listing, reading (new files parsed, unchanged ones' parses
         // looked up, all joined as they come), finishing the join (the coordinate, the end).
         tracing::info!(store = %name, files = count, list_seconds = listed.as_secs_f64(),
-            read_seconds = (read - listed).as_secs_f64(), build_seconds = (reading.elapsed() - read).as_secs_f64(),
+            compare_seconds = (compared_at - listed).as_secs_f64(), read_seconds = (read - compared_at).as_secs_f64(), build_seconds = (reading.elapsed() - read).as_secs_f64(),
             "files rescanned: phases");
         let expected = Some(Expected::Version(version));
         let registered = self.store_files(name, built, serving, reading, expected).await?;
@@ -379,7 +409,7 @@ mod tests {
         let listing = Listing::new(now);
         let mut comparison = Comparison::new(&listing);
         for (url, facts) in before {
-            comparison.before(url.clone(), facts);
+            comparison.before(url, facts);
         }
         comparison.finish()
     }
@@ -422,6 +452,39 @@ mod tests {
         assert!(same_content(&facts(Some("\"1\""), 10, "2024-01-01T00:00:00Z"), &same));
         let unknown = SourceFacts { etag: None, size: Some(10), last_modified: None };
         assert!(!same_content(&unknown, &unknown));
+    }
+
+    #[test]
+    fn a_file_listed_as_changed_is_settled_by_its_facts_as_read() {
+        let t = "2024-01-01T00:00:00Z";
+        let before = [
+            ("s3://b/a.nc".to_owned(), facts(Some("\"1\""), 10, t)),
+            ("s3://b/b.nc".to_owned(), facts(Some("\"2\""), 10, t)),
+            ("s3://b/c.nc".to_owned(), facts(Some("\"3\""), 10, t)),
+        ];
+        // The listing tells a's facts otherwise (no ETag), b's content changed, c is gone, d new.
+        let listed = vec![
+            ("s3://b/a.nc".to_owned(), None),
+            ("s3://b/b.nc".to_owned(), Some(facts(Some("\"2b\""), 10, t))),
+            ("s3://b/d.nc".to_owned(), Some(facts(Some("\"4\""), 10, t))),
+        ];
+        let changes = diff(&before, &listed);
+        assert_eq!(changes.changed, ["s3://b/a.nc", "s3://b/b.nc"]);
+        let then: HashMap<String, SourceFacts> =
+            before.iter().filter(|(url, _)| changes.changed.contains(url)).cloned().collect();
+        // Read, a is what it was: only b changed; d added and c removed stay.
+        let read = vec![
+            ("s3://b/a.nc".to_owned(), Some(facts(Some("\"1\""), 10, t))),
+            ("s3://b/b.nc".to_owned(), Some(facts(Some("\"2b\""), 10, t))),
+            ("s3://b/d.nc".to_owned(), Some(facts(Some("\"4\""), 10, t))),
+        ];
+        let settled = settle(changes, &then, &Listing::new(&read));
+        assert_eq!(settled.changed, ["s3://b/b.nc"]);
+        assert_eq!((settled.added, settled.removed), (vec!["s3://b/d.nc".to_owned()], vec!["s3://b/c.nc".to_owned()]));
+        // All read as they were, with nothing added or removed: no change at all.
+        let only_a = diff(&before[..1], &listed[..1]);
+        let then: HashMap<String, SourceFacts> = before[..1].iter().cloned().collect();
+        assert!(settle(only_a, &then, &Listing::new(&read[..1])).is_empty());
     }
 
     #[test]
