@@ -39,7 +39,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients", "python"))
-from harness import Bench, Server, fmt, log, median, perf_record, perf_report, proc_status, runs, table  # noqa: E402
+from harness import (Bench, Server, cpu_seconds, fmt, log, median, perf_record, perf_report, proc_status, runs,  # noqa: E402
+                     table)  # noqa: E402
 from remote_latency import LATENCY_MS, S3Upstream  # noqa: E402
 
 import h5py  # noqa: E402
@@ -95,6 +96,13 @@ def zarrgate_run(server, upstream, names, run):
     before = (server.metric("zarrgate_parse_bytes_total"), server.metric("zarrgate_parse_requests_total"))
     gets_before = sum(upstream.count(n) for n in names)
     sent_before = sum(upstream.sent_bytes(n) for n in names)
+    # PROFILE_REGISTRATION=FILE: the server recorded (`perf record -g`) for PROFILE_SECONDS (3)
+    # from just before run PROFILE_RUN's (0) registration, the report written to FILE.
+    profile = os.environ.get("PROFILE_REGISTRATION") if run == int(os.environ.get("PROFILE_RUN", "0")) else None
+    if profile:
+        recorder, data = perf_record(server.proc.pid, float(os.environ.get("PROFILE_SECONDS", "3")), profile)
+        time.sleep(0.5)
+    cpu = cpu_seconds(server.proc.pid)
     started = time.perf_counter()
     if MODE == "each":
         with concurrent.futures.ThreadPoolExecutor(CONCURRENCY) as pool:
@@ -115,12 +123,18 @@ def zarrgate_run(server, upstream, names, run):
             if "files registered: phases" in line and f"joined-{run} " in line:
                 log(line[line.index("files="):])
     seconds = time.perf_counter() - started
+    cpu = cpu_seconds(server.proc.pid) - cpu
+    if profile:
+        recorder.wait()
+        perf_report(data, profile)
+        log(f"registration profile: {profile}")
+    log(f"zarrgate: {seconds:.2f} s, the server's CPU {cpu:.2f} s ({cpu / len(names) * 1000:.2f} ms a file)")
     parse_bytes = server.metric("zarrgate_parse_bytes_total") - before[0]
     reads = server.metric("zarrgate_parse_requests_total") - before[1]
     gets = sum(upstream.count(n) for n in names) - gets_before
     sent = sum(upstream.sent_bytes(n) for n in names) - sent_before
     assert all(a["arrays"] == 5 for a in answers), answers[0]
-    return {"seconds": seconds, "bytes_per_file": parse_bytes / len(names), "requests_per_file": reads / len(names),
+    return {"seconds": seconds, "cpu_seconds": cpu, "bytes_per_file": parse_bytes / len(names), "requests_per_file": reads / len(names),
             "gets_per_file": gets / len(names), "upstream_bytes_per_file": sent / len(names)}
 
 
@@ -156,9 +170,11 @@ def rescan(server, upstream, path, run):
     if profile:
         recorder, data = perf_record(server.proc.pid, 8, profile)
         time.sleep(0.5)
+    cpu = cpu_seconds(server.proc.pid)
     started = time.perf_counter()
     r = requests.post(f"{server.base}/api/v1/stores/joined-{run}/sync", timeout=600)
     seconds = time.perf_counter() - started
+    cpu = cpu_seconds(server.proc.pid) - cpu
     if profile:
         recorder.wait()
         perf_report(data, profile)
@@ -173,7 +189,7 @@ def rescan(server, upstream, path, run):
     started = time.perf_counter()
     listed = sum(len(page) for page in obstore.list(upstream.direct_store(), prefix=f"run{run}/"))
     floor = time.perf_counter() - started
-    log(f"rescan {seconds:.2f} s; listing the {listed} objects directly {floor:.2f} s")
+    log(f"rescan {seconds:.2f} s (the server's CPU {cpu:.2f} s); listing the {listed} objects directly {floor:.2f} s")
     return seconds, floor
 
 

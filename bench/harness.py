@@ -160,6 +160,14 @@ def proc_status(pid, field):
     return 0
 
 
+def cpu_seconds(pid):
+    """User plus system CPU seconds process `pid` has used so far (/proc/<pid>/stat), or 0."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
 def cargo_built(env_var, target, relative):
     """The path in $env_var, else target/release/<relative>, built first (`cargo build --release
     <target>`) unless BUILD=0."""

@@ -38,12 +38,22 @@ pub trait ByteRanges: Send + Sync {
     /// [`FormatError::Invalid`] (the file points past its end); a failed upstream read is
     /// [`FormatError::Read`]; a read past the driver's budget is [`FormatError::TooLarge`].
     fn read(&self, offset: u64, len: u64) -> Result<Bytes, FormatError>;
+
+    /// True when every byte is in memory already, so that no read waits (a parser need not
+    /// read structures ahead, side by side).
+    fn in_memory(&self) -> bool {
+        false
+    }
 }
 
 /// A file held in memory (tests, fuzzing, and files small enough to read whole).
 impl ByteRanges for Bytes {
     fn len(&self) -> u64 {
         Bytes::len(self) as u64
+    }
+
+    fn in_memory(&self) -> bool {
+        true
     }
 
     fn read(&self, offset: u64, len: u64) -> Result<Bytes, FormatError> {

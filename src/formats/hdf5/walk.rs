@@ -32,25 +32,31 @@ pub(super) struct Listed {
     pub children: Vec<usize>,
 }
 
-/// Every group and dataset of the file as nodes.
-pub(super) fn walk(hdf5: &Hdf5File, limits: &Limits) -> Result<Parsed, FormatError> {
+/// Every group and dataset of the file as nodes; structures read side by side first where the
+/// walk reads `ahead` ([`super::side_by_side`]).
+pub(super) fn walk(hdf5: &Hdf5File, limits: &Limits, ahead: bool) -> Result<Parsed, FormatError> {
     let root = hdf5.root_group().map_err(|e| invalid("the root group", e))?;
     let mut listing = Vec::new();
-    let mut tally = Tally::default();
+    let mut tally = Tally { ahead, ..Tally::default() };
     list(hdf5, &root, String::new(), &mut Vec::new(), limits, &mut listing, &mut tally)?;
     // Every chunk index read side by side first (their nodes lie far apart, between chunks).
-    let layouts: Vec<(&DataLayout, &ListedDataset)> = listing
+    let layouts: Vec<(DataLayout, Vec<u64>, Option<Vec<u64>>)> = listing
         .iter()
         .flat_map(|g| g.datasets.iter())
         .filter_map(|listed| {
             listed.header.messages.iter().find_map(|m| match m {
-                HdfMessage::DataLayout(layout) => Some((&layout.layout, listed)),
+                HdfMessage::DataLayout(layout) => Some((
+                    layout.layout.clone(),
+                    listed.dataset.shape().to_vec(),
+                    listed.dataset.max_dims().map(<[u64]>::to_vec),
+                )),
                 _ => None,
             })
         })
         .collect();
-    super::side_by_side(&layouts, limits, |(layout, listed)| {
-        chunks::read_index(hdf5, layout, listed.dataset.shape(), listed.dataset.max_dims());
+    let file = hdf5.clone();
+    super::side_by_side(tally.ahead, layouts, limits, move |(layout, shape, max_dims)| {
+        chunks::read_index(&file, layout, shape, max_dims.as_deref());
     });
     let mut parsed = Parsed { warnings: tally.warnings, ..Parsed::default() };
     let names: HashMap<u64, String> =
@@ -62,11 +68,12 @@ pub(super) fn walk(hdf5: &Hdf5File, limits: &Limits) -> Result<Parsed, FormatErr
     Ok(parsed)
 }
 
-/// What the listing counts: nodes so far, and warnings.
+/// What the listing counts (nodes so far, and warnings), and whether it reads structures ahead.
 #[derive(Default)]
 struct Tally {
     nodes: usize,
     warnings: Vec<String>,
+    ahead: bool,
 }
 
 /// Lists `group` and (depth first) the groups below it.
@@ -90,9 +97,12 @@ fn list(
     let attributes = group.attributes().map_err(|e| invalid(&shown, e))?;
     // The members' headers read side by side first: a file's headers are often far apart
     // (netCDF-C writes part of each variable's after its chunks).
-    if let Ok(links) = links::hard_links(hdf5, group.address()) {
-        super::side_by_side(&links, limits, |(_, address)| {
-            let _ = hdf5.get_or_parse_header(*address);
+    if tally.ahead
+        && let Ok(links) = links::hard_links(hdf5, group.address())
+    {
+        let file = hdf5.clone();
+        super::side_by_side(true, links, limits, move |(_, address)| {
+            let _ = file.get_or_parse_header(*address);
         });
     }
     let (mut groups, mut datasets) =

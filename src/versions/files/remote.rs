@@ -223,6 +223,10 @@ impl ByteRanges for RemoteFile {
         self.size
     }
 
+    fn in_memory(&self) -> bool {
+        self.size == 0 || self.held(0, self.size).is_some()
+    }
+
     fn read(&self, offset: u64, len: u64) -> Result<Bytes, FormatError> {
         let end = offset.checked_add(len).filter(|end| *end <= self.size).ok_or_else(|| {
             FormatError::Invalid(format!(
