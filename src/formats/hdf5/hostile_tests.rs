@@ -85,6 +85,26 @@ fn truncated_files_are_refused() {
     }
 }
 
+/// A file as a remote one looks to the parser: not all in memory, so that its structures are
+/// read ahead, side by side on the pool (`side_by_side`), as a file past
+/// `files.first_read_bytes` is.
+struct Remote(Bytes);
+
+impl ByteRanges for Remote {
+    fn len(&self) -> u64 {
+        ByteRanges::len(&self.0)
+    }
+
+    fn read(&self, offset: u64, len: u64) -> Result<Bytes, FormatError> {
+        self.0.read(offset, len)
+    }
+}
+
+/// `bytes` to parse, every other time as a remote file (read ahead on the pool).
+fn either_way(bytes: Vec<u8>, i: usize) -> Arc<dyn ByteRanges> {
+    if i.is_multiple_of(2) { Arc::new(Bytes::from(bytes)) } else { Arc::new(Remote(Bytes::from(bytes))) }
+}
+
 #[test]
 fn flipped_bytes_never_panic_or_hang() {
     for file in FILES {
@@ -92,11 +112,21 @@ fn flipped_bytes_never_panic_or_hang() {
         let started = Instant::now();
         for (i, at) in (0..bytes.len()).step_by((bytes.len() / 300).max(1)).enumerate() {
             let mut flipped = bytes.to_vec();
-            flipped[at] ^= [0xff, 0x01, 0x80, 0x10][i % 4];
+            flipped[at] ^= [0xff, 0x01, 0x80, 0x10][(i / 2) % 4];
             let limits = Limits { deadline: Some(Instant::now() + Duration::from_secs(5)), ..Limits::default() };
-            let _ = parse(Arc::new(Bytes::from(flipped)), &limits);
+            let _ = parse(either_way(flipped, i), &limits);
         }
         assert!(started.elapsed() < Duration::from_secs(120), "{file}");
+    }
+}
+
+#[test]
+fn a_file_read_ahead_parses_as_one_in_memory() {
+    for file in FILES {
+        let bytes = fixture(file);
+        let in_memory = parse(Arc::new(bytes.clone()), &Limits::default()).unwrap();
+        let remote = parse(Arc::new(Remote(bytes)), &Limits::default()).unwrap();
+        assert_eq!(remote, in_memory, "{file}");
     }
 }
 
@@ -114,10 +144,39 @@ fn a_cyclic_chunk_btree_is_refused_quickly() {
     let key = 4 + 4 + 8 * 2;
     let child = internal + 24 + key;
     bytes[child..child + 8].copy_from_slice(&(internal as u64).to_le_bytes());
-    let started = Instant::now();
-    let result = parse(Arc::new(Bytes::from(bytes)), &Limits::default());
-    assert!(matches!(result, Err(FormatError::Invalid(_))), "{result:?}");
-    assert!(started.elapsed() < Duration::from_secs(5));
+    // In memory, and as a remote file whose chunk indexes are read ahead on the pool first.
+    for i in 0..2 {
+        let started = Instant::now();
+        let result = parse(either_way(bytes.clone(), i), &Limits::default());
+        assert!(matches!(result, Err(FormatError::Invalid(_))), "{result:?}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}
+
+#[test]
+fn the_read_ahead_pool_reads_every_item_and_outlives_a_panic() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let limits = Limits::default();
+    // More calls whose every item panics than the pool has threads: were a thread lost to each
+    // panic, none would be left, and the last call's items would go unread.
+    for _ in 0..super::SIDE_BY_SIDE_THREADS + 4 {
+        super::side_by_side(true, vec![1, 2, 3], &limits, |_: &i32| panic!("a hostile structure"));
+    }
+    let read = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&read);
+    super::side_by_side(true, (0..100).collect(), &limits, move |i: &usize| {
+        counted.fetch_add(*i, Ordering::SeqCst);
+    });
+    assert_eq!(read.load(Ordering::SeqCst), (0..100).sum::<usize>());
+    // Past the deadline, and with nothing to wait for, nothing is read.
+    let late = Limits { deadline: Some(Instant::now()), ..Limits::default() };
+    for (ahead, limits) in [(true, &late), (false, &limits)] {
+        let counted = Arc::clone(&read);
+        super::side_by_side(ahead, (0..100).collect(), limits, move |_: &usize| {
+            counted.fetch_add(1, Ordering::SeqCst);
+        });
+    }
+    assert_eq!(read.load(Ordering::SeqCst), (0..100).sum::<usize>());
 }
 
 #[test]
