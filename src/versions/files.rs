@@ -234,9 +234,11 @@ impl Registrar {
     /// Reads the files a scan found (`listing`: their parses remembered in the catalog), in
     /// order, each handed to `folder` as it comes; those `unchanged` since they were read for
     /// the version rescanned (their records, one slot a file of the listing, URLs left out) are
-    /// served from their parse remembered, with no request, when it can be. They are read
-    /// before the registration's turn (held while the document is checked and stored): they
-    /// wait on the object store, and are bounded by themselves.
+    /// served from their parse remembered, with no request, when it can be; the URLs of those
+    /// that had to be read again and were found changed since (their record's facts not those
+    /// read) are returned. They are read before the registration's turn (held while the
+    /// document is checked and stored): they wait on the object store, and are bounded by
+    /// themselves.
     async fn read_files(
         &self,
         target: &Target,
@@ -244,7 +246,7 @@ impl Registrar {
         mut unchanged: Vec<Option<FileRecord>>,
         counts: &Arc<progress::Counts>,
         folder: &mut Folder,
-    ) -> Result<()> {
+    ) -> Result<Vec<String>> {
         let config = &self.settings.files;
         let choice = target.choice;
         // What the registrations before this one parsed is in the catalog by now.
@@ -291,6 +293,7 @@ impl Registrar {
             })
         };
         let interner = Arc::new(parsed::Interner::default());
+        let mut changed = Vec::new();
         // The new parses are remembered beside the registration, not before its answer, a
         // batch at a time: held until the end, 100,000 of them took 60 MB.
         let mut new_parses = Vec::new();
@@ -306,20 +309,28 @@ impl Registrar {
                 let (parses, counts, interner) = (Arc::clone(&self.parses), Arc::clone(counts), Arc::clone(&interner));
                 async move {
                     // Parses read back together already share their metadata (`parsed::decode`).
-                    if let (Some(record), Some((label, parsed))) = (unchanged, remembered) {
-                        counts.read_one(true);
-                        return Ok::<_, Error>(read::reused(&metrics, &record, &label, parsed));
-                    }
+                    let then = match (unchanged, remembered) {
+                        (Some(record), Some((label, parsed))) => {
+                            counts.read_one(true);
+                            return Ok::<_, Error>((read::reused(&metrics, &record, &label, parsed), false));
+                        }
+                        (record, _) => record.map(|r| r.facts),
+                    };
                     let _parse = parses.acquire_owned().await.map_err(|e| Error::Internal(e.to_string()))?;
                     let mut file = read_file(&*catalog, &sources, &metrics, &config, &url, choice).await?;
                     interner.intern(&mut file.parsed);
                     counts.read_one(file.record.cached);
-                    Ok(file)
+                    // Listed unchanged, but changed by the time it was read.
+                    let unlike = then.is_some_and(|then| !rescan::same_content(&then, &file.record.facts));
+                    Ok((file, unlike))
                 }
             });
             let mut reads = futures::stream::iter(reads).buffered(config.concurrency.max(1));
             while let Some(file) = reads.next().await {
-                let mut file: ReadFile = file?;
+                let (mut file, unlike): (ReadFile, bool) = file?;
+                if unlike {
+                    changed.push(file.record.url.clone());
+                }
                 new_parses.extend(file.remember.take());
                 if new_parses.len() >= REMEMBER_BATCH {
                     self.remember(std::mem::take(&mut new_parses)).await;
@@ -329,7 +340,7 @@ impl Registrar {
             (batch, found) = (next, next_found);
         }
         self.remember(new_parses).await;
-        Ok(())
+        Ok(changed)
     }
 
     /// Remembers `new_parses` in the catalog in the background: a registration that starts

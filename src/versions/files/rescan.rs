@@ -230,19 +230,31 @@ async fn compare(
 
 /// What changed once the files are read: a file the listing showed changed (or with facts
 /// unknown) whose facts as read, which the version keeps, are those it had is unchanged after
-/// all; added and removed files are as listed (every listed file is read).
-fn settle(mut changes: Changes, before: &HashMap<String, SourceFacts>, read: &impl Now) -> Changes {
+/// all, and one it showed unchanged but that was read again (its parse not remembered) and
+/// found changed (`unlike`) is changed; added and removed files are as listed (every listed
+/// file is read).
+fn settle(
+    mut changes: Changes,
+    before: &HashMap<String, SourceFacts>,
+    unlike: Vec<String>,
+    read: &impl Now,
+) -> Changes {
     changes.changed.retain(|url| {
         let now = read.find(url).and_then(|i| read.facts(i));
         !before.get(url).zip(now).is_some_and(|(then, now)| same_content(then, now))
     });
+    if !unlike.is_empty() {
+        changes.changed.extend(unlike);
+        // In the order read, as the others.
+        changes.changed.sort_by_key(|url| read.find(url));
+    }
     changes
 }
 
 /// True when two facts of one file show the same content: the same ETag where both have one,
 /// else the same size and modification time (to the second: listings and reads do not give it
 /// to the same precision); never when neither can tell.
-fn same_content(a: &SourceFacts, b: &SourceFacts) -> bool {
+pub(super) fn same_content(a: &SourceFacts, b: &SourceFacts) -> bool {
     if let (Some(x), Some(y)) = (&a.etag, &b.etag) {
         return x == y;
     }
@@ -376,9 +388,9 @@ impl Registrar {
         let listing = std::mem::take(&mut scan.files);
         let mut folder = Folder::new(&self.settings.scratch(), &target);
         folder.fits(&listing)?;
-        self.read_files(&target, listing, compared.same, &tracked.counts, &mut folder).await?;
+        let unlike = self.read_files(&target, listing, compared.same, &tracked.counts, &mut folder).await?;
         let read = reading.elapsed();
-        let changes = settle(compared.changes, &compared.before, &folder);
+        let changes = settle(compared.changes, &compared.before, unlike, &folder);
         if changes.is_empty() {
             return Ok(unchanged(changes));
         }
@@ -478,13 +490,16 @@ mod tests {
             ("s3://b/b.nc".to_owned(), Some(facts(Some("\"2b\""), 10, t))),
             ("s3://b/d.nc".to_owned(), Some(facts(Some("\"4\""), 10, t))),
         ];
-        let settled = settle(changes, &then, &Listing::new(&read));
+        let settled = settle(changes, &then, Vec::new(), &Listing::new(&read));
         assert_eq!(settled.changed, ["s3://b/b.nc"]);
         assert_eq!((settled.added, settled.removed), (vec!["s3://b/d.nc".to_owned()], vec!["s3://b/c.nc".to_owned()]));
         // All read as they were, with nothing added or removed: no change at all.
         let only_a = diff(&before[..1], &listed[..1]);
         let then: HashMap<String, SourceFacts> = before[..1].iter().cloned().collect();
-        assert!(settle(only_a, &then, &Listing::new(&read[..1])).is_empty());
+        assert!(settle(only_a.clone(), &then, Vec::new(), &Listing::new(&read[..1])).is_empty());
+        // Listed unchanged, but read again and found changed: changed, in the order read.
+        let settled = settle(only_a, &then, vec!["s3://b/a.nc".to_owned()], &Listing::new(&read[..1]));
+        assert_eq!(settled.changed, ["s3://b/a.nc"]);
     }
 
     #[test]
