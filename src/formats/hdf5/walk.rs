@@ -39,9 +39,11 @@ pub(super) fn walk(hdf5: &Hdf5File, limits: &Limits, ahead: bool) -> Result<Pars
     let mut listing = Vec::new();
     let mut tally = Tally { ahead, ..Tally::default() };
     list(hdf5, &root, String::new(), &mut Vec::new(), limits, &mut listing, &mut tally)?;
-    // Every chunk index read side by side first (their nodes lie far apart, between chunks).
+    // Every chunk index read side by side first (their nodes lie far apart, between chunks),
+    // where the walk reads ahead: a file in memory has nothing to wait for.
     let layouts: Vec<(DataLayout, Vec<u64>, Option<Vec<u64>>)> = listing
         .iter()
+        .filter(|_| tally.ahead)
         .flat_map(|g| g.datasets.iter())
         .filter_map(|listed| {
             listed.header.messages.iter().find_map(|m| match m {
@@ -101,7 +103,7 @@ fn list(
         && let Ok(links) = links::hard_links(hdf5, group.address())
     {
         let file = hdf5.clone();
-        super::side_by_side(true, links, limits, move |(_, address)| {
+        super::side_by_side(tally.ahead, links, limits, move |(_, address)| {
             let _ = file.get_or_parse_header(*address);
         });
     }

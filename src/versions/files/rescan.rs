@@ -111,17 +111,19 @@ impl<'a, N: Now> Comparison<'a, N> {
         Self { now, found: vec![false; now.len()], changed: Vec::new(), removed: Vec::new() }
     }
 
-    /// One file of the version: its URL and its facts then.
-    fn before(&mut self, url: &str, facts: &SourceFacts) {
-        match self.now.find(url) {
-            None => self.removed.push(url.to_owned()),
-            Some(i) => {
-                self.found[i] = true;
-                if !self.now.facts(i).is_some_and(|now| same_content(facts, now)) {
-                    self.changed.push(i);
-                }
-            }
+    /// One file of the version: its URL and its facts then; the index in `now` of the file when
+    /// it is there unchanged.
+    fn before(&mut self, url: &str, facts: &SourceFacts) -> Option<usize> {
+        let Some(i) = self.now.find(url) else {
+            self.removed.push(url.to_owned());
+            return None;
+        };
+        self.found[i] = true;
+        if self.now.facts(i).is_some_and(|now| same_content(facts, now)) {
+            return Some(i);
         }
+        self.changed.push(i);
+        None
     }
 
     /// What changed: added and changed in the order of `now`, removed in the version's.
@@ -188,7 +190,10 @@ pub(super) async fn changes_since(
     now: &(impl Now + Sync),
 ) -> Result<Changes> {
     let mut comparison = Comparison::new(now);
-    each_record(catalog, version, text, |record| comparison.before(&record.url, &record.facts)).await?;
+    each_record(catalog, version, text, |record| {
+        comparison.before(&record.url, &record.facts);
+    })
+    .await?;
     Ok(comparison.finish())
 }
 
@@ -217,11 +222,12 @@ async fn compare(
     let mut before = HashMap::new();
     each_record(catalog, version, text, |record| {
         let changed = comparison.changed.len();
-        comparison.before(&record.url, &record.facts);
-        if comparison.changed.len() > changed {
-            before.insert(record.url, record.facts);
-        } else if let Some(i) = listing.find(&record.url) {
-            same[i] = Some(FileRecord { url: String::new(), ..record });
+        match comparison.before(&record.url, &record.facts) {
+            Some(i) => same[i] = Some(FileRecord { url: String::new(), ..record }),
+            None if comparison.changed.len() > changed => {
+                before.insert(record.url, record.facts);
+            }
+            None => {}
         }
     })
     .await?;
@@ -421,7 +427,7 @@ mod tests {
         let listing = Listing::new(now);
         let mut comparison = Comparison::new(&listing);
         for (url, facts) in before {
-            comparison.before(url, facts);
+            let _ = comparison.before(url, facts);
         }
         comparison.finish()
     }
